@@ -1,0 +1,41 @@
+#pragma once
+// What every benchmark prints: the machine's measured matmul peak (the denominator of model
+// FLOP utilisation), wall time of a callable, and the process's peak resident memory.
+#include <ATen/ATen.h>
+#include <sys/resource.h>
+
+#include <chrono>
+#include <functional>
+
+namespace tandem::bench {
+
+/// Best wall time in seconds of `repeats` runs of `work` after one warm-up run.
+inline double best_seconds(const std::function<void()>& work, int repeats) {
+  work();
+  double best = 1e30;
+  for (int i = 0; i < repeats; ++i) {
+    const auto start = std::chrono::steady_clock::now();
+    work();
+    const std::chrono::duration<double> elapsed = std::chrono::steady_clock::now() - start;
+    best = std::min(best, elapsed.count());
+  }
+  return best;
+}
+
+/// Achieved FLOP/s of an (n x n) @ (n x n) matmul in `dtype`: the practical peak of this machine.
+inline double matmul_peak_flops(c10::ScalarType dtype, int64_t n = 2048, int repeats = 5) {
+  const at::Tensor a = at::randn({n, n}).to(dtype);
+  const at::Tensor b = at::randn({n, n}).to(dtype);
+  at::Tensor c = at::empty({n, n}, dtype);
+  const double seconds = best_seconds([&] { at::mm_out(c, a, b); }, repeats);
+  return 2.0 * n * n * n / seconds;
+}
+
+/// Peak resident set size of this process so far, in MiB.
+inline double peak_rss_mib() {
+  struct rusage usage;
+  getrusage(RUSAGE_SELF, &usage);
+  return usage.ru_maxrss / 1024.0;
+}
+
+}  // namespace tandem::bench

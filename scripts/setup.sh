@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# Installs what tandem needs on a fresh machine and builds build/tandem.
+#   scripts/setup.sh            Debian packages, the cached Python env (torch), then the build
+#   scripts/setup.sh --tools    also the fixture-generator env (transformers, tokenizers)
+#   scripts/setup.sh --no-build everything but the build
+# The Python environments live in $TANDEM_CACHE (default ~/.cache/tandem), keyed by the hash of
+# the lock files, so fresh clones and CI reuse them and a changed lock makes a new one.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+
+want_tools=0
+want_build=1
+for arg in "$@"; do
+  case "$arg" in
+    --tools) want_tools=1 ;;
+    --no-build) want_build=0 ;;
+    *) echo "setup.sh: unknown argument '$arg' (use --tools, --no-build)" >&2; exit 2 ;;
+  esac
+done
+
+# 1. Debian packages (C++ toolchain, libraries, clang for the fuzzer).
+debian_packages=(build-essential cmake git python3 python3-venv clang libclang-rt-14-dev
+  nlohmann-json3-dev libyaml-cpp-dev libcli11-dev libfmt-dev libpcre2-dev libgtest-dev)
+missing=()
+for p in "${debian_packages[@]}"; do
+  dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "[setup] installing Debian packages: ${missing[*]}"
+  sudo_cmd=""
+  [ "$(id -u)" = 0 ] || sudo_cmd="sudo"
+  $sudo_cmd apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+# 2. Python environments, built in a temp dir and renamed so a broken install is never reused.
+cache=${TANDEM_CACHE:-$HOME/.cache/tandem}
+mkdir -p "$cache"
+make_venv() {  # make_venv NAME LOCKFILE... ; prints the venv path
+  local name=$1; shift
+  local key
+  key=$(cat "$@" | sha256sum | cut -c1-16)
+  local dir="$cache/$name-$key"
+  if [ ! -x "$dir/bin/python" ]; then
+    echo "[setup] creating Python env $dir (pip install -r $*)" >&2
+    rm -rf "$dir.tmp"
+    python3 -m venv "$dir.tmp"
+    local reqs=()
+    for f in "$@"; do reqs+=(-r "$f"); done
+    "$dir.tmp/bin/pip" install -q "${reqs[@]}" >&2
+    # venv scripts hard-code their directory; the env is only used through bin/python -m.
+    mv "$dir.tmp" "$dir"
+  fi
+  echo "$dir"
+}
+venv=$(make_venv venv requirements.lock)
+ln -sfn "$venv" .venv
+if ((want_tools)); then
+  tools_venv=$(make_venv venv-tools requirements.lock tools/requirements.lock)
+  ln -sfn "$tools_venv" .venv-tools
+  echo "[setup] fixture tools env: .venv-tools ($tools_venv)"
+fi
+
+# 3. The build.
+if ((want_build)); then
+  torch_prefix=$("$venv/bin/python" -c 'import torch.utils; print(torch.utils.cmake_prefix_path)')
+  jobs=${TANDEM_JOBS:-$(nproc)}
+  cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$torch_prefix" >/dev/null
+  cmake --build build -j "$jobs"
+  echo "[setup] built $root/build/tandem"
+fi

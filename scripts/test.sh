@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# The whole test suite: set-up and build if needed, every GoogleTest case through CTest, then a
+# bounded libFuzzer pass over the safetensors reader. Exits non-zero on any failure.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+scripts/setup.sh
+# Two test processes on two cores, one libtorch thread each: no pools fighting over cores.
+export OMP_NUM_THREADS=1 TANDEM_THREADS=1
+jobs=${TANDEM_JOBS:-$(nproc)}
+ctest --test-dir build --output-on-failure -j "$jobs" --timeout 900
+FUZZ_SECONDS=${FUZZ_SECONDS:-30} fuzz/run_smoke.sh

@@ -1,0 +1,47 @@
+// tandem: train a model next to a frozen one. Dispatches to one subcommand per file in cli/.
+#include <iostream>
+#include <map>
+
+#include "tandem/cli/commands.h"
+#include "tandem/core/error.h"
+#include "tandem/core/threads.h"
+
+int main(int argc, char** argv) {
+  CLI::App root{
+      "tandem: train a model in tandem with a frozen one (EAGLE-3/DFlash drafts, distillation, "
+      "DPO, GRPO/GSPO)"};
+  root.require_subcommand(1);
+  int threads = 0;
+  root.add_option("--threads", threads,
+                  "intra-op CPU threads (default: $TANDEM_THREADS or the usable cores)");
+
+  std::map<std::string, tandem::cli::Runner> runners;
+  runners["forward"] = tandem::cli::add_forward_command(root);
+  const std::pair<const char*, const char*> not_built[] = {
+      {"train", "train a model from a YAML config (draft, student or policy)"},
+      {"export", "export a trained model as an HF / vLLM / SGLang checkpoint"},
+      {"eval", "speculative decoding with the frozen target: acceptance length"},
+      {"capture", "run the target once over a dataset and store its hidden states"},
+      {"tokenize", "encode or decode text with an HF tokenizer.json"},
+      {"data", "inspect a dataset and print its statistics"}};
+  for (const auto& [name, description] : not_built)
+    runners[name] = tandem::cli::add_not_built_command(root, name, description);
+
+  try {
+    root.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return root.exit(e);
+  }
+  try {
+    tandem::configure_threads(threads);
+    for (auto& [name, run] : runners)
+      if (root.got_subcommand(name)) return run();
+  } catch (const tandem::Error& e) {
+    std::cerr << "error: " << e.what() << "\n";
+    return 1;
+  } catch (const std::exception& e) {
+    std::cerr << "error: " << e.what() << "\n";
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,158 @@
+#include "tandem/io/hf_checkpoint.h"
+
+#include <sys/stat.h>
+
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "tandem/core/error.h"
+#include "tandem/io/tensor_io.h"
+
+namespace tandem {
+
+using nlohmann::json;
+
+namespace {
+
+bool file_exists(const std::string& path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+}
+
+json read_json(const std::string& path, const char* component) {
+  std::ifstream in(path);
+  check(in.good(), "[", component, "] ", path, ": cannot open");
+  try {
+    return json::parse(in);
+  } catch (const json::exception& e) {
+    throw Error("[", component, "] ", path, ": invalid JSON: ", e.what());
+  }
+}
+
+std::string shard_name(size_t index, size_t count) {
+  char name[64];
+  std::snprintf(name, sizeof(name), "model-%05zu-of-%05zu.safetensors", index, count);
+  return name;
+}
+
+}  // namespace
+
+HfCheckpoint HfCheckpoint::open(const std::string& dir) {
+  HfCheckpoint checkpoint;
+  checkpoint.dir_ = dir;
+  const std::string single = dir + "/model.safetensors";
+  const std::string index_path = dir + "/model.safetensors.index.json";
+  if (file_exists(index_path)) {
+    const json index = read_json(index_path, "checkpoint");
+    check(index.is_object() && index.contains("weight_map") && index["weight_map"].is_object(),
+          "[checkpoint] ", index_path, ": missing 'weight_map' object");
+    std::map<std::string, size_t> file_slot;  // shard file name -> index into files_
+    for (const auto& [name, file] : index["weight_map"].items()) {
+      check(file.is_string(), "[checkpoint] ", index_path, ": weight_map['", name,
+            "'] must be a file name");
+      const std::string shard = file.get<std::string>();
+      check(shard.find('/') == std::string::npos, "[checkpoint] ", index_path, ": shard '",
+            shard, "' must be a file name inside the directory");
+      auto slot = file_slot.find(shard);
+      if (slot == file_slot.end()) {
+        const std::string path = dir + "/" + shard;
+        check(file_exists(path), "[checkpoint] ", index_path, ": shard '", shard,
+              "' listed for '", name, "' does not exist");
+        checkpoint.files_.push_back(
+            std::make_unique<safetensors::File>(safetensors::File::open(path)));
+        slot = file_slot.emplace(shard, checkpoint.files_.size() - 1).first;
+      }
+      check(checkpoint.files_[slot->second]->contains(name), "[checkpoint] ", index_path,
+            ": '", name, "' is mapped to ", shard, " but that file does not contain it");
+      checkpoint.location_[name] = slot->second;
+    }
+    // Every tensor in a shard must be in the index; otherwise the index and files disagree.
+    for (size_t i = 0; i < checkpoint.files_.size(); ++i) {
+      for (const auto& info : checkpoint.files_[i]->header().tensors) {
+        auto where = checkpoint.location_.find(info.name);
+        check(where != checkpoint.location_.end() && where->second == i, "[checkpoint] ",
+              checkpoint.files_[i]->path(), ": tensor '", info.name,
+              "' is not mapped to this file by ", index_path);
+      }
+    }
+  } else if (file_exists(single)) {
+    checkpoint.files_.push_back(
+        std::make_unique<safetensors::File>(safetensors::File::open(single)));
+    for (const auto& info : checkpoint.files_[0]->header().tensors)
+      checkpoint.location_[info.name] = 0;
+  } else {
+    throw Error("[checkpoint] ", dir, ": no model.safetensors or model.safetensors.index.json ",
+                "(tandem reads HF safetensors checkpoints; convert .bin files first)");
+  }
+  return checkpoint;
+}
+
+std::vector<std::string> HfCheckpoint::names() const {
+  std::vector<std::string> out;
+  for (const auto& entry : location_) out.push_back(entry.first);
+  return out;
+}
+
+const safetensors::File& HfCheckpoint::file_of(const std::string& name) const {
+  auto where = location_.find(name);
+  check(where != location_.end(), "[checkpoint] ", dir_, ": missing tensor '", name, "'");
+  return *files_[where->second];
+}
+
+const safetensors::TensorInfo& HfCheckpoint::info(const std::string& name) const {
+  return file_of(name).info(name);
+}
+
+at::Tensor HfCheckpoint::read(const std::string& name) const {
+  const safetensors::File& file = file_of(name);
+  return read_tensor(file, file.info(name));
+}
+
+std::vector<std::string> HfCheckpoint::file_paths() const {
+  std::vector<std::string> out;
+  for (const auto& file : files_) out.push_back(file->path());
+  return out;
+}
+
+void write_hf_weights(const std::string& dir,
+                      const std::vector<std::pair<std::string, at::Tensor>>& tensors,
+                      int64_t max_shard_bytes) {
+  std::vector<std::vector<std::pair<std::string, at::Tensor>>> shards(1);
+  int64_t shard_bytes = 0;
+  for (const auto& entry : tensors) {
+    const int64_t bytes = static_cast<int64_t>(entry.second.nbytes());
+    if (shard_bytes > 0 && shard_bytes + bytes > max_shard_bytes) {
+      shards.emplace_back();
+      shard_bytes = 0;
+    }
+    shards.back().push_back(entry);
+    shard_bytes += bytes;
+  }
+  if (shards.size() == 1) {
+    write_tensors(dir + "/model.safetensors", shards[0], {{"format", "pt"}});
+    return;
+  }
+  json weight_map = json::object();
+  int64_t total = 0;
+  for (size_t i = 0; i < shards.size(); ++i) {
+    const std::string name = shard_name(i + 1, shards.size());
+    write_tensors(dir + "/" + name, shards[i], {{"format", "pt"}});
+    for (const auto& [tensor_name, tensor] : shards[i]) {
+      weight_map[tensor_name] = name;
+      total += static_cast<int64_t>(tensor.nbytes());
+    }
+  }
+  const json index = {{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}};
+  const std::string index_path = dir + "/model.safetensors.index.json";
+  const std::string temp = index_path + ".tmp";
+  {
+    std::ofstream out(temp);
+    out << index.dump(2) << "\n";
+    check(out.good(), "[checkpoint] ", temp, ": write failed");
+  }
+  check(std::rename(temp.c_str(), index_path.c_str()) == 0, "[checkpoint] ", index_path,
+        ": rename failed");
+}
+
+}  // namespace tandem

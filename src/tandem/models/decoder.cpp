@@ -1,0 +1,153 @@
+#include "tandem/models/decoder.h"
+
+#include <ATen/ATen.h>
+
+#include "tandem/core/error.h"
+
+namespace tandem {
+
+AttentionLayout AttentionLayout::causal(int64_t batch, int64_t length, const at::Device& device) {
+  at::Tensor positions = at::arange(length, at::TensorOptions().dtype(at::kLong).device(device));
+  return {positions.unsqueeze(0).expand({batch, length}), at::Tensor()};
+}
+
+at::Tensor attention_mask(const AttentionLayout& layout, int64_t sliding_window) {
+  if (!layout.document_ids.defined() && sliding_window == 0) return at::Tensor();
+  const int64_t length = layout.positions.size(1);
+  const auto device = layout.positions.device();
+  const at::Tensor index = at::arange(length, at::TensorOptions().dtype(at::kLong).device(device));
+  const at::Tensor query = index.view({length, 1});
+  const at::Tensor key = index.view({1, length});
+  at::Tensor allowed = key <= query;  // (T, T)
+  if (sliding_window > 0) allowed = allowed.logical_and(query - key < sliding_window);
+  allowed = allowed.unsqueeze(0);  // (1, T, T)
+  if (layout.document_ids.defined()) {
+    const at::Tensor& doc = layout.document_ids;  // (B, T)
+    allowed = allowed.logical_and(doc.unsqueeze(2) == doc.unsqueeze(1));
+  }
+  return allowed.unsqueeze(1);  // (B or 1, 1, T, T)
+}
+
+AttentionImpl::AttentionImpl(const DecoderConfig& config, int64_t layer_index,
+                             const at::TensorOptions& options)
+    : num_heads(config.num_attention_heads),
+      num_kv_heads(config.num_key_value_heads),
+      head_dim(config.head_dim) {
+  const int64_t hidden = config.hidden_size;
+  q_proj = register_module("q_proj", Linear(hidden, num_heads * head_dim, config.qkv_bias, options));
+  k_proj =
+      register_module("k_proj", Linear(hidden, num_kv_heads * head_dim, config.qkv_bias, options));
+  v_proj =
+      register_module("v_proj", Linear(hidden, num_kv_heads * head_dim, config.qkv_bias, options));
+  o_proj = register_module("o_proj", Linear(num_heads * head_dim, hidden, config.o_bias, options));
+  if (config.qk_norm) {
+    q_norm = register_module("q_norm", RMSNorm(head_dim, config.rms_norm_eps, options));
+    k_norm = register_module("k_norm", RMSNorm(head_dim, config.rms_norm_eps, options));
+  }
+}
+
+at::Tensor AttentionImpl::forward(const at::Tensor& x, const RopeTables& rope,
+                                  const at::Tensor& mask) const {
+  const int64_t batch = x.size(0), length = x.size(1);
+  at::Tensor q = q_proj->forward(x).view({batch, length, num_heads, head_dim});
+  at::Tensor k = k_proj->forward(x).view({batch, length, num_kv_heads, head_dim});
+  at::Tensor v = v_proj->forward(x).view({batch, length, num_kv_heads, head_dim});
+  if (q_norm) {  // Qwen3 normalises each head before RoPE
+    q = q_norm->forward(q);
+    k = k_norm->forward(k);
+  }
+  q = apply_rope(q.transpose(1, 2), rope);  // (B, heads, T, head_dim)
+  k = apply_rope(k.transpose(1, 2), rope);  // (B, kv_heads, T, head_dim)
+  v = v.transpose(1, 2);
+  const bool causal = !mask.defined();
+  at::Tensor out = at::scaled_dot_product_attention(
+      q, k, v, mask.defined() ? std::optional<at::Tensor>(mask) : std::nullopt,
+      /*dropout_p=*/0.0, /*is_causal=*/causal, /*scale=*/std::nullopt,
+      /*enable_gqa=*/num_kv_heads != num_heads);
+  out = out.transpose(1, 2).reshape({batch, length, num_heads * head_dim});
+  return o_proj->forward(out);
+}
+
+MlpImpl::MlpImpl(int64_t hidden_size, int64_t intermediate_size, bool bias,
+                 const at::TensorOptions& options) {
+  gate_proj = register_module("gate_proj", Linear(hidden_size, intermediate_size, bias, options));
+  up_proj = register_module("up_proj", Linear(hidden_size, intermediate_size, bias, options));
+  down_proj = register_module("down_proj", Linear(intermediate_size, hidden_size, bias, options));
+}
+
+at::Tensor MlpImpl::forward(const at::Tensor& x) const {
+  return down_proj->forward(at::silu(gate_proj->forward(x)) * up_proj->forward(x));
+}
+
+DecoderLayerImpl::DecoderLayerImpl(const DecoderConfig& config, int64_t layer_index,
+                                   const at::TensorOptions& options)
+    : sliding_window(config.sliding_window.at(layer_index)) {
+  self_attn = register_module("self_attn", Attention(config, layer_index, options));
+  mlp = register_module(
+      "mlp", Mlp(config.hidden_size, config.intermediate_size, config.mlp_bias, options));
+  input_layernorm = register_module(
+      "input_layernorm", RMSNorm(config.hidden_size, config.rms_norm_eps, options));
+  post_attention_layernorm = register_module(
+      "post_attention_layernorm", RMSNorm(config.hidden_size, config.rms_norm_eps, options));
+}
+
+at::Tensor DecoderLayerImpl::forward(const at::Tensor& hidden, const RopeTables& rope,
+                                     const at::Tensor& mask) const {
+  const at::Tensor attended = hidden + self_attn->forward(input_layernorm->forward(hidden), rope, mask);
+  return attended + mlp->forward(post_attention_layernorm->forward(attended));
+}
+
+DecoderModelImpl::DecoderModelImpl(const DecoderConfig& config, const at::TensorOptions& options) {
+  embed_tokens =
+      register_module("embed_tokens", Embedding(config.vocab_size, config.hidden_size, options));
+  layers = register_module("layers", torch::nn::ModuleList());
+  for (int64_t i = 0; i < config.num_hidden_layers; ++i)
+    layers->push_back(DecoderLayer(config, i, options));
+  norm = register_module("norm", RMSNorm(config.hidden_size, config.rms_norm_eps, options));
+}
+
+CausalLMImpl::CausalLMImpl(const DecoderConfig& config, const at::TensorOptions& options)
+    : config_(config) {
+  config_.validate("model config");
+  model = register_module("model", DecoderModel(config, options));
+  if (!config.tie_word_embeddings)
+    lm_head = register_module("lm_head",
+                              Linear(config.hidden_size, config.vocab_size, false, options));
+  inverse_frequencies_ =
+      rope_inverse_frequencies(config.head_dim, config.rope_theta, config.rope_scaling);
+}
+
+at::Tensor CausalLMImpl::forward_hidden(const at::Tensor& ids, const AttentionLayout& layout,
+                                        const std::vector<int64_t>& capture_layers,
+                                        std::map<int64_t, at::Tensor>* captured) const {
+  check(ids.dim() == 2, "[decoder] input ids must be (batch, length), got ", ids.sizes());
+  check(layout.positions.sizes() == ids.sizes(), "[decoder] positions ", layout.positions.sizes(),
+        " do not match ids ", ids.sizes());
+  const int64_t num_layers = config_.num_hidden_layers;
+  for (int64_t layer : capture_layers)
+    check(layer >= 0 && layer < num_layers, "[decoder] cannot capture layer ", layer,
+          ": the model has layers 0..", num_layers - 1);
+  at::Tensor hidden = model->embed_tokens->forward(ids);
+  const RopeTables rope = rope_tables(inverse_frequencies_, layout.positions, hidden.scalar_type());
+  std::map<int64_t, at::Tensor> masks;  // one mask per distinct sliding window
+  for (int64_t i = 0; i < num_layers; ++i) {
+    const auto& layer = model->layers->at<DecoderLayerImpl>(i);
+    auto mask = masks.find(layer.sliding_window);
+    if (mask == masks.end())
+      mask = masks.emplace(layer.sliding_window, attention_mask(layout, layer.sliding_window)).first;
+    hidden = layer.forward(hidden, rope, mask->second);
+    if (captured && std::find(capture_layers.begin(), capture_layers.end(), i) != capture_layers.end())
+      (*captured)[i] = hidden;
+  }
+  return model->norm->forward(hidden);
+}
+
+at::Tensor CausalLMImpl::lm_head_weight() const {
+  return lm_head ? lm_head->weight : model->embed_tokens->weight;
+}
+
+at::Tensor CausalLMImpl::logits(const at::Tensor& hidden) const {
+  return at::linear(hidden, lm_head_weight());
+}
+
+}  // namespace tandem

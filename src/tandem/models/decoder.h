@@ -1,0 +1,101 @@
+#pragma once
+// Llama-family causal LM (Llama 2/3/3.x, Mistral, Qwen2, Qwen3): embeddings, RMSNorm, RoPE,
+// grouped-query attention, SwiGLU MLP, tied or untied lm_head. Module names are HF's, so
+// `named_parameters()` yields checkpoint keys (`model.layers.0.self_attn.q_proj.weight`, ...).
+#include <torch/nn/module.h>
+#include <torch/nn/modules/container/modulelist.h>
+#include <torch/nn/pimpl.h>
+
+#include <map>
+#include <vector>
+
+#include "tandem/models/decoder_config.h"
+#include "tandem/models/layers.h"
+#include "tandem/models/rope.h"
+
+namespace tandem {
+
+/// Which keys each query may attend to. Plain causal attention when `document_ids` is undefined;
+/// with packing, tokens attend only within their own document.
+struct AttentionLayout {
+  at::Tensor positions;     // (B, T) int64 RoPE positions (restart per document when packed)
+  at::Tensor document_ids;  // (B, T) int64, optional: attention never crosses documents
+
+  /// Positions 0..T-1 for every row and no document boundaries.
+  static AttentionLayout causal(int64_t batch, int64_t length, const at::Device& device);
+};
+
+class AttentionImpl : public torch::nn::Module {
+ public:
+  AttentionImpl(const DecoderConfig& config, int64_t layer_index, const at::TensorOptions& options);
+  /// x (B, T, H) -> (B, T, H).
+  at::Tensor forward(const at::Tensor& x, const RopeTables& rope, const at::Tensor& mask) const;
+  Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
+  RMSNorm q_norm{nullptr}, k_norm{nullptr};  // Qwen3 only
+  int64_t num_heads, num_kv_heads, head_dim;
+};
+TORCH_MODULE(Attention);
+
+/// down(silu(gate(x)) * up(x)).
+class MlpImpl : public torch::nn::Module {
+ public:
+  MlpImpl(int64_t hidden_size, int64_t intermediate_size, bool bias,
+          const at::TensorOptions& options);
+  at::Tensor forward(const at::Tensor& x) const;  // (B, T, H) -> (B, T, H)
+  Linear gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};
+};
+TORCH_MODULE(Mlp);
+
+class DecoderLayerImpl : public torch::nn::Module {
+ public:
+  DecoderLayerImpl(const DecoderConfig& config, int64_t layer_index,
+                   const at::TensorOptions& options);
+  /// Pre-norm residual block: h + attn(norm(h)), then + mlp(norm(.)). (B, T, H) -> (B, T, H).
+  at::Tensor forward(const at::Tensor& hidden, const RopeTables& rope, const at::Tensor& mask) const;
+  Attention self_attn{nullptr};
+  Mlp mlp{nullptr};
+  RMSNorm input_layernorm{nullptr}, post_attention_layernorm{nullptr};
+  int64_t sliding_window;  // 0: full causal attention
+};
+TORCH_MODULE(DecoderLayer);
+
+/// The `model.` part of an HF causal LM: embeddings, decoder layers, final norm.
+class DecoderModelImpl : public torch::nn::Module {
+ public:
+  DecoderModelImpl(const DecoderConfig& config, const at::TensorOptions& options);
+  Embedding embed_tokens{nullptr};
+  torch::nn::ModuleList layers{nullptr};
+  RMSNorm norm{nullptr};
+};
+TORCH_MODULE(DecoderModel);
+
+class CausalLMImpl : public torch::nn::Module {
+ public:
+  CausalLMImpl(const DecoderConfig& config, const at::TensorOptions& options);
+
+  /// Runs the decoder on ids (B, T) and returns the final-normed hidden states (B, T, H).
+  /// For each i in `capture_layers`, `captured[i]` receives the raw output of decoder layer i
+  /// (transformers' hidden_states[i + 1], before any final norm).
+  at::Tensor forward_hidden(const at::Tensor& ids, const AttentionLayout& layout,
+                            const std::vector<int64_t>& capture_layers = {},
+                            std::map<int64_t, at::Tensor>* captured = nullptr) const;
+  /// Full-vocabulary logits (B, T, V) of final hidden states (B, T, H).
+  at::Tensor logits(const at::Tensor& hidden) const;
+  /// The output projection (V, H): lm_head.weight, or the embedding when tied.
+  at::Tensor lm_head_weight() const;
+  const DecoderConfig& config() const { return config_; }
+
+  DecoderModel model{nullptr};
+  Linear lm_head{nullptr};  // null when tie_word_embeddings
+
+ private:
+  DecoderConfig config_;
+  at::Tensor inverse_frequencies_;  // (head_dim / 2,) fp32
+};
+TORCH_MODULE(CausalLM);
+
+/// The boolean attention mask (B, 1, T, T) for `layout` and a sliding window (0: none), or an
+/// undefined tensor when plain causal attention suffices.
+at::Tensor attention_mask(const AttentionLayout& layout, int64_t sliding_window);
+
+}  // namespace tandem

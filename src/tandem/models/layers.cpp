@@ -1,0 +1,56 @@
+#include "tandem/models/layers.h"
+
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+
+namespace tandem {
+
+LinearImpl::LinearImpl(int64_t in_features, int64_t out_features, bool has_bias,
+                       const at::TensorOptions& options) {
+  weight = register_parameter("weight", at::empty({out_features, in_features}, options));
+  if (has_bias) bias = register_parameter("bias", at::empty({out_features}, options));
+}
+
+at::Tensor LinearImpl::forward(const at::Tensor& x) const { return at::linear(x, weight, bias); }
+
+EmbeddingImpl::EmbeddingImpl(int64_t vocab_size, int64_t hidden_size,
+                             const at::TensorOptions& options) {
+  weight = register_parameter("weight", at::empty({vocab_size, hidden_size}, options));
+}
+
+at::Tensor EmbeddingImpl::forward(const at::Tensor& ids) const {
+  return at::embedding(weight, ids);
+}
+
+RMSNormImpl::RMSNormImpl(int64_t size, double eps_, const at::TensorOptions& options)
+    : eps(eps_) {
+  weight = register_parameter("weight", at::empty({size}, options));
+}
+
+at::Tensor RMSNormImpl::forward(const at::Tensor& x) const {
+  const at::Tensor x32 = x.to(at::kFloat);
+  const at::Tensor inv_rms = at::rsqrt(x32.pow(2).mean(-1, /*keepdim=*/true) + eps);
+  return weight * (x32 * inv_rms).to(x.scalar_type());
+}
+
+void init_normal_(torch::nn::Module& module, double std, uint64_t seed) {
+  at::NoGradGuard no_grad;
+  auto generator = at::make_generator<at::CPUGeneratorImpl>(seed);
+  for (auto& child : module.modules(/*include_self=*/true)) {
+    const bool is_norm = dynamic_cast<RMSNormImpl*>(child.get()) != nullptr;
+    for (auto& param : child->named_parameters(/*recurse=*/false)) {
+      at::Tensor& value = param.value();
+      if (is_norm) {
+        value.fill_(1.0);
+      } else if (param.key() == "bias") {
+        value.zero_();
+      } else {
+        at::Tensor sample = at::empty(value.sizes(), at::kFloat);
+        sample.normal_(0.0, std, generator);
+        value.copy_(sample);
+      }
+    }
+  }
+}
+
+}  // namespace tandem

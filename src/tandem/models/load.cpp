@@ -1,0 +1,69 @@
+#include "tandem/models/load.h"
+
+#include <ATen/ATen.h>
+
+#include <set>
+#include <sstream>
+
+#include "tandem/core/error.h"
+
+namespace tandem {
+
+namespace {
+
+bool carries_no_weights(const std::string& name, bool tied_embeddings) {
+  const std::string suffix = "rotary_emb.inv_freq";
+  if (name.size() >= suffix.size() &&
+      name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0)
+    return true;
+  return tied_embeddings && name == "lm_head.weight";
+}
+
+std::string join_first(const std::vector<std::string>& names, size_t limit) {
+  std::ostringstream out;
+  for (size_t i = 0; i < names.size() && i < limit; ++i) out << (i ? ", " : "") << names[i];
+  if (names.size() > limit) out << " ... (" << names.size() << " in all)";
+  return out.str();
+}
+
+}  // namespace
+
+void load_parameters(torch::nn::Module& module, const HfCheckpoint& checkpoint,
+                     c10::ScalarType dtype, const at::Device& device, bool tied_embeddings) {
+  at::NoGradGuard no_grad;
+  std::set<std::string> used;
+  std::vector<std::string> missing;
+  for (auto& param : module.named_parameters(/*recurse=*/true)) {
+    const std::string& name = param.key();
+    if (!checkpoint.contains(name)) {
+      missing.push_back(name);
+      continue;
+    }
+    const auto& info = checkpoint.info(name);
+    check(info.shape == param.value().sizes().vec(), "[checkpoint] ", checkpoint.dir(),
+          ": tensor '", name, "' has shape ", at::IntArrayRef(info.shape),
+          " but the config implies ", param.value().sizes());
+    at::Tensor value = checkpoint.read(name).to(device, dtype);
+    param.value().set_data(value);
+    used.insert(name);
+  }
+  check(missing.empty(), "[checkpoint] ", checkpoint.dir(), ": missing tensors ",
+        join_first(missing, 5));
+  std::vector<std::string> unexpected;
+  for (const std::string& name : checkpoint.names())
+    if (!used.count(name) && !carries_no_weights(name, tied_embeddings)) unexpected.push_back(name);
+  check(unexpected.empty(), "[checkpoint] ", checkpoint.dir(),
+        ": tensors the config does not account for: ", join_first(unexpected, 5),
+        " (a different architecture or config?)");
+}
+
+CausalLM load_causal_lm(const std::string& dir, c10::ScalarType dtype, const at::Device& device) {
+  const DecoderConfig config = DecoderConfig::from_dir(dir);
+  const HfCheckpoint checkpoint = HfCheckpoint::open(dir);
+  // Parameters start uninitialised (at::empty: pages untouched until filled); load fills them.
+  CausalLM model(config, at::TensorOptions().dtype(dtype).device(device));
+  load_parameters(*model, checkpoint, dtype, device, config.tie_word_embeddings);
+  return model;
+}
+
+}  // namespace tandem

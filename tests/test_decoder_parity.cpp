@@ -1,0 +1,105 @@
+// Parity with transformers: every fixture model under tests/fixtures/models was written by
+// tools/make_model_fixtures.py together with transformers' own logits and per-layer hidden
+// states for fixed ids. tandem loads the same checkpoint and must reproduce them.
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include "tandem/io/safetensors.h"
+#include "tandem/io/tensor_io.h"
+#include "tandem/models/frozen.h"
+#include "test_util.h"
+
+namespace {
+
+using tandem::AttentionLayout;
+using tandem::FrozenModel;
+
+struct Reference {
+  std::map<std::string, at::Tensor> tensors;
+  const at::Tensor& operator[](const std::string& name) const {
+    auto found = tensors.find(name);
+    if (found == tensors.end()) throw std::runtime_error("reference lacks " + name);
+    return found->second;
+  }
+};
+
+Reference load_reference(const std::string& model_dir) {
+  const auto file = tandem::safetensors::File::open(model_dir + "/reference.safetensors");
+  Reference reference;
+  for (const auto& info : file.header().tensors)
+    reference.tensors[info.name] = tandem::read_tensor(file, info);
+  return reference;
+}
+
+double max_abs_diff(const at::Tensor& a, const at::Tensor& b) {
+  return (a.to(at::kFloat) - b.to(at::kFloat)).abs().max().item<double>();
+}
+
+class DecoderParity : public ::testing::TestWithParam<std::string> {};
+
+// fp32: logits and every layer's raw output within 1e-4 of transformers (SPEC §2).
+TEST_P(DecoderParity, Fp32MatchesTransformers) {
+  const std::string dir = tandem::testing::model_fixture(GetParam());
+  const Reference reference = load_reference(dir);
+  const FrozenModel model = FrozenModel::load(dir, at::kFloat, at::kCPU);
+  const at::Tensor ids = reference["input_ids"];
+  std::vector<int64_t> layers;
+  for (int64_t i = 0; i < model.config().num_hidden_layers; ++i) layers.push_back(i);
+  const auto out =
+      model.forward(ids, AttentionLayout::causal(ids.size(0), ids.size(1), at::kCPU), layers);
+
+  const at::Tensor& expected = reference["logits"];
+  ASSERT_EQ(out.logits.sizes(), expected.sizes());
+  // The check only means something if the logits are not all near zero.
+  ASSERT_GT(expected.std().item<double>(), 0.3) << "fixture logits too flat to test parity";
+  EXPECT_LE(max_abs_diff(out.logits, expected), 1e-4) << GetParam();
+  for (int64_t i : layers) {
+    const at::Tensor& hidden = reference["hidden." + std::to_string(i)];
+    EXPECT_LE(max_abs_diff(out.hidden.at(i), hidden), 1e-4) << GetParam() << " layer " << i;
+  }
+}
+
+// bf16: tandem in bf16 against transformers in bf16. Both round every op to bf16 (8 mantissa
+// bits) but in different orders, so they agree to a few bf16 ulps of the logit scale: the
+// stated tolerance is 3% of the largest |logit|, and the diff must also stay well inside the
+// bf16-vs-fp32 error of transformers itself times 2.
+TEST_P(DecoderParity, Bf16WithinStatedTolerance) {
+  const std::string dir = tandem::testing::model_fixture(GetParam());
+  const Reference reference = load_reference(dir);
+  const FrozenModel model = FrozenModel::load(dir, at::kBFloat16, at::kCPU);
+  const at::Tensor ids = reference["input_ids"];
+  const auto out = model.forward(ids, AttentionLayout::causal(ids.size(0), ids.size(1), at::kCPU), {});
+  ASSERT_EQ(out.logits.scalar_type(), at::kBFloat16);
+  const at::Tensor& expected = reference["logits_bf16"];
+  const double scale = expected.abs().max().item<double>();
+  const double diff = max_abs_diff(out.logits, expected);
+  const double transformers_bf16_error = max_abs_diff(expected, reference["logits"]);
+  EXPECT_LE(diff, 0.03 * scale) << GetParam() << " scale " << scale;
+  EXPECT_LE(diff, 2 * transformers_bf16_error + 1e-3)
+      << GetParam() << " transformers' own bf16 error " << transformers_bf16_error;
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, DecoderParity,
+                         ::testing::Values("llama3", "mistral", "qwen2", "qwen3"),
+                         [](const auto& info) { return info.param; });
+
+// Packed documents: attention never crosses a boundary and positions restart, so each document
+// of a packed row equals that document run alone.
+TEST(DecoderPacking, PackedRowEqualsSeparateDocuments) {
+  const FrozenModel model =
+      FrozenModel::load(tandem::testing::model_fixture("llama3"), at::kFloat, at::kCPU);
+  const at::Tensor first = at::arange(5, 12, at::kLong).unsqueeze(0);   // (1, 7)
+  const at::Tensor second = at::arange(40, 49, at::kLong).unsqueeze(0);  // (1, 9)
+  const at::Tensor packed = at::cat({first, second}, 1);                // (1, 16)
+  AttentionLayout layout;
+  layout.positions = at::cat({at::arange(7, at::kLong), at::arange(9, at::kLong)}).unsqueeze(0);
+  layout.document_ids =
+      at::cat({at::zeros({7}, at::kLong), at::ones({9}, at::kLong)}).unsqueeze(0);
+  const auto together = model.forward(packed, layout, {});
+  const auto alone_first = model.forward(first, AttentionLayout::causal(1, 7, at::kCPU), {});
+  const auto alone_second = model.forward(second, AttentionLayout::causal(1, 9, at::kCPU), {});
+  EXPECT_LE(max_abs_diff(together.logits.narrow(1, 0, 7), alone_first.logits), 1e-5);
+  EXPECT_LE(max_abs_diff(together.logits.narrow(1, 7, 9), alone_second.logits), 1e-5);
+}
+
+}  // namespace

@@ -1,0 +1,107 @@
+// HF checkpoint directories: single file, sharded with an index, and the errors for a directory
+// whose index, files and config disagree.
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "tandem/core/error.h"
+#include "tandem/io/hf_checkpoint.h"
+#include "tandem/models/load.h"
+#include "test_util.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using tandem::HfCheckpoint;
+using tandem::testing::ScratchDir;
+
+std::string error_of(const std::function<void()>& action) {
+  try {
+    action();
+  } catch (const tandem::Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+void copy_fixture(const std::string& name, const std::string& to) {
+  fs::copy(tandem::testing::model_fixture(name), to, fs::copy_options::recursive);
+}
+
+TEST(HfCheckpoint, ShardedFixtureHasTwoFiles) {
+  const auto checkpoint = HfCheckpoint::open(tandem::testing::model_fixture("qwen2"));
+  EXPECT_EQ(checkpoint.file_paths().size(), 2u);
+  EXPECT_TRUE(checkpoint.contains("model.layers.0.self_attn.q_proj.bias"));
+  EXPECT_EQ(checkpoint.read("model.norm.weight").scalar_type(), at::kBFloat16);
+}
+
+TEST(HfCheckpoint, WriteShardsAndReadBack) {
+  ScratchDir dir;
+  std::vector<std::pair<std::string, at::Tensor>> tensors;
+  for (int i = 0; i < 5; ++i)
+    tensors.emplace_back("w" + std::to_string(i), at::randn({16, 8}).to(i % 2 ? at::kBFloat16 : at::kFloat));
+  tandem::write_hf_weights(dir.path(), tensors, /*max_shard_bytes=*/800);  // 512 | 256+512 | 256+512 bytes
+  EXPECT_TRUE(fs::exists(dir / "model.safetensors.index.json"));
+  EXPECT_TRUE(fs::exists(dir / "model-00001-of-00003.safetensors"));
+  const auto checkpoint = HfCheckpoint::open(dir.path());
+  for (const auto& [name, tensor] : tensors) EXPECT_TRUE(at::equal(checkpoint.read(name), tensor)) << name;
+}
+
+TEST(HfCheckpoint, IndexNamingMissingShard) {
+  ScratchDir dir;
+  copy_fixture("qwen2", dir / "m");
+  fs::remove(dir / "m/model-00002-of-00002.safetensors");
+  const std::string message = error_of([&] { HfCheckpoint::open(dir / "m"); });
+  EXPECT_NE(message.find("model-00002-of-00002.safetensors' listed for"), std::string::npos) << message;
+}
+
+TEST(HfCheckpoint, IndexMappingTensorToWrongFile) {
+  ScratchDir dir;
+  copy_fixture("qwen2", dir / "m");
+  const std::string index_path = dir / "m/model.safetensors.index.json";
+  auto index = nlohmann::json::parse(std::ifstream(index_path));
+  auto& map = index["weight_map"];
+  const std::string moved = "model.norm.weight";
+  map[moved] = map[moved] == "model-00001-of-00002.safetensors" ? "model-00002-of-00002.safetensors"
+                                                                  : "model-00001-of-00002.safetensors";
+  std::ofstream(index_path) << index.dump();
+  const std::string message = error_of([&] { HfCheckpoint::open(dir / "m"); });
+  EXPECT_NE(message.find("'model.norm.weight' is mapped to"), std::string::npos) << message;
+}
+
+TEST(HfCheckpoint, NoWeightsIsAClearError) {
+  ScratchDir dir;
+  const std::string message = error_of([&] { HfCheckpoint::open(dir.path()); });
+  EXPECT_NE(message.find("no model.safetensors"), std::string::npos) << message;
+}
+
+TEST(LoadCausalLm, ConfigAndWeightsMustAgree) {
+  ScratchDir dir;
+  copy_fixture("llama3", dir / "m");
+  const std::string config_path = dir / "m/config.json";
+  const auto original = nlohmann::json::parse(std::ifstream(config_path));
+
+  auto config = original;
+  config["intermediate_size"] = config["intermediate_size"].get<int64_t>() * 2;
+  std::ofstream(config_path) << config.dump();
+  std::string message = error_of([&] { tandem::load_causal_lm(dir / "m", at::kFloat, at::kCPU); });
+  EXPECT_NE(message.find("mlp.gate_proj.weight' has shape"), std::string::npos) << message;
+
+  config = original;
+  config["num_hidden_layers"] = config["num_hidden_layers"].get<int64_t>() + 1;
+  if (config.contains("layer_types")) config["layer_types"].push_back("full_attention");
+  std::ofstream(config_path) << config.dump();
+  message = error_of([&] { tandem::load_causal_lm(dir / "m", at::kFloat, at::kCPU); });
+  EXPECT_NE(message.find("missing tensors"), std::string::npos) << message;
+
+  config = original;
+  config["num_hidden_layers"] = config["num_hidden_layers"].get<int64_t>() - 1;
+  if (config.contains("layer_types")) config["layer_types"].erase(config["layer_types"].size() - 1);
+  std::ofstream(config_path) << config.dump();
+  message = error_of([&] { tandem::load_causal_lm(dir / "m", at::kFloat, at::kCPU); });
+  EXPECT_NE(message.find("tensors the config does not account for"), std::string::npos) << message;
+}
+
+}  // namespace
