@@ -3,6 +3,8 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include <sstream>
+
 #include "tandem/io/safetensors.h"
 #include "tandem/io/tensor_io.h"
 #include "test_util.h"
@@ -19,13 +21,12 @@ at::Tensor read(const std::string& path, const std::string& name) {
 }
 
 std::string ids_argument(const at::Tensor& ids) {  // (B, T) -> "1,2;3,4"
-  std::string text;
+  std::ostringstream text;
   for (int64_t b = 0; b < ids.size(0); ++b) {
-    if (b) text += ";";
-    for (int64_t t = 0; t < ids.size(1); ++t)
-      text += (t ? "," : "") + std::to_string(ids[b][t].item<int64_t>());
+    if (b) text << ';';
+    for (int64_t t = 0; t < ids.size(1); ++t) text << (t ? "," : "") << ids[b][t].item<int64_t>();
   }
-  return text;
+  return text.str();
 }
 
 TEST(Cli, ForwardMatchesTransformers) {

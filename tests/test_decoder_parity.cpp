@@ -4,6 +4,8 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include <cstdio>
+
 #include "tandem/io/safetensors.h"
 #include "tandem/io/tensor_io.h"
 #include "tandem/models/frozen.h"
@@ -52,7 +54,10 @@ TEST_P(DecoderParity, Fp32MatchesTransformers) {
   ASSERT_EQ(out.logits.sizes(), expected.sizes());
   // The check only means something if the logits are not all near zero.
   ASSERT_GT(expected.std().item<double>(), 0.3) << "fixture logits too flat to test parity";
-  EXPECT_LE(max_abs_diff(out.logits, expected), 1e-4) << GetParam();
+  const double logits_diff = max_abs_diff(out.logits, expected);
+  std::printf("[parity] %s fp32: logits max|diff| %.3g (logit std %.2f)\n", GetParam().c_str(),
+              logits_diff, expected.std().item<double>());
+  EXPECT_LE(logits_diff, 1e-4) << GetParam();
   for (int64_t i : layers) {
     const at::Tensor& hidden = reference["hidden." + std::to_string(i)];
     EXPECT_LE(max_abs_diff(out.hidden.at(i), hidden), 1e-4) << GetParam() << " layer " << i;
@@ -74,6 +79,9 @@ TEST_P(DecoderParity, Bf16WithinStatedTolerance) {
   const double scale = expected.abs().max().item<double>();
   const double diff = max_abs_diff(out.logits, expected);
   const double transformers_bf16_error = max_abs_diff(expected, reference["logits"]);
+  std::printf("[parity] %s bf16: logits max|diff| %.3g vs transformers bf16 (its own bf16 error "
+              "%.3g, max|logit| %.2f)\n",
+              GetParam().c_str(), diff, transformers_bf16_error, scale);
   EXPECT_LE(diff, 0.03 * scale) << GetParam() << " scale " << scale;
   EXPECT_LE(diff, 2 * transformers_bf16_error + 1e-3)
       << GetParam() << " transformers' own bf16 error " << transformers_bf16_error;

@@ -40,8 +40,8 @@ TEST(HfCheckpoint, ShardedFixtureHasTwoFiles) {
 TEST(HfCheckpoint, WriteShardsAndReadBack) {
   ScratchDir dir;
   std::vector<std::pair<std::string, at::Tensor>> tensors;
-  for (int i = 0; i < 5; ++i)
-    tensors.emplace_back("w" + std::to_string(i), at::randn({16, 8}).to(i % 2 ? at::kBFloat16 : at::kFloat));
+  for (const char* name : {"w0", "w1", "w2", "w3", "w4"})
+    tensors.emplace_back(name, at::randn({16, 8}).to(tensors.size() % 2 ? at::kBFloat16 : at::kFloat));
   tandem::write_hf_weights(dir.path(), tensors, /*max_shard_bytes=*/800);  // 512 | 256+512 | 256+512 bytes
   EXPECT_TRUE(fs::exists(dir / "model.safetensors.index.json"));
   EXPECT_TRUE(fs::exists(dir / "model-00001-of-00003.safetensors"));
