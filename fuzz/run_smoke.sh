@@ -21,5 +21,14 @@ while IFS= read -r -d '' fixture; do
 done < <(find tests/fixtures -name '*.safetensors' -type f -print0 2>/dev/null)
 echo "seeded $seeds fixture(s) into $corpus_dir"
 
+log="$build_dir/fuzz_safetensors.log"
+status=0
 "$binary" "$corpus_dir" -max_total_time="${FUZZ_SECONDS:-30}" -rss_limit_mb=2048 \
-  -artifact_prefix="$build_dir/" -print_final_stats=1
+  -artifact_prefix="$build_dir/" -print_final_stats=1 >"$log" 2>&1 || status=$?
+if [ "$status" -ne 0 ]; then
+  tail -n 60 "$log"
+  echo "fuzz_safetensors: FAILED (exit $status); crashing input saved under $build_dir/" >&2
+  exit "$status"
+fi
+grep -E '^(Done|stat::number_of_executed_units|stat::peak_rss_mb)' "$log" || true
+echo "fuzz_safetensors: no findings"

@@ -20,7 +20,7 @@ for arg in "$@"; do
 done
 
 # 1. Debian packages (C++ toolchain, libraries, clang for the fuzzer).
-debian_packages=(build-essential cmake git python3 python3-venv clang libclang-rt-14-dev
+debian_packages=(build-essential cmake pkg-config git python3 python3-venv clang libclang-rt-14-dev
   nlohmann-json3-dev libyaml-cpp-dev libcli11-dev libfmt-dev libpcre2-dev libgtest-dev)
 missing=()
 for p in "${debian_packages[@]}"; do

@@ -1,0 +1,225 @@
+#include "tandem/core/config.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <charconv>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "tandem/core/error.h"
+
+namespace tandem {
+
+struct Config::State {
+  std::string source;
+  YAML::Node root;
+  YAML::Node resolved = YAML::Node(YAML::NodeType::Map);
+  std::set<std::string> used;  // dotted keys read (leaves) or opened (sections)
+};
+
+namespace {
+
+std::vector<std::string> split_dotted(const std::string& key) {
+  std::vector<std::string> parts;
+  std::stringstream stream(key);
+  std::string part;
+  while (std::getline(stream, part, '.')) parts.push_back(part);
+  return parts;
+}
+
+std::string join(const std::string& prefix, const std::string& key) {
+  return prefix.empty() ? key : prefix + "." + key;
+}
+
+// yaml-cpp's Node::operator= copies content into the bound node; walking a tree must rebind
+// handles with reset() instead, or the walk would overwrite the tree it walks.
+
+// The node at a dotted path, or an undefined node; never creates entries.
+YAML::Node find(const YAML::Node& root, const std::string& dotted) {
+  YAML::Node node;
+  node.reset(root);
+  for (const std::string& part : split_dotted(dotted)) {
+    if (!node.IsMap()) return YAML::Node(YAML::NodeType::Undefined);
+    const YAML::Node& parent = node;
+    YAML::Node child = parent[part];
+    if (!child.IsDefined()) return YAML::Node(YAML::NodeType::Undefined);
+    node.reset(child);
+  }
+  return node;
+}
+
+// Sets a dotted path in `root`, creating maps on the way.
+void assign(YAML::Node& root, const std::vector<std::string>& parts, const YAML::Node& value,
+            const std::string& where) {
+  YAML::Node node;
+  node.reset(root);
+  for (size_t i = 0; i + 1 < parts.size(); ++i) {
+    const YAML::Node& parent = node;
+    const YAML::Node existing = parent[parts[i]];
+    if (!existing.IsDefined() || existing.IsNull()) node[parts[i]] = YAML::Node(YAML::NodeType::Map);
+    YAML::Node child = node[parts[i]];
+    check(child.IsMap(), "[config] ", where, ": '", parts[i], "' is not a section");
+    node.reset(child);
+  }
+  node[parts.back()] = value;
+}
+
+void collect_leaves(const YAML::Node& node, const std::string& prefix,
+                    std::vector<std::string>& out) {
+  if (node.IsMap() && node.size() > 0) {
+    for (const auto& item : node) collect_leaves(item.second, join(prefix, item.first.as<std::string>()), out);
+  } else {
+    out.push_back(prefix);
+  }
+}
+
+}  // namespace
+
+Config::Config(std::shared_ptr<State> state, std::string prefix)
+    : state_(std::move(state)), prefix_(std::move(prefix)) {}
+
+Config Config::parse(const std::string& yaml, const std::string& source,
+                     const std::vector<std::string>& overrides) {
+  auto state = std::make_shared<State>();
+  state->source = source;
+  try {
+    state->root = YAML::Load(yaml);
+  } catch (const YAML::Exception& e) {
+    throw Error("[config] ", source, ": invalid YAML: ", e.what());
+  }
+  if (!state->root.IsDefined() || state->root.IsNull()) state->root = YAML::Node(YAML::NodeType::Map);
+  check(state->root.IsMap(), "[config] ", source, ": the top level must be a mapping");
+  for (const std::string& item : overrides) {
+    const size_t equals = item.find('=');
+    check(equals != std::string::npos && equals > 0, "[config] override '", item,
+          "' must look like section.key=value");
+    const std::string key = item.substr(0, equals);
+    YAML::Node value;
+    try {
+      value = YAML::Load(item.substr(equals + 1));
+    } catch (const YAML::Exception& e) {
+      throw Error("[config] override '", item, "': invalid value: ", e.what());
+    }
+    assign(state->root, split_dotted(key), value, "override '" + item + "'");
+  }
+  return Config(state, "");
+}
+
+Config Config::load(const std::string& path, const std::vector<std::string>& overrides) {
+  std::ifstream in(path);
+  check(in.good(), "[config] ", path, ": cannot open");
+  std::stringstream text;
+  text << in.rdbuf();
+  return parse(text.str(), path, overrides);
+}
+
+std::string Config::where(const std::string& key) const {
+  return state_->source + ": " + join(prefix_, key);
+}
+
+bool Config::has(const std::string& key) const {
+  const YAML::Node node = find(state_->root, join(prefix_, key));
+  return node.IsDefined() && !node.IsNull();
+}
+
+Config Config::section(const std::string& key) const {
+  const std::string path = join(prefix_, key);
+  const YAML::Node node = find(state_->root, path);
+  check(!node.IsDefined() || node.IsNull() || node.IsMap(), "[config] ", where(key),
+        " must be a section (a mapping)");
+  state_->used.insert(path);
+  return Config(state_, path);
+}
+
+namespace {
+
+// Defaults as YAML: doubles in their shortest round-trip form (yaml-cpp prints 17 digits).
+template <typename T>
+YAML::Node to_yaml(const T& value) {
+  return YAML::Node(value);
+}
+template <>
+YAML::Node to_yaml(const double& value) {
+  char text[64];
+  const auto result = std::to_chars(text, text + sizeof(text), value);
+  return YAML::Node(std::string(text, result.ptr));
+}
+
+template <typename T>
+T read_value(Config::State& state, const std::string& path, std::optional<T> fallback,
+             const char* type_name, const std::string& where) {
+  const YAML::Node node = find(state.root, path);
+  state.used.insert(path);
+  T value;
+  if (!node.IsDefined() || node.IsNull()) {
+    check(fallback.has_value(), "[config] ", where, ": required ", type_name, " is missing");
+    value = *fallback;
+    assign(state.resolved, split_dotted(path), to_yaml(value), where);
+  } else {
+    try {
+      value = node.as<T>();
+    } catch (const YAML::Exception&) {
+      throw Error("[config] ", where, ": expected ", type_name, ", got '", YAML::Dump(node), "'");
+    }
+    assign(state.resolved, split_dotted(path), YAML::Clone(node), where);  // as the user wrote it
+  }
+  return value;
+}
+
+}  // namespace
+
+int64_t Config::get_int(const std::string& key, std::optional<int64_t> fallback) const {
+  return read_value<int64_t>(*state_, join(prefix_, key), fallback, "an integer",
+                             where(key));
+}
+double Config::get_double(const std::string& key, std::optional<double> fallback) const {
+  return read_value<double>(*state_, join(prefix_, key), fallback, "a number",
+                            where(key));
+}
+bool Config::get_bool(const std::string& key, std::optional<bool> fallback) const {
+  return read_value<bool>(*state_, join(prefix_, key), fallback, "true or false",
+                          where(key));
+}
+std::string Config::get_string(const std::string& key, std::optional<std::string> fallback) const {
+  return read_value<std::string>(*state_, join(prefix_, key), fallback, "a string",
+                                 where(key));
+}
+std::vector<int64_t> Config::get_int_list(const std::string& key,
+                                          std::optional<std::vector<int64_t>> fallback) const {
+  return read_value<std::vector<int64_t>>(*state_, join(prefix_, key), fallback,
+                                          "a list of integers", where(key));
+}
+
+std::string Config::get_choice(const std::string& key, const std::vector<std::string>& choices,
+                               std::optional<std::string> fallback) const {
+  const std::string value = get_string(key, fallback);
+  for (const std::string& choice : choices)
+    if (value == choice) return value;
+  std::string listed;
+  for (const std::string& choice : choices) listed += (listed.empty() ? "" : ", ") + choice;
+  throw Error("[config] ", where(key), ": '", value, "' is not one of: ", listed);
+}
+
+void Config::check_all_used() const {
+  std::vector<std::string> leaves;
+  collect_leaves(state_->root, "", leaves);
+  std::vector<std::string> unknown;
+  for (const std::string& leaf : leaves) {
+    // A leaf (or an empty section) counts as used when a component asked for it.
+    if (!state_->used.count(leaf)) unknown.push_back(leaf);
+  }
+  if (unknown.empty()) return;
+  std::string listed;
+  for (const std::string& key : unknown) listed += (listed.empty() ? "" : ", ") + key;
+  throw Error("[config] ", state_->source, ": unknown key", unknown.size() > 1 ? "s " : " ",
+              listed, " (check the spelling; `tandem train --help` lists the sections)");
+}
+
+std::string Config::resolved_yaml() const {
+  YAML::Emitter out;
+  out << state_->resolved;
+  return out.c_str();
+}
+
+}  // namespace tandem

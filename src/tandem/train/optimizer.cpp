@@ -1,0 +1,112 @@
+#include "tandem/train/optimizer.h"
+
+#include <ATen/ATen.h>
+
+#include <cmath>
+#include <set>
+
+#include "tandem/core/error.h"
+
+namespace tandem {
+
+bool MixedPrecisionAdamW::decays(const at::Tensor& parameter) { return parameter.dim() >= 2; }
+
+MixedPrecisionAdamW::MixedPrecisionAdamW(NamedTensors parameters, AdamWOptions options)
+    : parameters_(std::move(parameters)), options_(options) {
+  check(!parameters_.empty(), "[optimizer] no trainable parameters were given");
+  std::set<const void*> seen;
+  at::NoGradGuard no_grad;
+  for (const auto& [name, parameter] : parameters_) {
+    check(parameter.requires_grad(), "[optimizer] parameter '", name, "' does not require grad");
+    check(parameter.is_floating_point(), "[optimizer] parameter '", name, "' is not floating point");
+    check(seen.insert(parameter.unsafeGetTensorImpl()).second, "[optimizer] parameter '", name,
+          "' was given twice");
+    Slot slot;
+    slot.master = parameter.scalar_type() == at::kFloat ? parameter.detach()
+                                                        : parameter.detach().to(at::kFloat);
+    slot.exp_avg = at::zeros_like(slot.master);
+    slot.exp_avg_sq = at::zeros_like(slot.master);
+    slot.decay = decays(parameter);
+    slots_.push_back(std::move(slot));
+  }
+}
+
+void MixedPrecisionAdamW::zero_grad() {
+  for (auto& entry : parameters_) entry.second.mutable_grad() = at::Tensor();
+}
+
+double MixedPrecisionAdamW::step(double lr) {
+  at::NoGradGuard no_grad;
+  // Global norm over every gradient (and, through the hook, every shard), in fp32.
+  std::vector<at::Tensor> grads(parameters_.size());
+  at::Tensor norm_sq;
+  for (size_t i = 0; i < parameters_.size(); ++i) {
+    const at::Tensor& grad = parameters_[i].second.grad();
+    if (!grad.defined()) continue;
+    grads[i] = grad.to(at::kFloat);
+    const at::Tensor part = grads[i].pow(2).sum();
+    norm_sq = norm_sq.defined() ? norm_sq + part : part;
+  }
+  if (!norm_sq.defined()) norm_sq = at::zeros({}, at::kFloat);
+  if (reduce_norm_sq_) norm_sq = reduce_norm_sq_(norm_sq);
+  const double grad_norm = std::sqrt(norm_sq.item<double>());
+  double clip = 1.0;
+  if (options_.max_grad_norm > 0 && grad_norm > options_.max_grad_norm)
+    clip = options_.max_grad_norm / (grad_norm + 1e-6);
+
+  ++step_count_;
+  const double bias1 = 1.0 - std::pow(options_.beta1, static_cast<double>(step_count_));
+  const double bias2 = 1.0 - std::pow(options_.beta2, static_cast<double>(step_count_));
+  for (size_t i = 0; i < parameters_.size(); ++i) {
+    if (!grads[i].defined()) continue;
+    Slot& slot = slots_[i];
+    at::Tensor grad = clip != 1.0 ? grads[i].mul(clip) : grads[i];
+    if (slot.decay && options_.weight_decay > 0) slot.master.mul_(1.0 - lr * options_.weight_decay);
+    slot.exp_avg.mul_(options_.beta1).add_(grad, 1.0 - options_.beta1);
+    slot.exp_avg_sq.mul_(options_.beta2).addcmul_(grad, grad, 1.0 - options_.beta2);
+    const at::Tensor denom = (slot.exp_avg_sq.sqrt() / std::sqrt(bias2)).add_(options_.eps);
+    slot.master.addcdiv_(slot.exp_avg, denom, -lr / bias1);
+    at::Tensor& parameter = parameters_[i].second;
+    if (parameter.scalar_type() != at::kFloat) parameter.detach().copy_(slot.master);
+  }
+  return grad_norm;
+}
+
+MixedPrecisionAdamW::NamedTensors MixedPrecisionAdamW::state() const {
+  NamedTensors out;
+  for (size_t i = 0; i < parameters_.size(); ++i) {
+    const std::string& name = parameters_[i].first;
+    if (parameters_[i].second.scalar_type() != at::kFloat)
+      out.emplace_back("master." + name, slots_[i].master);
+    out.emplace_back("exp_avg." + name, slots_[i].exp_avg);
+    out.emplace_back("exp_avg_sq." + name, slots_[i].exp_avg_sq);
+  }
+  out.emplace_back("step", at::tensor({step_count_}, at::kLong));
+  return out;
+}
+
+void MixedPrecisionAdamW::load_state(const std::map<std::string, at::Tensor>& state,
+                                     const std::string& where) {
+  at::NoGradGuard no_grad;
+  auto fetch = [&](const std::string& key, const at::Tensor& like) {
+    auto found = state.find(key);
+    check(found != state.end(), "[optimizer] ", where, ": missing '", key, "'");
+    check(found->second.sizes() == like.sizes(), "[optimizer] ", where, ": '", key, "' has shape ",
+          found->second.sizes(), ", expected ", like.sizes());
+    return found->second;
+  };
+  for (size_t i = 0; i < parameters_.size(); ++i) {
+    const std::string& name = parameters_[i].first;
+    Slot& slot = slots_[i];
+    if (parameters_[i].second.scalar_type() != at::kFloat)
+      slot.master.copy_(fetch("master." + name, slot.master));
+    slot.exp_avg.copy_(fetch("exp_avg." + name, slot.exp_avg));
+    slot.exp_avg_sq.copy_(fetch("exp_avg_sq." + name, slot.exp_avg_sq));
+  }
+  auto step = state.find("step");
+  check(step != state.end() && step->second.numel() == 1, "[optimizer] ", where,
+        ": missing 'step'");
+  step_count_ = step->second.item<int64_t>();
+}
+
+}  // namespace tandem

@@ -1,0 +1,66 @@
+#pragma once
+// AdamW for mixed precision: parameters may be bf16 (or fp32); the optimizer keeps fp32 master
+// copies (for non-fp32 parameters) and fp32 moments for the trainable parameters only. A step
+// upcasts the gradients, clips them by their global norm, updates the masters, and copies the
+// result back into the parameters. It only ever sees the explicit list it was given.
+#include <ATen/core/Tensor.h>
+
+#include <functional>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace tandem {
+
+struct AdamWOptions {
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  double weight_decay = 0.0;   // decoupled; applied to matrices only (not norms, not biases)
+  double max_grad_norm = 1.0;  // global-norm clipping; 0 disables
+};
+
+class MixedPrecisionAdamW {
+ public:
+  using NamedTensors = std::vector<std::pair<std::string, at::Tensor>>;
+  /// `parameters`: the trainable parameters (from tandem::trainable_parameters), by name.
+  MixedPrecisionAdamW(NamedTensors parameters, AdamWOptions options);
+
+  /// Hook that turns a local sum of squared gradients into the global one (all-reduce across
+  /// shards); identity by default.
+  void set_norm_reduction(std::function<at::Tensor(const at::Tensor&)> reduce) {
+    reduce_norm_sq_ = std::move(reduce);
+  }
+
+  /// One update with learning rate `lr`. Returns the global gradient norm before clipping.
+  /// Parameters without a gradient are skipped (their moments do not advance).
+  double step(double lr);
+  /// Drops every parameter's gradient.
+  void zero_grad();
+
+  int64_t steps_taken() const { return step_count_; }
+  /// The state to checkpoint: masters ("master.<name>", only for non-fp32 params), moments
+  /// ("exp_avg.<name>", "exp_avg_sq.<name>"), and the step count ("step").
+  NamedTensors state() const;
+  /// Restores `state()` output; errors name what is missing or misshapen.
+  void load_state(const std::map<std::string, at::Tensor>& state, const std::string& where);
+  /// Whether `name` gets weight decay (2-D and larger tensors do; norms and biases do not).
+  static bool decays(const at::Tensor& parameter);
+  const NamedTensors& parameters() const { return parameters_; }
+
+ private:
+  struct Slot {
+    at::Tensor master;      // fp32 copy of the parameter (the parameter itself when fp32)
+    at::Tensor exp_avg;     // fp32 first moment
+    at::Tensor exp_avg_sq;  // fp32 second moment
+    bool decay;
+  };
+  NamedTensors parameters_;
+  std::vector<Slot> slots_;
+  AdamWOptions options_;
+  int64_t step_count_ = 0;
+  std::function<at::Tensor(const at::Tensor&)> reduce_norm_sq_;
+};
+
+}  // namespace tandem

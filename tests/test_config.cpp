@@ -1,0 +1,83 @@
+// YAML config + dotted overrides: typed reads with defaults, unknown keys rejected with their
+// dotted path, overrides that create or replace keys, and the resolved config.
+#include <gtest/gtest.h>
+
+#include "tandem/core/config.h"
+#include "tandem/core/error.h"
+
+using tandem::Config;
+
+namespace {
+
+const char* kRun = R"(
+model:
+  path: /models/target
+  dtype: bf16
+training:
+  lr: 1.0e-4
+  steps: 100
+  layers: [1, 2, 3]
+)";
+
+std::string error_of(const std::function<void()>& action) {
+  try {
+    action();
+  } catch (const tandem::Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST(Config, TypedReadsDefaultsAndOverrides) {
+  const Config config = Config::parse(kRun, "run.yaml", {"training.lr=3e-4", "training.seed=7"});
+  const Config training = config.section("training");
+  EXPECT_DOUBLE_EQ(training.get_double("lr"), 3e-4);
+  EXPECT_EQ(training.get_int("steps"), 100);
+  EXPECT_EQ(training.get_int("seed", 0), 7);
+  EXPECT_EQ(training.get_int("warmup", 5), 5);
+  EXPECT_EQ(training.get_int_list("layers"), (std::vector<int64_t>{1, 2, 3}));
+  EXPECT_EQ(config.section("model").get_choice("dtype", {"fp32", "bf16"}), "bf16");
+  EXPECT_EQ(config.section("model").get_string("path"), "/models/target");
+  EXPECT_NO_THROW(config.check_all_used());
+  const std::string resolved = config.resolved_yaml();
+  EXPECT_NE(resolved.find("warmup: 5"), std::string::npos) << resolved;  // defaults recorded
+  EXPECT_NE(resolved.find("lr: 3e-4"), std::string::npos) << resolved;  // as overridden
+}
+
+TEST(Config, UnknownKeysAreErrorsWithTheirPath) {
+  const Config config = Config::parse(kRun, "run.yaml", {"training.lrr=1"});
+  config.section("model").get_string("path");
+  config.section("model").get_string("dtype");
+  const Config training = config.section("training");
+  training.get_double("lr");
+  training.get_int("steps");
+  const std::string message = error_of([&] { config.check_all_used(); });
+  EXPECT_NE(message.find("run.yaml: unknown keys training.layers, training.lrr"), std::string::npos)
+      << message;
+}
+
+TEST(Config, TypeErrorsAndMissingValuesNameTheKey) {
+  const Config config = Config::parse(kRun, "run.yaml", {"training.steps=many"});
+  const Config training = config.section("training");
+  EXPECT_NE(error_of([&] { training.get_int("steps"); }).find("run.yaml: training.steps: expected an integer"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { training.get_int("epochs"); }).find("training.epochs: required an integer is missing"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { config.section("model").get_choice("dtype", {"fp32"}); })
+                .find("'bf16' is not one of: fp32"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { config.section("training").section("lr"); }).find("must be a section"),
+            std::string::npos);
+  EXPECT_THROW(Config::parse("a: [1, 2", "bad.yaml"), tandem::Error);
+  EXPECT_THROW(Config::parse(kRun, "run.yaml", {"no-equals-sign"}), tandem::Error);
+  EXPECT_THROW(Config::parse(kRun, "run.yaml", {"model.path.deeper=1"}), tandem::Error);
+}
+
+TEST(Config, OverridesDoNotDisturbSiblings) {
+  const Config config = Config::parse(kRun, "run.yaml", {"model.dtype=fp32", "new.section.key=1"});
+  EXPECT_EQ(config.section("model").get_string("path"), "/models/target");
+  EXPECT_EQ(config.section("model").get_string("dtype"), "fp32");
+  EXPECT_EQ(config.section("new").section("section").get_int("key"), 1);
+}
