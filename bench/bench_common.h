@@ -4,6 +4,8 @@
 #include <ATen/ATen.h>
 #include <sys/resource.h>
 
+#include <cstdio>
+
 #include <chrono>
 #include <functional>
 
@@ -36,6 +38,42 @@ inline double peak_rss_mib() {
   struct rusage usage;
   getrusage(RUSAGE_SELF, &usage);
   return usage.ru_maxrss / 1024.0;
+}
+
+}  // namespace tandem::bench
+
+namespace tandem::bench {
+
+/// Resets the kernel's peak-RSS mark of this process (VmHWM) to the current RSS.
+inline void reset_peak_rss() {
+  if (FILE* file = std::fopen("/proc/self/clear_refs", "w")) {
+    std::fputs("5", file);
+    std::fclose(file);
+  }
+}
+
+/// The kernel's peak-RSS mark (VmHWM) in MiB: since start, or since reset_peak_rss().
+inline double peak_rss_mark_mib() {
+  FILE* file = std::fopen("/proc/self/status", "r");
+  if (!file) return 0;
+  char line[256];
+  double kib = 0;
+  while (std::fgets(line, sizeof(line), file))
+    if (std::sscanf(line, "VmHWM: %lf kB", &kib) == 1) break;
+  std::fclose(file);
+  return kib / 1024.0;
+}
+
+/// Current RSS (VmRSS) in MiB.
+inline double current_rss_mib() {
+  FILE* file = std::fopen("/proc/self/status", "r");
+  if (!file) return 0;
+  char line[256];
+  double kib = 0;
+  while (std::fgets(line, sizeof(line), file))
+    if (std::sscanf(line, "VmRSS: %lf kB", &kib) == 1) break;
+  std::fclose(file);
+  return kib / 1024.0;
 }
 
 }  // namespace tandem::bench

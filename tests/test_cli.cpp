@@ -52,7 +52,7 @@ TEST(Cli, HelpListsEverySubcommand) {
 }
 
 TEST(Cli, NotBuiltSubcommandSaysSoAndFails) {
-  const auto result = run_command(tandem_binary() + " train run.yaml");
+  const auto result = run_command(tandem_binary() + " eval --model x");
   EXPECT_EQ(result.exit_code, 3) << result.output;
   EXPECT_NE(result.output.find("not built yet"), std::string::npos) << result.output;
 }

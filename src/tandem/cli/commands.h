@@ -13,6 +13,10 @@ using Runner = std::function<int()>;
 constexpr int kExitNotBuilt = 3;
 
 Runner add_forward_command(CLI::App& root);
+Runner add_tokenize_command(CLI::App& root);
+Runner add_data_command(CLI::App& root);
+Runner add_train_command(CLI::App& root);
+Runner add_plot_command(CLI::App& root);
 
 /// Registers a subcommand that exists in the product's surface but is not built yet: it says so
 /// and exits with kExitNotBuilt.

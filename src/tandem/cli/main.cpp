@@ -17,13 +17,14 @@ int main(int argc, char** argv) {
 
   std::map<std::string, tandem::cli::Runner> runners;
   runners["forward"] = tandem::cli::add_forward_command(root);
+  runners["tokenize"] = tandem::cli::add_tokenize_command(root);
+  runners["data"] = tandem::cli::add_data_command(root);
+  runners["train"] = tandem::cli::add_train_command(root);
+  runners["plot"] = tandem::cli::add_plot_command(root);
   const std::pair<const char*, const char*> not_built[] = {
-      {"train", "train a model from a YAML config (draft, student or policy)"},
       {"export", "export a trained model as an HF / vLLM / SGLang checkpoint"},
       {"eval", "speculative decoding with the frozen target: acceptance length"},
-      {"capture", "run the target once over a dataset and store its hidden states"},
-      {"tokenize", "encode or decode text with an HF tokenizer.json"},
-      {"data", "inspect a dataset and print its statistics"}};
+      {"capture", "run the target once over a dataset and store its hidden states"}};
   for (const auto& [name, description] : not_built)
     runners[name] = tandem::cli::add_not_built_command(root, name, description);
 

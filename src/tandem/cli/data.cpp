@@ -1,0 +1,323 @@
+// tandem data inspect|stats: look at a dataset the way training will see it: tokens with their
+// loss mask, and counts (documents, tokens, trained tokens, lengths, skipped lines by reason).
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <iomanip>
+#include <iostream>
+#include <optional>
+#include <sstream>
+
+#include "tandem/cli/commands.h"
+#include "tandem/core/error.h"
+#include "tandem/data/datasets.h"
+#include "tandem/data/token_cache.h"
+#include "tandem/text/tokenizer.h"
+
+namespace tandem::cli {
+
+namespace {
+
+struct DataCommandOptions {
+  std::string data;
+  std::string format = "conversations";
+  std::string tokenizer;
+  std::string chat_template = "llama3";
+  int64_t max_length = 0;
+  bool last_turn_only = false;
+  std::string on_error = "fail";
+  int64_t vocab_size = 0;
+  std::string cache_dir;
+  bool no_cache = false;
+  // inspect
+  int64_t index = 0;
+  int64_t count = 1;
+  std::string color = "auto";
+  bool show_ids = false;
+};
+
+// Everything a subcommand reads: the tokenizer, the options, and the documents (cached formats)
+// or the rollout samples.
+struct LoadedData {
+  std::optional<Tokenizer> tokenizer;
+  DatasetOptions options;
+  DataFormat format = DataFormat::conversations;
+  std::optional<TokenizedDataset> dataset;  // conversations, pretokenized, preference
+  std::vector<RolloutSample> rollouts;      // rollout
+  SkipCounts rollout_skipped;
+};
+
+// Fills `out` in place: out.options points at out.tokenizer.
+void load(const DataCommandOptions& cli, LoadedData& out) {
+  out.format = parse_data_format(cli.format);
+  if (!cli.tokenizer.empty())
+    out.tokenizer = std::filesystem::is_directory(cli.tokenizer)
+                        ? Tokenizer::from_dir(cli.tokenizer)
+                        : Tokenizer::from_file(cli.tokenizer);
+  check(
+      out.tokenizer || out.format == DataFormat::pretokenized || out.format == DataFormat::rollout,
+      "[data] --format ", cli.format, " needs --tokenizer");
+  out.options.tokenizer = out.tokenizer ? &*out.tokenizer : nullptr;
+  out.options.chat_template = cli.chat_template;
+  ChatTemplate::from_name(cli.chat_template);  // reject an unknown name for every format
+  out.options.max_length = cli.max_length;
+  out.options.last_turn_only = cli.last_turn_only;
+  out.options.on_error = parse_on_error(cli.on_error);
+  out.options.vocab_size = cli.vocab_size;
+  if (out.format == DataFormat::rollout) {
+    RolloutStream stream(cli.data, out.options);
+    RolloutSample sample;
+    while (stream.next(sample)) out.rollouts.push_back(std::move(sample));
+    out.rollout_skipped = stream.skipped();
+  } else {
+    out.dataset =
+        TokenizedDataset::open(cli.data, out.format, out.options, {!cli.no_cache, cli.cache_dir});
+  }
+}
+
+// A token's text made printable: newlines and tabs as \n and \t, other control bytes and
+// invalid UTF-8 (a token holding part of a character) as \xNN.
+std::string printable(const std::string& text) {
+  std::string out;
+  for (size_t i = 0; i < text.size();) {
+    const auto byte = static_cast<uint8_t>(text[i]);
+    size_t length = byte < 0x80           ? 1
+                    : (byte >> 5) == 0x6  ? 2
+                    : (byte >> 4) == 0xE  ? 3
+                    : (byte >> 3) == 0x1E ? 4
+                                          : 0;
+    bool valid = length > 0 && i + length <= text.size();
+    for (size_t k = 1; valid && k < length; ++k)
+      valid = (static_cast<uint8_t>(text[i + k]) & 0xC0) == 0x80;
+    if (!valid || (length == 1 && (byte < 0x20 || byte == 0x7F))) {
+      if (byte == '\n') {
+        out += "\\n";
+      } else if (byte == '\t') {
+        out += "\\t";
+      } else {
+        static const char* hex = "0123456789abcdef";
+        out += "\\x";
+        out += hex[byte >> 4];
+        out += hex[byte & 0xF];
+      }
+      ++i;
+    } else {
+      out.append(text, i, length);
+      i += length;
+    }
+  }
+  return out;
+}
+
+std::string token_text(const LoadedData& data, int32_t id) {
+  if (!data.tokenizer) return "<" + std::to_string(id) + ">";
+  if (id < 0 || id >= data.tokenizer->vocab_size()) return "<" + std::to_string(id) + "?>";
+  return printable(data.tokenizer->decode({id}));
+}
+
+void print_document(const LoadedData& data, const TokenizedDocument& document,
+                    const std::string& label, bool color, bool show_ids, std::ostream& out) {
+  int64_t trained = 0;
+  for (uint8_t m : document.loss_mask) trained += m;
+  out << "--- " << label << " (" << document.source << "): " << document.ids.size() << " tokens, "
+      << trained << " trained ---\n";
+  if (show_ids) {
+    out << "  pos      id  loss  token\n";
+    for (size_t t = 0; t < document.ids.size(); ++t)
+      out << std::setw(5) << t << std::setw(8) << document.ids[t] << std::setw(6)
+          << int{document.loss_mask[t]} << "  " << token_text(data, document.ids[t]) << "\n";
+    return;
+  }
+  // Trained tokens: green background on a terminal (two shades alternating, so that token
+  // boundaries show), [brackets] otherwise.
+  bool shade = false;
+  for (size_t t = 0; t < document.ids.size(); ++t) {
+    const std::string text = token_text(data, document.ids[t]);
+    if (!document.loss_mask[t]) {
+      out << text;
+    } else if (color) {
+      out << (shade ? "\x1b[30;102m" : "\x1b[30;42m") << text << "\x1b[0m";
+      shade = !shade;
+    } else {
+      out << "[" << text << "]";
+    }
+  }
+  out << "\n";
+}
+
+int run_inspect(const DataCommandOptions& cli) {
+  LoadedData data;
+  load(cli, data);
+  check(cli.color == "auto" || cli.color == "always" || cli.color == "never",
+        "[data] --color must be auto, always or never, not '", cli.color, "'");
+  const bool color = cli.color == "always" || (cli.color == "auto" && ::isatty(STDOUT_FILENO));
+  const int64_t records =
+      data.dataset ? data.dataset->num_records() : static_cast<int64_t>(data.rollouts.size());
+  check(cli.index >= 0 && cli.index < records, "[data] --index ", cli.index, ": ", cli.data,
+        " has ", records, " good records (0..", records - 1, ")");
+  check(cli.count >= 1, "[data] --count must be at least 1");
+  std::cout << cli.data << ": " << records << " " << cli.format << " records";
+  if (data.dataset && !data.dataset->cache_path().empty())
+    std::cout << " (cache " << (data.dataset->from_cache() ? "hit" : "built") << ": "
+              << data.dataset->cache_path() << ")";
+  std::cout << "\n";
+  const int64_t end = std::min(records, cli.index + cli.count);
+  for (int64_t r = cli.index; r < end; ++r) {
+    if (data.format == DataFormat::preference) {
+      const PreferencePair pair = data.dataset->pair(r);
+      print_document(data, pair.chosen, "record " + std::to_string(r) + " chosen", color,
+                     cli.show_ids, std::cout);
+      print_document(data, pair.rejected, "record " + std::to_string(r) + " rejected", color,
+                     cli.show_ids, std::cout);
+    } else if (data.format == DataFormat::rollout) {
+      const RolloutSample& sample = data.rollouts[r];
+      std::ostringstream label;
+      label << "record " << r;
+      if (sample.advantage) label << ", advantage " << *sample.advantage;
+      if (sample.reward) label << ", reward " << *sample.reward;
+      if (!sample.group_id.empty()) label << ", group " << sample.group_id;
+      print_document(data, sample.document(), label.str(), color, cli.show_ids, std::cout);
+    } else {
+      print_document(data, data.dataset->document(r), "record " + std::to_string(r), color,
+                     cli.show_ids, std::cout);
+    }
+  }
+  return 0;
+}
+
+int run_stats(const DataCommandOptions& cli) {
+  LoadedData data;
+  load(cli, data);
+  std::vector<int64_t> lengths;
+  int64_t tokens = 0, trained = 0, lines = 0;
+  const SkipCounts* skipped = &data.rollout_skipped;
+  if (data.dataset) {
+    const TokenizedDataset& dataset = *data.dataset;
+    for (int64_t i = 0; i < dataset.size(); ++i) lengths.push_back(dataset.length(i));
+    tokens = dataset.num_tokens();
+    trained = dataset.num_trained_tokens();
+    lines = dataset.num_lines();
+    skipped = &dataset.skipped();
+  } else {
+    for (const RolloutSample& s : data.rollouts) {
+      lengths.push_back(static_cast<int64_t>(s.prompt_ids.size() + s.completion_ids.size()));
+      trained += static_cast<int64_t>(s.completion_ids.size());
+    }
+    for (int64_t length : lengths) tokens += length;
+    lines = static_cast<int64_t>(data.rollouts.size()) + skipped->total();
+  }
+  const int64_t documents = static_cast<int64_t>(lengths.size());
+
+  std::ostringstream out;
+  out << "file        " << cli.data << " (" << cli.format;
+  if (data.format == DataFormat::conversations || data.format == DataFormat::preference)
+    out << ", template " << cli.chat_template;
+  if (cli.max_length > 0) out << ", max_length " << cli.max_length;
+  if (cli.last_turn_only) out << ", last turn only";
+  out << ", on_error " << cli.on_error << ")\n";
+  if (data.dataset && !data.dataset->cache_path().empty())
+    out << "cache       " << (data.dataset->from_cache() ? "hit" : "built") << ": "
+        << data.dataset->cache_path() << "\n";
+  out << "lines       " << lines << " (" << lines - skipped->total() << " good, "
+      << skipped->total() << " skipped)\n";
+  out << "documents   " << documents << "\n";
+  out << "tokens      " << tokens;
+  if (documents > 0)
+    out << " (mean " << std::fixed << std::setprecision(1)
+        << static_cast<double>(tokens) / documents << ", min "
+        << *std::min_element(lengths.begin(), lengths.end()) << ", max "
+        << *std::max_element(lengths.begin(), lengths.end()) << ")";
+  out << "\n";
+  out << "trained     " << trained;
+  if (tokens > 0)
+    out << " (" << std::fixed << std::setprecision(1) << 100.0 * trained / tokens << "% of tokens)";
+  out << "\n";
+  out << "skipped     " << skipped->total() << "\n" << skipped->report(cli.data);
+
+  if (documents > 0) {
+    // Power-of-two bins [2^k, 2^(k+1)) from the shortest document to the longest.
+    const auto bin_of = [](int64_t length) {
+      int k = 0;
+      while ((int64_t{2} << k) <= length) ++k;
+      return k;
+    };
+    const int first = bin_of(*std::min_element(lengths.begin(), lengths.end()));
+    const int last = bin_of(*std::max_element(lengths.begin(), lengths.end()));
+    std::vector<int64_t> counts(last - first + 1, 0);
+    for (int64_t length : lengths) ++counts[bin_of(length) - first];
+    const int64_t most = *std::max_element(counts.begin(), counts.end());
+    out << "length histogram (tokens per document)\n";
+    for (int k = first; k <= last; ++k) {
+      const int64_t count = counts[k - first];
+      out << "  [" << std::setw(7) << (int64_t{1} << k) << ", " << std::setw(7) << (int64_t{2} << k)
+          << ")  " << std::setw(8) << count << "  "
+          << std::string(static_cast<size_t>((count * 40 + most - 1) / most), '#') << "\n";
+    }
+  }
+  std::cout << out.str();
+  return 0;
+}
+
+void add_common_options(CLI::App* command, DataCommandOptions& options) {
+  command->add_option("--data", options.data, "JSONL file")->required()->check(CLI::ExistingFile);
+  command
+      ->add_option("--format", options.format, "conversations, pretokenized, preference or rollout")
+      ->capture_default_str();
+  command->add_option("--tokenizer", options.tokenizer,
+                      "directory holding tokenizer.json, or the file (needed to tokenize; "
+                      "optional for pretokenized and rollout, where it shows token text)");
+  command
+      ->add_option("--template", options.chat_template,
+                   "chat template: llama3, chatml (Qwen2.5), qwen2, chatml-plain")
+      ->capture_default_str();
+  command
+      ->add_option("--max-length", options.max_length,
+                   "longest document in tokens; longer ones are bad input (0: no limit)")
+      ->capture_default_str();
+  command->add_flag("--last-turn-only", options.last_turn_only,
+                    "conversations: train the last assistant turn only");
+  command
+      ->add_option("--on-error", options.on_error,
+                   "bad lines: fail (error naming file:line) or skip (count by reason)")
+      ->capture_default_str();
+  command->add_option("--vocab-size", options.vocab_size,
+                      "ids must lie in [0, N) (default: the tokenizer's vocabulary)");
+  command->add_option(
+      "--cache-dir", options.cache_dir,
+      "token cache directory (default: $TANDEM_CACHE/data or ~/.cache/tandem/data)");
+  command->add_flag("--no-cache", options.no_cache,
+                    "tokenize without reading or writing the cache");
+}
+
+}  // namespace
+
+Runner add_data_command(CLI::App& root) {
+  auto options = std::make_shared<DataCommandOptions>();
+  CLI::App* data = root.add_subcommand("data", "inspect a dataset and print its statistics");
+  data->require_subcommand(1);
+
+  CLI::App* inspect = data->add_subcommand(
+      "inspect",
+      "print documents token by token with the loss mask shown (trained tokens in "
+      "[brackets], or green on a terminal)");
+  add_common_options(inspect, *options);
+  inspect->add_option("--index", options->index, "first record (good line) to print, 0-based")
+      ->capture_default_str();
+  inspect->add_option("--count", options->count, "records to print")->capture_default_str();
+  inspect->add_option("--color", options->color, "auto (when stdout is a terminal), always, never")
+      ->capture_default_str();
+  inspect->add_flag("--ids", options->show_ids, "one token per line: position, id, loss, text");
+
+  CLI::App* stats = data->add_subcommand(
+      "stats", "documents, tokens, trained tokens, a length histogram, skipped lines by reason");
+  add_common_options(stats, *options);
+
+  return [options, inspect, stats]() {
+    if (inspect->parsed()) return run_inspect(*options);
+    if (stats->parsed()) return run_stats(*options);
+    return 1;
+  };
+}
+
+}  // namespace tandem::cli

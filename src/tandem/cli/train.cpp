@@ -1,0 +1,38 @@
+// tandem train CONFIG.yaml [section.key=value ...]: run (or resume) a training job.
+#include <iostream>
+
+#include "tandem/cli/commands.h"
+#include "tandem/core/config.h"
+#include "tandem/train/trainer.h"
+
+namespace tandem::cli {
+
+Runner add_train_command(CLI::App& root) {
+  auto config_path = std::make_shared<std::string>();
+  auto overrides = std::make_shared<std::vector<std::string>>();
+  CLI::App* command = root.add_subcommand(
+      "train",
+      "train from a YAML config; resumes from the newest valid checkpoint in training.run_dir. "
+      "SIGTERM/SIGINT: finish the step, save, exit 75");
+  command->add_option("config", *config_path, "YAML run config (see configs/)")->required();
+  command->add_option("overrides", *overrides, "dotted overrides, e.g. training.lr=3e-4");
+  command->footer(
+      "Config sections: model (path | config, dtype, init_std), loss (chunk_tokens, "
+      "fp32_lm_head), data (path, format, tokenizer, chat_template, seq_len, micro_batch_rows, "
+      "packing, overlong, max_length, last_turn_only, on_error, vocab_size, cache_dir), "
+      "training (objective, run_dir, steps, seed, lr, schedule, warmup_steps | warmup_ratio, "
+      "min_lr_ratio, micro_batches | docs_per_step, save_every, keep_last, log_every, export), "
+      "optimizer (beta1, beta2, eps, weight_decay, max_grad_norm). Unknown keys are errors.");
+  return [config_path, overrides]() {
+    const Config config = Config::load(*config_path, *overrides);
+    install_preemption_handlers();
+    const TrainResult result = train(config);
+    if (result.preempted) return kExitPreempted;
+    std::cout << "[train] finished at step " << result.final_step << " in " << result.run_dir;
+    if (!result.export_dir.empty()) std::cout << "; exported " << result.export_dir;
+    std::cout << "\n";
+    return 0;
+  };
+}
+
+}  // namespace tandem::cli

@@ -1,0 +1,329 @@
+#include "tandem/data/datasets.h"
+
+#include <cmath>
+#include <limits>
+#include <map>
+
+#include "tandem/core/error.h"
+#include "tandem/text/tokenizer.h"
+
+namespace tandem {
+
+namespace {
+
+using nlohmann::json;
+
+[[noreturn]] void bad(BadInput reason, const std::string& detail) { throw BadLine(reason, detail); }
+
+const json& required(const json& line, const char* key) {
+  const auto it = line.find(key);
+  if (it == line.end()) bad(BadInput::wrong_type, std::string("missing key '") + key + "'");
+  return *it;
+}
+
+// A JSON integer array as token ids; ids beyond int32 are out of any vocabulary.
+std::vector<int32_t> parse_ids(const json& value, const char* key) {
+  if (!value.is_array()) bad(BadInput::wrong_type, std::string("'") + key + "' is not a list");
+  std::vector<int32_t> ids;
+  ids.reserve(value.size());
+  for (size_t i = 0; i < value.size(); ++i) {
+    const json& item = value[i];
+    if (!item.is_number_integer())
+      bad(BadInput::wrong_type, std::string("'") + key + "'[" + std::to_string(i) +
+                                    "] is not an integer: " + item.dump());
+    if (item.is_number_unsigned() ? item.get<uint64_t>() > uint64_t{INT32_MAX}
+                                  : (item.get<int64_t>() < 0 || item.get<int64_t>() > INT32_MAX))
+      bad(BadInput::id_out_of_range, std::string("'") + key + "'[" + std::to_string(i) +
+                                         "] = " + item.dump() + " is not a token id");
+    ids.push_back(static_cast<int32_t>(item.get<int64_t>()));
+  }
+  return ids;
+}
+
+ChatRole parse_role(const std::string& role) {
+  if (role == "user" || role == "human") return ChatRole::user;
+  if (role == "assistant" || role == "gpt") return ChatRole::assistant;
+  if (role == "system") return ChatRole::system;
+  bad(BadInput::unknown_role, "unknown role '" + role + "'");
+}
+
+std::vector<ChatMessage> parse_messages(const json& list, const std::string& key) {
+  if (!list.is_array()) bad(BadInput::wrong_type, "'" + key + "' is not a list of messages");
+  std::vector<ChatMessage> messages;
+  messages.reserve(list.size());
+  for (size_t i = 0; i < list.size(); ++i) {
+    const json& message = list[i];
+    const std::string where = "'" + key + "'[" + std::to_string(i) + "]";
+    if (!message.is_object()) bad(BadInput::wrong_type, where + " is not an object");
+    const bool sharegpt = !message.contains("role") && message.contains("from");
+    const char* role_key = sharegpt ? "from" : "role";
+    const char* content_key = sharegpt ? "value" : "content";
+    const auto role = message.find(role_key);
+    if (role == message.end() || !role->is_string())
+      bad(BadInput::wrong_type, where + " has no string 'role' (or ShareGPT 'from')");
+    const auto content = message.find(content_key);
+    if (content == message.end() || !content->is_string())
+      bad(BadInput::wrong_type, where + " has no string '" + content_key + "'");
+    messages.push_back({parse_role(role->get<std::string>()), content->get<std::string>()});
+  }
+  return messages;
+}
+
+// A preference field: a message list, or a string read as one message of `string_role`.
+std::vector<ChatMessage> parse_turns(const json& line, const char* key, ChatRole string_role) {
+  const json& value = required(line, key);
+  if (value.is_string()) return {{string_role, value.get<std::string>()}};
+  if (!value.is_array())
+    bad(BadInput::wrong_type, std::string("'") + key + "' is neither a string nor a message list");
+  return parse_messages(value, key);
+}
+
+}  // namespace
+
+DataFormat parse_data_format(std::string_view text) {
+  if (text == "conversations") return DataFormat::conversations;
+  if (text == "text") return DataFormat::text;
+  if (text == "pretokenized") return DataFormat::pretokenized;
+  if (text == "preference") return DataFormat::preference;
+  if (text == "rollout") return DataFormat::rollout;
+  throw Error("[data] unknown data format '", text,
+              "' (known: conversations, text, pretokenized, preference, rollout)");
+}
+
+std::string_view data_format_name(DataFormat format) {
+  switch (format) {
+    case DataFormat::conversations:
+      return "conversations";
+    case DataFormat::text:
+      return "text";
+    case DataFormat::pretokenized:
+      return "pretokenized";
+    case DataFormat::preference:
+      return "preference";
+    case DataFormat::rollout:
+      return "rollout";
+  }
+  return "?";
+}
+
+int64_t DatasetOptions::effective_vocab_size() const {
+  if (vocab_size > 0) return vocab_size;
+  return tokenizer ? tokenizer->vocab_size() : 0;
+}
+
+TokenizedDocument RolloutSample::document() const {
+  TokenizedDocument out;
+  out.ids = prompt_ids;
+  out.ids.insert(out.ids.end(), completion_ids.begin(), completion_ids.end());
+  out.loss_mask.assign(prompt_ids.size(), 0);
+  out.loss_mask.resize(out.ids.size(), 1);
+  out.source = source;
+  return out;
+}
+
+std::vector<ChatMessage> parse_conversation(const json& line) {
+  const char* key = line.contains("conversations") ? "conversations" : "messages";
+  if (!line.contains(key)) bad(BadInput::wrong_type, "missing key 'conversations' (or 'messages')");
+  std::vector<ChatMessage> messages = parse_messages(line[key], key);
+  if (messages.empty()) bad(BadInput::empty, "empty conversation");
+  return messages;
+}
+
+void validate_document(const TokenizedDocument& document, const DatasetOptions& options) {
+  if (document.ids.empty()) bad(BadInput::empty, "no tokens");
+  const int64_t vocab = options.effective_vocab_size();
+  if (vocab > 0)
+    for (size_t t = 0; t < document.ids.size(); ++t)
+      if (document.ids[t] < 0 || document.ids[t] >= vocab)
+        bad(BadInput::id_out_of_range,
+            "token id " + std::to_string(document.ids[t]) + " at position " + std::to_string(t) +
+                " is outside the vocabulary [0, " + std::to_string(vocab) + ")");
+  if (options.max_length > 0 && static_cast<int64_t>(document.ids.size()) > options.max_length)
+    bad(BadInput::too_long, std::to_string(document.ids.size()) + " tokens, more than max_length " +
+                                std::to_string(options.max_length));
+  bool trained = false;
+  for (uint8_t m : document.loss_mask) trained |= m != 0;
+  if (!trained) bad(BadInput::no_trained_tokens, "no token is trained (the loss mask is all 0)");
+}
+
+DocumentStream::DocumentStream(const std::string& path, DataFormat format,
+                               const DatasetOptions& options)
+    : format_(format), options_(options), reader_(path, options.on_error) {
+  check(format != DataFormat::rollout, "[data] ", path,
+        ": rollout files are read with RolloutStream, not as documents");
+  if (format != DataFormat::pretokenized) {
+    check(options.tokenizer != nullptr, "[data] ", path, ": the ", data_format_name(format),
+          " format needs a tokenizer");
+    if (format != DataFormat::text) chat_template_ = ChatTemplate::from_name(options.chat_template);
+  }
+}
+
+TokenizedDocument DocumentStream::encode(const std::vector<ChatMessage>& messages, bool last_only,
+                                         size_t first_trained_message) const {
+  RenderedChat rendered = chat_template_->render(messages);
+  // render() gives one span per assistant message: drop those of the untrained messages.
+  size_t untrained = 0;
+  for (size_t m = 0; m < first_trained_message && m < messages.size(); ++m)
+    untrained += messages[m].role == ChatRole::assistant;
+  std::vector<ByteSpan> spans(rendered.assistant_spans.begin() + untrained,
+                              rendered.assistant_spans.end());
+  if (last_only && spans.size() > 1) spans.erase(spans.begin(), spans.end() - 1);
+  ChatTokens tokens = encode_with_spans(*options_.tokenizer, rendered.text, spans);
+  return {std::move(tokens.ids), std::move(tokens.loss_mask), reader_.where()};
+}
+
+std::vector<TokenizedDocument> DocumentStream::parse(const json& line) const {
+  std::vector<TokenizedDocument> out;
+  if (format_ == DataFormat::conversations) {
+    out.push_back(encode(parse_conversation(line), options_.last_turn_only, 0));
+  } else if (format_ == DataFormat::text) {
+    const json& text = required(line, "text");
+    if (!text.is_string()) bad(BadInput::wrong_type, "'text' is not a string");
+    TokenizedDocument document;
+    document.ids = options_.tokenizer->encode(text.get<std::string>(), /*add_special_tokens=*/true);
+    document.loss_mask.assign(document.ids.size(), 1);
+    document.source = reader_.where();
+    out.push_back(std::move(document));
+  } else if (format_ == DataFormat::pretokenized) {
+    TokenizedDocument document;
+    document.ids = parse_ids(required(line, "input_ids"), "input_ids");
+    const auto mask = line.find("loss_mask");
+    if (mask == line.end()) {
+      document.loss_mask.assign(document.ids.size(), 1);
+    } else {
+      if (!mask->is_array()) bad(BadInput::wrong_type, "'loss_mask' is not a list");
+      if (mask->size() != document.ids.size())
+        bad(BadInput::wrong_type, "'loss_mask' has " + std::to_string(mask->size()) +
+                                      " entries for " + std::to_string(document.ids.size()) +
+                                      " input_ids");
+      for (const json& m : *mask) {
+        if (m.is_boolean()) {
+          document.loss_mask.push_back(m.get<bool>());
+        } else if (m.is_number_integer() && (m.get<int64_t>() == 0 || m.get<int64_t>() == 1)) {
+          document.loss_mask.push_back(static_cast<uint8_t>(m.get<int64_t>()));
+        } else {
+          bad(BadInput::wrong_type,
+              "'loss_mask' holds " + m.dump() + " (expected 0, 1 or a boolean)");
+        }
+      }
+    }
+    document.source = reader_.where();
+    out.push_back(std::move(document));
+  } else {
+    const std::vector<ChatMessage> prompt = parse_turns(line, "prompt", ChatRole::user);
+    for (const char* key : {"chosen", "rejected"}) {
+      std::vector<ChatMessage> messages = prompt;
+      for (ChatMessage& m : parse_turns(line, key, ChatRole::assistant))
+        messages.push_back(std::move(m));
+      out.push_back(encode(messages, false, prompt.size()));
+      out.back().source += std::string(" (") + key + ")";
+    }
+  }
+  for (const TokenizedDocument& document : out) {
+    try {
+      validate_document(document, options_);
+    } catch (const BadLine& e) {
+      if (out.size() == 1) throw;
+      const bool chosen = &document == &out[0];
+      throw BadLine(e.reason, std::string(chosen ? "chosen: " : "rejected: ") + e.what());
+    }
+  }
+  return out;
+}
+
+bool DocumentStream::next(std::vector<TokenizedDocument>& documents) {
+  json line;
+  while (reader_.next(line)) {
+    try {
+      documents = parse(line);
+      return true;
+    } catch (const BadLine& bad_line) {
+      reader_.reject(bad_line);
+    }
+  }
+  return false;
+}
+
+RolloutStream::RolloutStream(const std::string& path, const DatasetOptions& options)
+    : options_(options), reader_(path, options.on_error) {}
+
+bool RolloutStream::next(RolloutSample& sample) {
+  json line;
+  while (reader_.next(line)) {
+    try {
+      sample = RolloutSample{};
+      sample.prompt_ids = parse_ids(required(line, "prompt_ids"), "prompt_ids");
+      sample.completion_ids = parse_ids(required(line, "completion_ids"), "completion_ids");
+      if (sample.prompt_ids.empty()) bad(BadInput::empty, "empty 'prompt_ids'");
+      if (sample.completion_ids.empty()) bad(BadInput::empty, "empty 'completion_ids'");
+      const json& logprobs = required(line, "old_logprobs");
+      if (!logprobs.is_array() || logprobs.size() != sample.completion_ids.size())
+        bad(BadInput::wrong_type,
+            "'old_logprobs' must be a list of one number per completion "
+            "token (" +
+                std::to_string(sample.completion_ids.size()) + ")");
+      for (const json& value : logprobs) {
+        if (!value.is_number() || !std::isfinite(value.get<double>()))
+          bad(BadInput::wrong_type,
+              "'old_logprobs' holds " + value.dump() + " (expected a finite number)");
+        sample.old_logprobs.push_back(value.get<float>());
+      }
+      const auto number = [&](const char* key) -> std::optional<double> {
+        const auto it = line.find(key);
+        if (it == line.end() || it->is_null()) return std::nullopt;
+        if (!it->is_number() || !std::isfinite(it->get<double>()))
+          bad(BadInput::wrong_type, std::string("'") + key + "' is not a finite number");
+        return it->get<double>();
+      };
+      sample.advantage = number("advantage");
+      sample.reward = number("reward");
+      if (const auto group = line.find("group_id"); group != line.end()) {
+        if (group->is_string()) {
+          sample.group_id = group->get<std::string>();
+        } else if (group->is_number_integer()) {
+          sample.group_id = group->dump();
+        } else {
+          bad(BadInput::wrong_type, "'group_id' is neither a string nor an integer");
+        }
+      }
+      if (!sample.advantage && !(sample.reward && line.contains("group_id")))
+        bad(BadInput::wrong_type, "needs 'advantage', or 'reward' and 'group_id'");
+      sample.source = reader_.where();
+      validate_document(sample.document(), options_);
+      return true;
+    } catch (const BadLine& bad_line) {
+      reader_.reject(bad_line);
+    }
+  }
+  return false;
+}
+
+void compute_group_advantages(std::vector<RolloutSample>& samples, bool scale_by_std,
+                              double epsilon) {
+  std::map<std::string, std::vector<double>> rewards;  // group_id -> rewards of its samples
+  for (const RolloutSample& s : samples) {
+    if (s.advantage) continue;
+    check(s.reward.has_value(), "[data] ", s.source, ": neither 'advantage' nor 'reward'");
+    rewards[s.group_id].push_back(*s.reward);
+  }
+  std::map<std::string, std::pair<double, double>> moments;  // group_id -> (mean, unbiased std)
+  for (const auto& [group, values] : rewards) {
+    double mean = 0, squares = 0;
+    for (double r : values) mean += r;
+    mean /= static_cast<double>(values.size());
+    for (double r : values) squares += (r - mean) * (r - mean);
+    const double std = values.size() > 1 ? std::sqrt(squares / (values.size() - 1)) : 0.0;
+    moments[group] = {mean, std};
+  }
+  for (RolloutSample& s : samples) {
+    if (s.advantage) continue;
+    if (rewards[s.group_id].size() < 2) {
+      s.advantage = 0.0;
+      continue;
+    }
+    const auto [mean, std] = moments[s.group_id];
+    s.advantage = scale_by_std ? (*s.reward - mean) / (std + epsilon) : *s.reward - mean;
+  }
+}
+
+}  // namespace tandem

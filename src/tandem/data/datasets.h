@@ -1,0 +1,126 @@
+#pragma once
+// The JSONL dataset formats (SPEC §4), streamed one line at a time:
+//
+//   conversations  {"id": ..., "conversations": [{"role": "system|user|assistant",
+//                  "content": "..."}, ...]}; also "messages" for the list, and ShareGPT's
+//                  {"from": "human|gpt|system", "value": ...} (aliases human/gpt ->
+//                  user/assistant). Rendered with a chat template, tokenized whole; the loss
+//                  mask covers assistant content + end-of-turn (text/chat_template.h).
+//   text           {"text": "..."}: plain text for pre-training, tokenized with the tokenizer's
+//                  special tokens (e.g. a leading BOS); the loss covers every token.
+//   pretokenized   {"input_ids": [...], "loss_mask": [...]} (loss_mask optional: all ones;
+//                  values 0/1 or booleans).
+//   preference     {"prompt", "chosen", "rejected"}: each a string or a message list. A string
+//                  prompt is one user message and a string completion one assistant message;
+//                  prompt+chosen and prompt+rejected are rendered and tokenized whole, the loss
+//                  covering the completion's assistant messages only.
+//   rollout        {"prompt_ids": [...], "completion_ids": [...], "old_logprobs": [...]} plus
+//                  "advantage", or "reward" and "group_id" (string or integer).
+//
+// Every document is checked: empty, no trained token, longer than max_length, or an id outside
+// [0, vocab_size) is a bad line, handled by `on_error` (data/jsonl.h).
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "tandem/data/document.h"
+#include "tandem/data/jsonl.h"
+#include "tandem/text/chat_template.h"
+
+namespace tandem {
+
+class Tokenizer;
+
+enum class DataFormat { conversations, text, pretokenized, preference, rollout };
+
+/// "conversations", "text", "pretokenized", "preference" or "rollout"; anything else throws.
+DataFormat parse_data_format(std::string_view text);
+std::string_view data_format_name(DataFormat format);
+
+struct DatasetOptions {
+  const Tokenizer* tokenizer = nullptr;  // required by conversations and preference
+  std::string chat_template = "llama3";  // ChatTemplate::names()
+  int64_t max_length = 0;                // longest document in tokens; 0: no limit
+  bool last_turn_only = false;           // conversations: train the last assistant turn only
+  OnError on_error = OnError::fail;
+  int64_t vocab_size = 0;  // ids must lie in [0, vocab_size); 0: the tokenizer's, else unchecked
+
+  /// vocab_size, else the tokenizer's vocab size, else 0 (no range check).
+  int64_t effective_vocab_size() const;
+};
+
+/// A preference pair: both documents share the prompt; the loss covers the completion only.
+struct PreferencePair {
+  TokenizedDocument chosen;
+  TokenizedDocument rejected;
+};
+
+/// One RL rollout: a prompt, one sampled completion and the sampler's log-probabilities.
+struct RolloutSample {
+  std::vector<int32_t> prompt_ids;      // (P,)
+  std::vector<int32_t> completion_ids;  // (C,)
+  std::vector<float> old_logprobs;      // (C,) log π_old of each completion token
+  std::optional<double> advantage;      // given, or computed by compute_group_advantages
+  std::optional<double> reward;
+  std::string group_id;  // samples of one prompt share it; "" when absent
+  std::string source;    // "file:line"
+
+  /// prompt_ids + completion_ids with the loss mask on the completion.
+  TokenizedDocument document() const;
+};
+
+/// The messages of one conversations line; throws BadLine (unknown_role, wrong_type, empty).
+std::vector<ChatMessage> parse_conversation(const nlohmann::json& line);
+
+/// Checks one document against the options (empty, id range, max_length, no trained token);
+/// throws BadLine.
+void validate_document(const TokenizedDocument& document, const DatasetOptions& options);
+
+/// Streams the documents of a conversations, pretokenized or preference file. A preference
+/// line yields two documents: chosen then rejected.
+class DocumentStream {
+ public:
+  DocumentStream(const std::string& path, DataFormat format, const DatasetOptions& options);
+
+  /// The documents of the next good line (1, or 2 for preference); false at the end.
+  bool next(std::vector<TokenizedDocument>& documents);
+  /// Documents per line: 2 for preference, else 1.
+  int documents_per_record() const { return format_ == DataFormat::preference ? 2 : 1; }
+  /// Line number (1-based) of the line the last next() returned.
+  int64_t line() const { return reader_.line(); }
+  const SkipCounts& skipped() const { return reader_.skipped(); }
+
+ private:
+  std::vector<TokenizedDocument> parse(const nlohmann::json& line) const;
+  TokenizedDocument encode(const std::vector<ChatMessage>& messages, bool last_only,
+                           size_t first_trained_message) const;
+
+  DataFormat format_;
+  DatasetOptions options_;
+  std::optional<ChatTemplate> chat_template_;
+  JsonlReader reader_;
+};
+
+/// Streams a rollout file.
+class RolloutStream {
+ public:
+  RolloutStream(const std::string& path, const DatasetOptions& options);
+  /// The next good sample; false at the end.
+  bool next(RolloutSample& sample);
+  const SkipCounts& skipped() const { return reader_.skipped(); }
+
+ private:
+  DatasetOptions options_;
+  JsonlReader reader_;
+};
+
+/// GRPO advantages for the samples without one: A = (r − mean_g r) / (std_g r + epsilon) over
+/// each group_id (std unbiased, as TRL; without `scale_by_std`, Dr. GRPO's A = r − mean_g r).
+/// A one-sample group gets A = 0. Throws when a sample has neither advantage nor reward.
+void compute_group_advantages(std::vector<RolloutSample>& samples, bool scale_by_std = true,
+                              double epsilon = 1e-4);
+
+}  // namespace tandem

@@ -1,0 +1,88 @@
+#pragma once
+// JSONL read one line at a time (memory bounded by the longest line), and the bad-input policy
+// every dataset shares: a bad line is an Error naming file and line (`on_error: fail`) or is
+// skipped and counted by reason (`on_error: skip`).
+#include <cstdint>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+
+namespace tandem {
+
+enum class OnError { fail, skip };
+
+/// "fail" or "skip"; anything else throws.
+OnError parse_on_error(std::string_view text);
+std::string_view on_error_name(OnError on_error);
+
+/// Why a line was rejected. The names (bad_input_name) are what reports and counts use.
+enum class BadInput {
+  malformed_json,     // not one JSON object per line, or invalid UTF-8
+  wrong_type,         // missing key, wrong JSON type, mismatched lengths, bad value
+  unknown_role,       // a role that is not system/user/assistant (or an alias)
+  empty,              // no tokens at all
+  no_trained_tokens,  // the loss mask selects nothing
+  too_long,           // more tokens than max_length
+  id_out_of_range,    // a token id outside [0, vocab_size)
+};
+std::string_view bad_input_name(BadInput reason);
+
+/// Thrown by the parser of one line; the reader turns it into an Error or a count.
+class BadLine : public std::runtime_error {
+ public:
+  BadLine(BadInput reason, const std::string& detail)
+      : std::runtime_error(detail), reason(reason) {}
+  BadInput reason;
+};
+
+/// Skipped lines per reason, with the first one of each kept for the report.
+struct SkipCounts {
+  struct Entry {
+    int64_t count = 0;
+    int64_t first_line = 0;  // 1-based line number of the first such line
+    std::string first_detail;
+  };
+  std::map<std::string, Entry> by_reason;  // keyed by bad_input_name
+
+  void add(BadInput reason, int64_t line, const std::string& detail);
+  int64_t total() const;
+  /// One line per reason: "  unknown_role: 3 (first: x.jsonl:17: unknown role 'bot')".
+  std::string report(const std::string& path) const;
+  nlohmann::json to_json() const;
+  static SkipCounts from_json(const nlohmann::json& json);
+};
+
+/// Streams the JSON values of a JSONL file; blank lines are ignored.
+class JsonlReader {
+ public:
+  /// Opens `path`; throws Error("[data] <path>: cannot open") when it can't.
+  JsonlReader(std::string path, OnError on_error);
+
+  /// Reads the next line holding a JSON object into `value`; false at the end of the file.
+  /// Malformed lines go through reject() on the way.
+  bool next(nlohmann::json& value);
+
+  /// Applies the policy to the current line: throws Error("[data] <path>:<line>: <detail>")
+  /// under fail; counts it under skip.
+  void reject(const BadLine& bad);
+
+  /// "<path>:<line>" of the current line.
+  std::string where() const;
+  int64_t line() const { return line_; }
+  const std::string& path() const { return path_; }
+  OnError on_error() const { return on_error_; }
+  const SkipCounts& skipped() const { return skipped_; }
+
+ private:
+  std::string path_;
+  OnError on_error_;
+  std::ifstream file_;
+  std::string buffer_;
+  int64_t line_ = 0;
+  SkipCounts skipped_;
+};
+
+}  // namespace tandem

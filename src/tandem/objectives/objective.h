@@ -1,0 +1,55 @@
+#pragma once
+// The one interface between the trainer and an algorithm. An objective owns its trainable model
+// and its frozen models, turns a packed micro-batch into a loss, and exports what it trained.
+// The trainer knows none of that: it pulls micro-batches, asks for normalisation units, runs
+// backward and the optimizer, and saves checkpoints. Adding an algorithm = one folder under
+// objectives/ plus a line in objectives/registry.cpp.
+#include <ATen/core/Tensor.h>
+#include <torch/nn/module.h>
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "tandem/data/packing.h"
+
+namespace tandem {
+
+class Config;
+
+/// How the losses of a step are normalised: by its global number of loss tokens (token-level
+/// objectives), or by its global number of documents (sequence-level ones).
+enum class Normalization { Tokens, Documents };
+
+/// The step's global totals, known before any backward of the step: every micro-batch loss is
+/// divided by these, so accumulation and packing never re-weight anything.
+struct StepTotals {
+  int64_t loss_tokens = 0;
+  int64_t documents = 0;
+};
+
+struct ObjectiveOutput {
+  at::Tensor loss;  // 0-dim, this micro-batch's share of the step loss (already normalised)
+  std::vector<std::pair<std::string, double>> metrics;  // summed over micro-batches by the trainer
+};
+
+class Objective {
+ public:
+  virtual ~Objective() = default;
+  virtual std::string name() const = 0;
+  /// The model whose trainable parameters the optimizer receives.
+  virtual torch::nn::Module& trainable() = 0;
+  virtual Normalization normalization() const { return Normalization::Tokens; }
+  /// This micro-batch's contribution to StepTotals (computed from the batch, no forward).
+  virtual StepTotals count(const PackedBatch& batch) const = 0;
+  /// Forward on one micro-batch; `totals` are the step's global totals.
+  virtual ObjectiveOutput compute(const PackedBatch& batch, const StepTotals& totals) = 0;
+  /// Writes the trained model in its serving format (HF directory for causal LMs).
+  virtual void export_model(const std::string& dir) const = 0;
+};
+
+/// Builds the objective named by `training.objective` from the config's model sections.
+std::unique_ptr<Objective> make_objective(const Config& config);
+
+}  // namespace tandem

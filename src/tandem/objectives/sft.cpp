@@ -1,0 +1,99 @@
+#include "tandem/objectives/sft.h"
+
+#include <ATen/ATen.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "tandem/core/config.h"
+#include "tandem/core/dtype.h"
+#include "tandem/core/error.h"
+#include "tandem/io/hf_checkpoint.h"
+#include "tandem/models/load.h"
+
+namespace tandem {
+
+SftOptions sft_options(const Config& config) {
+  SftOptions options;
+  const Config model = config.section("model");
+  options.model_path = model.get_string("path", "");
+  options.model_config = model.get_string("config", "");
+  check(options.model_path.empty() != options.model_config.empty(), "[sft] ", model.where("path"),
+        ": set exactly one of model.path (start from a checkpoint) or model.config (a fresh "
+        "model from a config.json)");
+  options.dtype = parse_compute_dtype(model.get_string("dtype", "fp32"), model.where("dtype"));
+  options.init_std = model.get_double("init_std", 0.02);
+  options.seed = static_cast<uint64_t>(config.section("training").get_int("seed", 0));
+  const Config loss = config.section("loss");
+  options.loss.chunk_tokens = loss.get_int("chunk_tokens", 1024);
+  options.loss.fp32_head = loss.get_bool("fp32_lm_head", false);
+  return options;
+}
+
+at::Tensor next_token_targets(const PackedBatch& batch) {
+  const int64_t length = batch.seq_len();
+  const at::Tensor same_document =
+      batch.document_ids.narrow(1, 1, length - 1) == batch.document_ids.narrow(1, 0, length - 1);
+  const at::Tensor trained = batch.loss_mask.narrow(1, 1, length - 1).to(at::kBool);
+  const at::Tensor real = batch.padding_mask.narrow(1, 1, length - 1).to(at::kBool);
+  return same_document.logical_and(trained).logical_and(real);  // (B, T-1)
+}
+
+SftObjective::SftObjective(const SftOptions& options) : options_(options) {
+  const at::TensorOptions tensor_options = at::TensorOptions().dtype(options.dtype);
+  if (!options.model_path.empty()) {
+    model_ = load_causal_lm(options.model_path, options.dtype, at::kCPU);
+  } else {
+    std::ifstream in(options.model_config);
+    check(in.good(), "[sft] ", options.model_config, ": cannot open model config");
+    nlohmann::json json;
+    try {
+      json = nlohmann::json::parse(in);
+    } catch (const nlohmann::json::exception& e) {
+      throw Error("[sft] ", options.model_config, ": invalid JSON: ", e.what());
+    }
+    model_ = CausalLM(DecoderConfig::from_json(json, options.model_config), tensor_options);
+    init_normal_(*model_, options.init_std, options.seed);
+  }
+  for (auto& parameter : model_->parameters()) parameter.set_requires_grad(true);
+}
+
+StepTotals SftObjective::count(const PackedBatch& batch) const {
+  return {next_token_targets(batch).sum().item<int64_t>(), batch.total_documents()};
+}
+
+ObjectiveOutput SftObjective::compute(const PackedBatch& batch, const StepTotals& totals) {
+  check(totals.loss_tokens > 0, "[sft] the step has no loss tokens");
+  const at::Tensor hidden = model_->forward_hidden(batch.input_ids, batch.layout());  // (B, T, H)
+  const int64_t length = batch.seq_len();
+  const at::Tensor targets_mask = next_token_targets(batch);                          // (B, T-1)
+  const at::Tensor inputs = hidden.narrow(1, 0, length - 1).index({targets_mask});    // (N, H)
+  const at::Tensor targets = batch.input_ids.narrow(1, 1, length - 1).index({targets_mask});
+  const at::Tensor weights =
+      at::full({targets.size(0)}, 1.0 / static_cast<double>(totals.loss_tokens), at::kFloat);
+  at::Tensor loss =
+      fused_linear_cross_entropy(inputs, model_->lm_head_weight(), targets, weights, options_.loss);
+  return {loss, {{"loss", loss.item<double>()}}};
+}
+
+void SftObjective::export_model(const std::string& dir) const { export_causal_lm(model_, dir); }
+
+void export_causal_lm(const CausalLM& model, const std::string& dir) {
+  std::filesystem::create_directories(dir);
+  std::vector<std::pair<std::string, at::Tensor>> weights;
+  for (const auto& parameter : model->named_parameters()) weights.emplace_back(parameter.key(), parameter.value());
+  const c10::ScalarType dtype = weights.front().second.scalar_type();
+  DecoderConfig config = model->config();
+  config.torch_dtype = dtype == at::kBFloat16 ? "bfloat16" : dtype == at::kHalf ? "float16" : "float32";
+  write_hf_weights(dir, weights);
+  const std::string path = dir + "/config.json";
+  {
+    std::ofstream out(path + ".tmp");
+    out << config.to_json().dump(2) << "\n";
+    check(out.good(), "[export] ", path, ": write failed");
+  }
+  std::filesystem::rename(path + ".tmp", path);
+}
+
+}  // namespace tandem

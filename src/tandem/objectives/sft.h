@@ -1,0 +1,47 @@
+#pragma once
+// Supervised fine-tuning / pre-training: causal-LM cross-entropy on loss-masked tokens, with the
+// LM head fused into the chunked loss (objectives/fused_vocab_loss.h).
+#include <string>
+
+#include "tandem/models/decoder.h"
+#include "tandem/objectives/fused_vocab_loss.h"
+#include "tandem/objectives/objective.h"
+
+namespace tandem {
+
+struct SftOptions {
+  std::string model_path;    // HF checkpoint to start from, or "" for a fresh model
+  std::string model_config;  // config.json of a fresh model (when model_path is "")
+  c10::ScalarType dtype = c10::ScalarType::Float;
+  double init_std = 0.02;  // fresh model: N(0, init_std) matrices, unit norms
+  uint64_t seed = 0;
+  FusedLossOptions loss;
+};
+
+/// Reads `model.*` and `loss.*` of the config.
+SftOptions sft_options(const Config& config);
+
+/// The position-t target is the next token of the same document, counted when that token's
+/// loss_mask is 1. (B, T) -> mask (B, T-1) of positions that carry a target.
+at::Tensor next_token_targets(const PackedBatch& batch);
+
+class SftObjective : public Objective {
+ public:
+  explicit SftObjective(const SftOptions& options);
+  std::string name() const override { return "sft"; }
+  torch::nn::Module& trainable() override { return *model_; }
+  StepTotals count(const PackedBatch& batch) const override;
+  ObjectiveOutput compute(const PackedBatch& batch, const StepTotals& totals) override;
+  void export_model(const std::string& dir) const override;
+  CausalLM& model() { return model_; }
+
+ private:
+  SftOptions options_;
+  CausalLM model_{nullptr};
+};
+
+/// Writes `model` as an HF checkpoint directory (config.json + safetensors) that transformers
+/// loads; the tied lm_head is not stored.
+void export_causal_lm(const CausalLM& model, const std::string& dir);
+
+}  // namespace tandem

@@ -1,0 +1,33 @@
+#pragma once
+// NFC / NFKC with HF tokenizers' offset alignments: every byte of the normalized text knows the
+// byte range of the input it came from, computed exactly as HF's NormalizedString::transform does
+// with the (char, change) stream of the unicode-normalization-alignments crate (Unicode 9.0 data).
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace tandem {
+
+/// Input byte range [first, second) of one byte of a normalized text.
+using Alignment = std::pair<uint32_t, uint32_t>;
+
+/// A normalized text and, per byte, the input range it came from.
+struct AlignedText {
+  std::string text;
+  std::vector<Alignment> alignments;  // text.size() entries
+};
+
+enum class NormalForm { kNFC, kNFKC };
+
+/// Normalizes `text`, whose byte i came from input range `alignments[i]` (or, when `alignments`
+/// is null, from its character's range shifted by `origin`) into `out`. Returns false, leaving
+/// `out` alone, when normalization cannot change the text (the common case).
+bool normalize(NormalForm form, std::string_view text, const Alignment* alignments, size_t origin,
+               AlignedText& out);
+
+/// The normalized string only (for added tokens' `normalized` content).
+std::string normalize_string(NormalForm form, std::string_view text);
+
+}  // namespace tandem

@@ -1,0 +1,366 @@
+#include "tandem/train/trainer.h"
+
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+#include <sys/resource.h>
+
+#include <atomic>
+#include <chrono>
+#include <csignal>
+#include <filesystem>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <optional>
+
+#include "tandem/core/error.h"
+#include "tandem/data/packing.h"
+#include "tandem/data/sampler.h"
+#include "tandem/data/token_cache.h"
+#include "tandem/models/decoder.h"
+#include "tandem/models/frozen.h"
+#include "tandem/objectives/objective.h"
+#include "tandem/text/tokenizer.h"
+#include "tandem/train/checkpoint.h"
+#include "tandem/train/metrics.h"
+#include "tandem/train/optimizer.h"
+#include "tandem/train/schedule.h"
+
+namespace tandem {
+
+namespace {
+
+std::atomic<bool> stop_requested{false};
+
+extern "C" void request_stop(int) { stop_requested.store(true); }
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+double peak_rss_mib() {
+  struct rusage usage;
+  getrusage(RUSAGE_SELF, &usage);
+  return usage.ru_maxrss / 1024.0;
+}
+
+struct DataSetup {
+  std::optional<Tokenizer> tokenizer;
+  std::optional<TokenizedDataset> dataset;
+  std::string tokenizer_dir;
+  PackingOptions packing;
+  int64_t rows = 1;
+};
+
+struct TrainingOptions {
+  std::string run_dir;
+  int64_t steps = 0;
+  uint64_t seed = 0;
+  int64_t micro_batches = 1;  // fixed accumulation, unless docs_per_step > 0
+  int64_t docs_per_step = 0;
+  ScheduleOptions schedule;
+  AdamWOptions adamw;
+  int64_t save_every = 0;  // 0: only at the end (and on preemption)
+  int64_t keep_last = 3;
+  int64_t log_every = 10;
+  bool export_at_end = true;
+};
+
+TrainingOptions read_training(const Config& config) {
+  const Config training = config.section("training");
+  TrainingOptions options;
+  options.run_dir = training.get_string("run_dir");
+  options.steps = training.get_int("steps");
+  check(options.steps > 0, "[train] ", training.where("steps"), ": must be positive");
+  options.seed = static_cast<uint64_t>(training.get_int("seed", 0));
+  options.micro_batches = training.get_int("micro_batches", 1);
+  options.docs_per_step = training.get_int("docs_per_step", 0);
+  check(options.micro_batches > 0, "[train] ", training.where("micro_batches"), ": must be positive");
+  check(options.docs_per_step >= 0, "[train] ", training.where("docs_per_step"),
+        ": must be >= 0 (0: use micro_batches)");
+  options.schedule.kind = training.get_choice("schedule", {"constant", "cosine"}, "cosine");
+  options.schedule.lr = training.get_double("lr");
+  options.schedule.min_lr_ratio = training.get_double("min_lr_ratio", 0.0);
+  options.schedule.warmup_steps = training.get_int("warmup_steps", -1);
+  options.schedule.warmup_ratio = training.get_double("warmup_ratio", 0.0);
+  options.schedule.total_steps = options.steps;
+  validate(options.schedule, training.where("schedule"));
+  const Config optimizer = config.section("optimizer");
+  options.adamw.beta1 = optimizer.get_double("beta1", 0.9);
+  options.adamw.beta2 = optimizer.get_double("beta2", 0.95);
+  options.adamw.eps = optimizer.get_double("eps", 1e-8);
+  options.adamw.weight_decay = optimizer.get_double("weight_decay", 0.0);
+  options.adamw.max_grad_norm = optimizer.get_double("max_grad_norm", 1.0);
+  options.save_every = training.get_int("save_every", 0);
+  options.keep_last = training.get_int("keep_last", 3);
+  options.log_every = training.get_int("log_every", 10);
+  options.export_at_end = training.get_bool("export", true);
+  return options;
+}
+
+DataSetup read_data(const Config& config) {
+  const Config data = config.section("data");
+  DataSetup setup;
+  const std::string path = data.get_string("path");
+  const DataFormat format = parse_data_format(
+      data.get_choice("format", {"conversations", "text", "pretokenized"}, "conversations"));
+  DatasetOptions options;
+  setup.tokenizer_dir = data.get_string("tokenizer", "");
+  if (!setup.tokenizer_dir.empty()) {
+    setup.tokenizer = Tokenizer::from_dir(setup.tokenizer_dir);
+    options.tokenizer = &*setup.tokenizer;
+  }
+  options.chat_template = data.get_string("chat_template", "llama3");
+  options.max_length = data.get_int("max_length", 0);
+  options.last_turn_only = data.get_bool("last_turn_only", false);
+  options.on_error = parse_on_error(data.get_choice("on_error", {"fail", "skip"}, "fail"));
+  options.vocab_size = data.get_int("vocab_size", 0);
+  CacheOptions cache;
+  cache.dir = data.get_string("cache_dir", "");
+  setup.dataset = TokenizedDataset::open(path, format, options, cache);
+  check(setup.dataset->size() > 0, "[train] ", data.where("path"), ": ", path,
+        " yielded no documents");
+  setup.packing.seq_len = data.get_int("seq_len");
+  setup.packing.mode = parse_packing_mode(data.get_choice("packing", {"packed", "padded"}, "packed"));
+  setup.packing.overlong =
+      parse_overlong_policy(data.get_choice("overlong", {"split", "truncate", "error"}, "split"));
+  setup.rows = data.get_int("micro_batch_rows", 1);
+  check(setup.rows > 0, "[train] ", data.where("micro_batch_rows"), ": must be positive");
+  setup.packing.max_rows = setup.rows;
+  return setup;
+}
+
+// The next micro-batch: documents in sampler order, packed into at most `rows` rows. The
+// sampler advances by exactly the documents packed, so a resumed run sees the same batches.
+PackedBatch next_micro_batch(Sampler& sampler, const TokenizedDataset& dataset,
+                             const DataSetup& setup) {
+  const int64_t capacity = setup.rows * setup.packing.seq_len;
+  int64_t wanted = 8;
+  std::vector<int64_t> indices;
+  for (;;) {
+    indices = sampler.peek(wanted);
+    int64_t tokens = 0;
+    size_t enough = indices.size();
+    for (size_t i = 0; i < indices.size(); ++i) {
+      tokens += dataset.length(indices[i]);
+      if (tokens > capacity) {
+        enough = i + 1;
+        break;
+      }
+    }
+    if (tokens > capacity) {
+      indices.resize(enough);
+      break;
+    }
+    if (wanted >= sampler.per_rank() * 4) break;  // the whole (small) dataset fits
+    wanted *= 2;
+  }
+  std::vector<TokenizedDocument> documents;
+  documents.reserve(indices.size());
+  for (int64_t index : indices) documents.push_back(dataset.document(index));
+  PackedBatch batch = pack_documents(documents, setup.packing);
+  sampler.next(batch.documents_consumed);
+  return batch;
+}
+
+struct Counters {
+  int64_t step = 0;            // optimizer steps done
+  int64_t documents_seen = 0;  // cumulative documents trained on
+  int64_t tokens_seen = 0;     // cumulative real tokens
+};
+
+nlohmann::json counters_json(const Counters& counters, const SamplerState& sampler) {
+  return {{"step", counters.step},
+          {"documents_seen", counters.documents_seen},
+          {"tokens_seen", counters.tokens_seen},
+          {"sampler", sampler}};
+}
+
+void save_checkpoint(const TrainingOptions& options, const Config& config, Objective& objective,
+                     const MixedPrecisionAdamW& optimizer, const Counters& counters,
+                     const Sampler& sampler) {
+  CheckpointWriter writer(options.run_dir, counters.step);
+  std::vector<std::pair<std::string, at::Tensor>> model;
+  for (const auto& [name, tensor] : optimizer.parameters()) model.emplace_back(name, tensor);
+  writer.write_tensors("model.safetensors", model);
+  writer.write_tensors("optimizer.safetensors", optimizer.state());
+  writer.write_tensors("rng.safetensors",
+                       {{"cpu_generator", at::detail::getDefaultCPUGenerator().get_state()}});
+  writer.write_text("trainer_state.json", counters_json(counters, sampler.state()).dump(2) + "\n");
+  writer.write_text("config.yaml", config.resolved_yaml() + "\n");
+  for (const std::string& warning : writer.commit(static_cast<int>(options.keep_last)).warnings)
+    std::cerr << "[train] warning: " << warning << "\n";
+}
+
+// Restores everything a checkpoint holds; returns the counters it was saved with.
+Counters restore_checkpoint(const CheckpointReader& reader, MixedPrecisionAdamW& optimizer,
+                            Sampler& sampler) {
+  const std::string& dir = reader.dir();
+  const auto model = reader.read_tensors("model.safetensors");
+  {
+    at::NoGradGuard no_grad;
+    for (const auto& [name, parameter] : optimizer.parameters()) {
+      auto found = model.find(name);
+      check(found != model.end(), "[train] ", dir, "/model.safetensors: missing '", name, "'");
+      check(found->second.sizes() == parameter.sizes() &&
+                found->second.scalar_type() == parameter.scalar_type(),
+            "[train] ", dir, "/model.safetensors: '", name,
+            "' does not match the model being trained (shape or dtype changed?)");
+      parameter.detach().copy_(found->second);
+    }
+  }
+  optimizer.load_state(reader.read_tensors("optimizer.safetensors"), dir + "/optimizer.safetensors");
+  const auto rng = reader.read_tensors("rng.safetensors");
+  at::Generator generator = at::detail::getDefaultCPUGenerator();  // a handle to the global one
+  generator.set_state(rng.at("cpu_generator"));
+  const nlohmann::json state = nlohmann::json::parse(reader.read_text("trainer_state.json"));
+  Counters counters;
+  counters.step = state.at("step").get<int64_t>();
+  counters.documents_seen = state.at("documents_seen").get<int64_t>();
+  counters.tokens_seen = state.at("tokens_seen").get<int64_t>();
+  sampler.restore(state.at("sampler").get<SamplerState>());
+  return counters;
+}
+
+void copy_tokenizer_files(const std::string& tokenizer_dir, const std::string& export_dir) {
+  for (const char* name : {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"}) {
+    const std::filesystem::path source = std::filesystem::path(tokenizer_dir) / name;
+    if (std::filesystem::exists(source))
+      std::filesystem::copy_file(source, std::filesystem::path(export_dir) / name,
+                                 std::filesystem::copy_options::overwrite_existing);
+  }
+}
+
+}  // namespace
+
+void install_preemption_handlers() {
+  std::signal(SIGTERM, request_stop);
+  std::signal(SIGINT, request_stop);
+}
+
+TrainResult train(const Config& config) {
+  const TrainingOptions options = read_training(config);
+  DataSetup data = read_data(config);
+  std::unique_ptr<Objective> objective = make_objective(config);
+  config.check_all_used();  // every key of the file was understood, before any work
+
+  at::manual_seed(options.seed);
+  SamplerOptions sampler_options;
+  sampler_options.dataset_size = data.dataset->size();
+  sampler_options.seed = options.seed;
+  Sampler sampler(sampler_options);
+  MixedPrecisionAdamW optimizer(trainable_parameters(objective->trainable()), options.adamw);
+
+  Counters counters;
+  const CheckpointSearch search = find_latest_valid(options.run_dir);
+  for (const std::string& warning : search.warnings) std::cerr << warning << "\n";
+  if (search.checkpoint) {
+    counters = restore_checkpoint(*search.checkpoint, optimizer, sampler);
+    std::cerr << "[train] resuming from " << search.checkpoint->dir() << " (step "
+              << counters.step << ")\n";
+  }
+  std::filesystem::create_directories(options.run_dir);
+  MetricsOptions metrics_options;
+  metrics_options.run_dir = options.run_dir;
+  metrics_options.total_steps = options.steps;
+  metrics_options.resume_step = counters.step + 1;  // steps after the checkpoint are redone
+  metrics_options.log_every = options.log_every;
+  MetricsLogger metrics(metrics_options);
+
+  TrainResult result;
+  result.run_dir = options.run_dir;
+  while (counters.step < options.steps) {
+    const auto step_start = Clock::now();
+    // 1. Data: the step's micro-batches, then its totals (known before any backward).
+    std::vector<PackedBatch> batches;
+    int64_t step_documents = 0;
+    while (true) {
+      batches.push_back(next_micro_batch(sampler, *data.dataset, data));
+      step_documents += batches.back().total_documents();
+      if (options.docs_per_step > 0 ? step_documents >= options.docs_per_step
+                                    : static_cast<int64_t>(batches.size()) >= options.micro_batches)
+        break;
+    }
+    StepTotals totals;
+    int64_t step_tokens = 0;
+    for (const PackedBatch& batch : batches) {
+      const StepTotals part = objective->count(batch);
+      totals.loss_tokens += part.loss_tokens;
+      totals.documents += part.documents;
+      step_tokens += batch.num_tokens;
+    }
+    const double data_seconds = seconds_since(step_start);
+
+    // 2. Forward and backward, micro-batch by micro-batch.
+    double forward_seconds = 0, backward_seconds = 0;
+    std::map<std::string, double> summed;
+    std::vector<std::string> metric_order;
+    for (const PackedBatch& batch : batches) {
+      const auto forward_start = Clock::now();
+      ObjectiveOutput output = objective->compute(batch, totals);
+      forward_seconds += seconds_since(forward_start);
+      const auto backward_start = Clock::now();
+      output.loss.backward();
+      backward_seconds += seconds_since(backward_start);
+      for (const auto& [name, value] : output.metrics) {
+        if (!summed.count(name)) metric_order.push_back(name);
+        summed[name] += value;
+      }
+    }
+
+    // 3. Optimizer.
+    const auto optimizer_start = Clock::now();
+    const double lr = learning_rate(options.schedule, counters.step);
+    const double grad_norm = optimizer.step(lr);
+    optimizer.zero_grad();
+    const double optimizer_seconds = seconds_since(optimizer_start);
+
+    counters.step += 1;
+    counters.documents_seen += step_documents;
+    counters.tokens_seen += step_tokens;
+    const double step_seconds = seconds_since(step_start);
+    MetricsRecord record;
+    record.step = counters.step;
+    for (const std::string& name : metric_order) record.values.emplace_back(name, summed[name]);
+    record.values.emplace_back("lr", lr);
+    record.values.emplace_back("grad_norm", grad_norm);
+    record.values.emplace_back("tokens_per_s", step_tokens / step_seconds);
+    record.values.emplace_back("time/step", step_seconds);
+    record.values.emplace_back("time/data", data_seconds);
+    record.values.emplace_back("time/forward", forward_seconds);
+    record.values.emplace_back("time/backward", backward_seconds);
+    record.values.emplace_back("time/optimizer", optimizer_seconds);
+    record.values.emplace_back("peak_rss_mib", peak_rss_mib());
+    record.values.emplace_back("loss_tokens", static_cast<double>(totals.loss_tokens));
+    record.values.emplace_back("num_documents", static_cast<double>(step_documents));
+    record.values.emplace_back("documents_seen", static_cast<double>(counters.documents_seen));
+    record.values.emplace_back("tokens_seen", static_cast<double>(counters.tokens_seen));
+    metrics.log(record);
+
+    const bool stop = stop_requested.load();
+    const bool last = counters.step == options.steps;
+    const bool due = options.save_every > 0 && counters.step % options.save_every == 0;
+    if (due || last || stop) {
+      save_checkpoint(options, config, *objective, optimizer, counters, sampler);
+      if (!last) metrics.note("saved " + checkpoint_dir_name(counters.step));
+    }
+    if (stop && !last) {
+      metrics.close();
+      std::cerr << "[train] stop requested: saved step " << counters.step << " in "
+                << options.run_dir << "; rerun the same command to resume\n";
+      result.final_step = counters.step;
+      result.preempted = true;
+      return result;
+    }
+  }
+  result.final_step = counters.step;
+  if (options.export_at_end) {
+    result.export_dir = options.run_dir + "/export";
+    objective->export_model(result.export_dir);
+    if (!data.tokenizer_dir.empty()) copy_tokenizer_files(data.tokenizer_dir, result.export_dir);
+  }
+  return result;
+}
+
+}  // namespace tandem

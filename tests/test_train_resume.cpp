@@ -1,0 +1,180 @@
+// End-to-end runs of `tandem train`: a run killed with SIGKILL at a random step, or stopped by
+// SIGTERM, then resumed, ends bit-identical to an uninterrupted run (weights, optimizer state,
+// sampler position, metrics); unknown config keys fail before any work.
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <thread>
+
+#include "tandem/train/checkpoint.h"
+#include "test_util.h"
+
+extern char** environ;
+
+namespace {
+
+namespace fs = std::filesystem;
+using tandem::testing::run_command;
+using tandem::testing::ScratchDir;
+
+constexpr int kSteps = 12;        // SIGKILL test: every step saved, all kept
+constexpr int kLongSteps = 80;    // SIGTERM test: long enough that the signal lands mid-run
+
+// A tiny Llama and a pre-tokenized dataset written into `dir`; returns the config path.
+std::string write_job(const ScratchDir& dir, const std::string& run_dir, int steps = kSteps,
+                      int keep_last = 0) {
+  std::ofstream(dir / "model.json") << R"({"model_type": "llama", "vocab_size": 97,
+    "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
+    "num_attention_heads": 4, "num_key_value_heads": 2, "rms_norm_eps": 1e-5,
+    "rope_theta": 10000.0, "tie_word_embeddings": false})";
+  std::mt19937 random(7);
+  std::ofstream data(dir / "data.jsonl");
+  for (int doc = 0; doc < 40; ++doc) {
+    const int length = 5 + static_cast<int>(random() % 20);
+    data << "{\"input_ids\": [";
+    for (int t = 0; t < length; ++t) data << (t ? "," : "") << random() % 97;
+    data << "], \"loss_mask\": [";
+    for (int t = 0; t < length; ++t) data << (t ? "," : "") << (t < 2 ? 0 : 1);
+    data << "]}\n";
+  }
+  const std::string config = dir / (fs::path(run_dir).filename().string() + ".yaml");
+  std::ofstream(config) << "model:\n  config: " << (dir / "model.json") << "\n"
+                        << "data:\n  path: " << (dir / "data.jsonl") << "\n  format: pretokenized\n"
+                        << "  seq_len: 32\n  micro_batch_rows: 2\n  cache_dir: " << (dir / "cache") << "\n"
+                        << "training:\n  run_dir: " << run_dir << "\n  steps: " << steps
+                        << "\n  lr: 0.01\n  warmup_steps: 2\n  micro_batches: 2\n  save_every: 1\n"
+                        << "  keep_last: " << keep_last << "\n  seed: 3\n  export: false\n";
+  return config;
+}
+
+std::string train_command(const std::string& config) {
+  return tandem::testing::tandem_binary() + " --threads 1 train " + config;
+}
+
+// Starts `tandem train` in the background; returns its pid.
+pid_t start_training(const std::string& config) {
+  const std::string binary = tandem::testing::tandem_binary();
+  std::vector<std::string> args = {binary, "--threads", "1", "train", config};
+  std::vector<char*> argv;
+  for (auto& arg : args) argv.push_back(arg.data());
+  argv.push_back(nullptr);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, 2, "/dev/null", O_WRONLY, 0);
+  pid_t pid = 0;
+  EXPECT_EQ(posix_spawn(&pid, binary.c_str(), &actions, nullptr, argv.data(), environ), 0);
+  posix_spawn_file_actions_destroy(&actions);
+  return pid;
+}
+
+// Waits until `run_dir` holds a committed checkpoint of at least `step`; false on timeout.
+bool wait_for_step(const std::string& run_dir, int64_t step) {
+  for (int i = 0; i < 600; ++i) {
+    for (const auto& [found, path] : tandem::list_checkpoints(run_dir))
+      if (found >= step) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return false;
+}
+
+std::map<std::string, at::Tensor> final_tensors(const std::string& run_dir, int steps) {
+  const auto search = tandem::find_latest_valid(run_dir);
+  EXPECT_TRUE(search.checkpoint.has_value());
+  EXPECT_EQ(search.checkpoint->step(), steps);
+  std::map<std::string, at::Tensor> out;
+  for (const char* file : {"model.safetensors", "optimizer.safetensors", "rng.safetensors"})
+    for (auto& [name, tensor] : search.checkpoint->read_tensors(file)) out[std::string(file) + ":" + name] = tensor;
+  return out;
+}
+
+// metrics.jsonl without wall-clock fields, which legitimately differ between runs.
+std::vector<std::string> deterministic_metrics(const std::string& run_dir) {
+  std::ifstream in(run_dir + "/metrics.jsonl");
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(in, line);) {
+    auto json = nlohmann::json::parse(line);
+    for (const char* timing : {"tokens_per_s", "time/step", "time/data", "time/forward",
+                               "time/backward", "time/optimizer", "peak_rss_mib"})
+      json.erase(timing);
+    lines.push_back(json.dump());
+  }
+  return lines;
+}
+
+void expect_identical_runs(const std::string& a, const std::string& b, int steps = kSteps) {
+  const auto first = final_tensors(a, steps), second = final_tensors(b, steps);
+  ASSERT_EQ(first.size(), second.size());
+  for (const auto& [name, tensor] : first) {
+    ASSERT_TRUE(second.count(name)) << name;
+    EXPECT_TRUE(tensor.sizes() == second.at(name).sizes() && tensor.scalar_type() == second.at(name).scalar_type() &&
+                std::memcmp(tensor.data_ptr(), second.at(name).data_ptr(), tensor.nbytes()) == 0)
+        << name << " differs after resume";
+  }
+  const auto metrics_a = deterministic_metrics(a), metrics_b = deterministic_metrics(b);
+  EXPECT_EQ(metrics_a.size(), static_cast<size_t>(steps));
+  EXPECT_EQ(metrics_a, metrics_b);
+  const auto state_a = tandem::find_latest_valid(a).checkpoint->read_text("trainer_state.json");
+  const auto state_b = tandem::find_latest_valid(b).checkpoint->read_text("trainer_state.json");
+  EXPECT_EQ(state_a, state_b);  // step, documents_seen, tokens_seen, sampler position
+}
+
+TEST(TrainResume, SigkillAtRandomStepThenResumeIsBitIdentical) {
+  ScratchDir dir;
+  const std::string straight = write_job(dir, dir / "straight");
+  const auto uninterrupted = run_command(train_command(straight));
+  ASSERT_EQ(uninterrupted.exit_code, 0) << uninterrupted.output;
+
+  const std::string killed = write_job(dir, dir / "killed");
+  std::mt19937 random(static_cast<unsigned>(std::random_device{}()));
+  const int64_t kill_after = 1 + static_cast<int64_t>(random() % (kSteps - 2));
+  const pid_t pid = start_training(killed);
+  ASSERT_TRUE(wait_for_step(dir / "killed", kill_after));
+  kill(pid, SIGKILL);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  const auto resumed = run_command(train_command(killed));
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_NE(resumed.output.find("resuming from"), std::string::npos) << resumed.output;
+  std::printf("[resume] killed after step >= %ld\n", static_cast<long>(kill_after));
+  expect_identical_runs(dir / "straight", dir / "killed");
+}
+
+TEST(TrainResume, SigtermSavesExitsWithCode75AndResumesBitIdentical) {
+  ScratchDir dir;
+  const std::string straight = write_job(dir, dir / "straight", kLongSteps, 2);
+  ASSERT_EQ(run_command(train_command(straight)).exit_code, 0);
+
+  const std::string stopped = write_job(dir, dir / "stopped", kLongSteps, 2);
+  const pid_t pid = start_training(stopped);
+  ASSERT_TRUE(wait_for_step(dir / "stopped", 2));
+  kill(pid, SIGTERM);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 75) << "SIGTERM must save and exit with 75";
+  const auto stopped_at = tandem::find_latest_valid(dir / "stopped").checkpoint->step();
+  EXPECT_LT(stopped_at, kLongSteps);
+  const auto resumed = run_command(train_command(stopped));
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  expect_identical_runs(dir / "straight", dir / "stopped", kLongSteps);
+}
+
+TEST(TrainResume, UnknownConfigKeyFailsBeforeAnyWork) {
+  ScratchDir dir;
+  const std::string config = write_job(dir, dir / "run");
+  const auto result = run_command(train_command(config) + " training.learning_rate=1");
+  EXPECT_EQ(result.exit_code, 1) << result.output;
+  EXPECT_NE(result.output.find("unknown key training.learning_rate"), std::string::npos) << result.output;
+  EXPECT_FALSE(fs::exists(dir / "run"));
+}
+
+}  // namespace
