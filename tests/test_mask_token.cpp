@@ -8,6 +8,7 @@
 #include "tandem/core/error.h"
 #include "tandem/data/mask_token.h"
 #include "tandem/models/frozen.h"
+#include "tandem/text/tokenizer.h"
 #include "test_util.h"
 
 namespace {
@@ -166,3 +167,15 @@ TEST(MaskToken, GrowthKeepsFrozenRowsBitIdentical) {
 }
 
 }  // namespace
+
+// With the real tokenizer the demo ships (tools/make_demo_data.py): no mask token declared, so
+// the lowest reserved special token is chosen, inside the target's vocabulary.
+TEST(MaskToken, DemoTokenizerUsesItsFirstReservedToken) {
+  const tandem::Tokenizer tokenizer =
+      tandem::Tokenizer::from_dir(tandem::testing::source_path("data/demo/tokenizer"));
+  const auto choice = tandem::resolve_mask_token(std::nullopt, 4096, tandem::tokenizer_vocab(tokenizer));
+  EXPECT_EQ(choice.rule, tandem::MaskTokenRule::Reserved);
+  EXPECT_EQ(choice.id, *tokenizer.token_to_id("<|reserved_special_token_0|>"));
+  EXPECT_EQ(choice.content, "<|reserved_special_token_0|>");
+  EXPECT_FALSE(choice.grow_embedding);
+}
