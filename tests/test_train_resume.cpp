@@ -168,6 +168,26 @@ TEST(TrainResume, SigtermSavesExitsWithCode75AndResumesBitIdentical) {
   expect_identical_runs(dir / "straight", dir / "stopped", kLongSteps);
 }
 
+// docs_per_step: each step keeps drawing micro-batches until it has at least that many
+// documents, and the step's loss is still normalised by its own total loss tokens.
+TEST(TrainResume, DocsPerStepDrawsMicroBatchesUntilTheTarget) {
+  ScratchDir dir;
+  const std::string config = write_job(dir, dir / "docs");
+  const auto result = run_command(train_command(config) + " training.docs_per_step=9 training.steps=4");
+  ASSERT_EQ(result.exit_code, 0) << result.output;
+  std::ifstream in(dir / "docs/metrics.jsonl");
+  int steps = 0;
+  int64_t seen = 0;
+  for (std::string line; std::getline(in, line); ++steps) {
+    const auto json = nlohmann::json::parse(line);
+    const int64_t documents = json.at("num_documents").get<int64_t>();
+    EXPECT_GE(documents, 9) << line;
+    seen += documents;
+    EXPECT_EQ(json.at("documents_seen").get<int64_t>(), seen) << line;
+  }
+  EXPECT_EQ(steps, 4);
+}
+
 TEST(TrainResume, UnknownConfigKeyFailsBeforeAnyWork) {
   ScratchDir dir;
   const std::string config = write_job(dir, dir / "run");

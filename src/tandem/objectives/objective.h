@@ -38,6 +38,8 @@ class Objective {
  public:
   virtual ~Objective() = default;
   virtual std::string name() const = 0;
+  /// The frozen models it holds (target, teacher, reference), by config section; SFT has none.
+  virtual std::vector<std::string> frozen_models() const { return {}; }
   /// The model whose trainable parameters the optimizer receives.
   virtual torch::nn::Module& trainable() = 0;
   virtual Normalization normalization() const { return Normalization::Tokens; }
