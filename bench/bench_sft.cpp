@@ -13,6 +13,7 @@
 #include <cstdio>
 
 #include "bench_common.h"
+#include "bench_model.h"
 #include "tandem/core/threads.h"
 #include "tandem/data/packing.h"
 #include "tandem/models/decoder.h"
@@ -24,16 +25,6 @@
 namespace {
 
 using namespace tandem;
-
-double forward_flops(const DecoderConfig& c, int64_t tokens) {
-  const double attention_width = static_cast<double>(c.num_attention_heads) * c.head_dim;
-  const double kv_width = static_cast<double>(c.num_key_value_heads) * c.head_dim;
-  const double per_layer = c.hidden_size * (2 * attention_width + 2 * kv_width) +
-                           3.0 * c.hidden_size * c.intermediate_size;
-  const double matmul_params = c.num_hidden_layers * per_layer + static_cast<double>(c.vocab_size) * c.hidden_size;
-  const double t = static_cast<double>(tokens);
-  return 2.0 * matmul_params * t + c.num_hidden_layers * 2.0 * t * t * attention_width;
-}
 
 // Peak RSS rise (MiB) while running the loss forward + backward once.
 double loss_peak_mib(bool fused, int64_t tokens, int64_t hidden_size, int64_t vocab) {
@@ -54,15 +45,11 @@ double loss_peak_mib(bool fused, int64_t tokens, int64_t hidden_size, int64_t vo
 
 int main(int argc, char** argv) {
   CLI::App app{"bench_sft: SFT step tokens/s and MFU; fused vs unfused loss memory"};
-  int64_t hidden = 512, layers = 8, heads = 8, kv_heads = 4, intermediate = 1536, vocab = 32000;
+  bench::ModelShape shape;
+  shape.hidden = 512, shape.heads = 8, shape.kv_heads = 4, shape.intermediate = 1536;
   int64_t seq = 1024, loss_tokens = 4096;
   int repeats = 3, threads = 0;
-  app.add_option("--hidden", hidden)->capture_default_str();
-  app.add_option("--layers", layers)->capture_default_str();
-  app.add_option("--heads", heads)->capture_default_str();
-  app.add_option("--kv-heads", kv_heads)->capture_default_str();
-  app.add_option("--intermediate", intermediate)->capture_default_str();
-  app.add_option("--vocab", vocab)->capture_default_str();
+  bench::add_shape_options(app, shape);
   app.add_option("--seq", seq)->capture_default_str();
   app.add_option("--loss-tokens", loss_tokens, "tokens for the loss memory comparison")->capture_default_str();
   app.add_option("--repeats", repeats)->capture_default_str();
@@ -71,27 +58,19 @@ int main(int argc, char** argv) {
   const int used_threads = configure_threads(threads);
 
   // Loss memory first, before the model's allocations raise the baseline.
-  const double unfused_mib = loss_peak_mib(false, loss_tokens, hidden, vocab);
-  const double fused_mib = loss_peak_mib(true, loss_tokens, hidden, vocab);
+  const double unfused_mib = loss_peak_mib(false, loss_tokens, shape.hidden, shape.vocab);
+  const double fused_mib = loss_peak_mib(true, loss_tokens, shape.hidden, shape.vocab);
   std::printf("bench_sft: loss head %ld tokens x vocab %ld x hidden %ld (fp32), forward+backward: "
               "unfused peak +%.0f MiB, fused peak +%.0f MiB (fused/unfused = %.3f)\n",
-              loss_tokens, vocab, hidden, unfused_mib, fused_mib, fused_mib / unfused_mib);
+              loss_tokens, shape.vocab, shape.hidden, unfused_mib, fused_mib, fused_mib / unfused_mib);
 
-  DecoderConfig config;
-  config.vocab_size = vocab;
-  config.hidden_size = hidden;
-  config.intermediate_size = intermediate;
-  config.num_hidden_layers = layers;
-  config.num_attention_heads = heads;
-  config.num_key_value_heads = kv_heads;
-  config.head_dim = hidden / heads;
-  config.sliding_window.assign(layers, 0);
+  const DecoderConfig config = bench::llama_config(shape);
   CausalLM model(config, at::TensorOptions().dtype(at::kFloat));
   init_normal_(*model, 0.02, 0);
   for (auto& p : model->parameters()) p.set_requires_grad(true);
   MixedPrecisionAdamW optimizer(trainable_parameters(*model), {});
   std::vector<int32_t> ids(seq);
-  for (int64_t t = 0; t < seq; ++t) ids[t] = static_cast<int32_t>((t * 7919) % vocab);
+  for (int64_t t = 0; t < seq; ++t) ids[t] = static_cast<int32_t>((t * 7919) % shape.vocab);
   PackingOptions packing;
   packing.seq_len = seq;
   const PackedBatch batch = pack_documents({{ids, std::vector<uint8_t>(seq, 1), "bench"}}, packing);
@@ -110,10 +89,11 @@ int main(int argc, char** argv) {
   };
   const double peak = bench::matmul_peak_flops(at::kFloat);
   const double seconds = bench::best_seconds(step, repeats);
-  const double flops = 3.0 * forward_flops(config, seq);
+  const double flops = 3.0 * bench::forward_flops(config, seq);
   std::printf("bench_sft: hidden %ld, layers %ld, heads %ld/%ld, intermediate %ld, vocab %ld, "
               "seq %ld, fp32, %d threads\n",
-              hidden, layers, heads, kv_heads, intermediate, vocab, seq, used_threads);
+              shape.hidden, shape.layers, shape.heads, shape.kv_heads, shape.intermediate, shape.vocab,
+              seq, used_threads);
   std::printf("  matmul peak %.1f GFLOP/s | train step %.3f s, %.0f tokens/s, %.1f GFLOP/s, MFU %.1f%% "
               "| peak RSS %.0f MiB\n",
               peak / 1e9, seconds, seq / seconds, flops / seconds / 1e9, 100.0 * flops / seconds / peak,
