@@ -18,6 +18,7 @@
 #include <utility>
 
 #include "tandem/core/error.h"
+#include "tandem/core/file_io.h"
 
 namespace tandem::safetensors {
 namespace {
@@ -315,35 +316,6 @@ void check_layout(std::vector<TensorInfo>& tensors, uint64_t buffer_size, const 
   }
 }
 
-/// A file descriptor closed on destruction.
-class UniqueFd {
- public:
-  explicit UniqueFd(int fd) : fd_(fd) {}
-  UniqueFd(const UniqueFd&) = delete;
-  UniqueFd& operator=(const UniqueFd&) = delete;
-  ~UniqueFd() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  int get() const { return fd_; }
-  /// Closes now and reports whether close succeeded (it can report deferred write errors).
-  bool close() { return ::close(std::exchange(fd_, -1)) == 0; }
-
- private:
-  int fd_;
-};
-
-/// Writes all `size` bytes of `bytes` to `fd`, retrying short writes.
-void write_all(int fd, const void* bytes, size_t size, const std::string& path) {
-  const auto* cursor = static_cast<const uint8_t*>(bytes);
-  while (size > 0) {
-    const ssize_t written = ::write(fd, cursor, size);
-    if (written < 0 && errno == EINTR) continue;
-    if (written <= 0) fail(path, "write failed: ", std::strerror(errno));
-    cursor += written;
-    size -= static_cast<size_t>(written);
-  }
-}
-
 /// The directory holding `path` ("." for a bare file name).
 std::string parent_directory(const std::string& path) {
   const size_t slash = path.find_last_of('/');
@@ -407,9 +379,10 @@ void write_contents(const std::string& path, const std::string& temp_path,
   if (fd.get() < 0) fail(path, "cannot create ", temp_path, ": ", std::strerror(errno));
   uint8_t length_field[kLengthBytes];
   for (size_t i = 0; i < kLengthBytes; ++i) length_field[i] = uint8_t(header.size() >> (8 * i));
-  write_all(fd.get(), length_field, kLengthBytes, path);
-  write_all(fd.get(), header.data(), header.size(), path);
-  for (const TensorToWrite& tensor : tensors) write_all(fd.get(), tensor.data, tensor.nbytes, path);
+  write_all(fd.get(), length_field, kLengthBytes, path, "[safetensors]");
+  write_all(fd.get(), header.data(), header.size(), path, "[safetensors]");
+  for (const TensorToWrite& tensor : tensors)
+    write_all(fd.get(), tensor.data, tensor.nbytes, path, "[safetensors]");
   if (::fsync(fd.get()) != 0) fail(path, "fsync of ", temp_path, " failed: ", std::strerror(errno));
   if (!fd.close()) fail(path, "close of ", temp_path, " failed: ", std::strerror(errno));
 }

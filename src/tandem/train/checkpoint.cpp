@@ -22,6 +22,7 @@
 #include <utility>
 
 #include "tandem/core/error.h"
+#include "tandem/core/file_io.h"
 #include "tandem/core/hash.h"
 #include "tandem/io/safetensors.h"
 #include "tandem/io/tensor_io.h"
@@ -56,38 +57,12 @@ bool entry_exists(const std::string& path) {
   return ::lstat(path.c_str(), &status) == 0;
 }
 
-/// A file descriptor closed on destruction.
-class UniqueFd {
- public:
-  explicit UniqueFd(int fd) : fd_(fd) {}
-  UniqueFd(const UniqueFd&) = delete;
-  UniqueFd& operator=(const UniqueFd&) = delete;
-  ~UniqueFd() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  int get() const { return fd_; }
-  /// Closes now and reports whether close succeeded (it can report deferred write errors).
-  bool close() { return ::close(std::exchange(fd_, -1)) == 0; }
-
- private:
-  int fd_;
-};
-
 /// Creates (or truncates) `path` with `text`, fsyncs and closes it; any short write, ENOSPC,
 /// EFBIG or EIO throws naming `path`.
 void write_synced_file(const std::string& path, std::string_view text) {
   UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
   if (fd.get() < 0) fail(path, "cannot create: ", errno_text());
-  const char* cursor = text.data();
-  size_t left = text.size();
-  while (left > 0) {
-    const ssize_t written = ::write(fd.get(), cursor, left);
-    if (written < 0 && errno == EINTR) continue;
-    if (written < 0) fail(path, "write failed: ", errno_text());
-    if (written == 0) fail(path, "write failed: wrote 0 of ", left, " bytes");
-    cursor += written;
-    left -= static_cast<size_t>(written);
-  }
+  write_all(fd.get(), text.data(), text.size(), path, "[checkpoint]");
   if (::fsync(fd.get()) != 0) fail(path, "fsync failed: ", errno_text());
   if (!fd.close()) fail(path, "close failed: ", errno_text());
 }
