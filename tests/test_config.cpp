@@ -4,10 +4,13 @@
 
 #include "tandem/core/config.h"
 #include "tandem/core/error.h"
+#include "test_util.h"
 
 using tandem::Config;
 
 namespace {
+
+using tandem::testing::error_of;
 
 const char* kRun = R"(
 model:
@@ -18,15 +21,6 @@ training:
   steps: 100
   layers: [1, 2, 3]
 )";
-
-std::string error_of(const std::function<void()>& action) {
-  try {
-    action();
-  } catch (const tandem::Error& e) {
-    return e.what();
-  }
-  return "";
-}
 
 }  // namespace
 

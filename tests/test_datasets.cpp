@@ -16,6 +16,8 @@
 
 namespace {
 
+using tandem::testing::error_of;
+
 using tandem::BadInput;
 using tandem::ChatMessage;
 using tandem::ChatRole;
@@ -57,15 +59,6 @@ std::vector<TokenizedDocument> read_all(const std::string& path, DataFormat form
   while (stream.next(record)) all.insert(all.end(), record.begin(), record.end());
   if (skipped) *skipped = stream.skipped();
   return all;
-}
-
-std::string error_of(const std::function<void()>& action) {
-  try {
-    action();
-  } catch (const tandem::Error& e) {
-    return e.what();
-  }
-  return "(no error)";
 }
 
 const char* kGood =

@@ -13,18 +13,11 @@
 
 namespace {
 
+using tandem::testing::error_of;
+
 namespace fs = std::filesystem;
 using tandem::HfCheckpoint;
 using tandem::testing::ScratchDir;
-
-std::string error_of(const std::function<void()>& action) {
-  try {
-    action();
-  } catch (const tandem::Error& e) {
-    return e.what();
-  }
-  return "";
-}
 
 void copy_fixture(const std::string& name, const std::string& to) {
   fs::copy(tandem::testing::model_fixture(name), to, fs::copy_options::recursive);

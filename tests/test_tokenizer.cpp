@@ -20,6 +20,8 @@
 
 namespace {
 
+using tandem::testing::error_of;
+
 using nlohmann::json;
 using tandem::Tokenizer;
 using tandem::testing::ScratchDir;
@@ -238,15 +240,6 @@ TEST(Tokenizer, RegexClassesMatchHuggingFaceRegexEngine) {
 
 // ---------------------------------------------------------------------------------------------
 // Errors
-
-std::string error_of(const std::function<void()>& load) {
-  try {
-    load();
-  } catch (const tandem::Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
 
 std::string patched_error(const json& patch) {
   json config = fixture_config("tiny");

@@ -6,7 +6,10 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 #include <string>
+
+#include "tandem/core/error.h"
 
 namespace tandem::testing {
 
@@ -52,5 +55,15 @@ inline CommandResult run_command(const std::string& command) {
 }
 
 inline std::string tandem_binary() { return TANDEM_BINARY; }
+
+/// The message of the tandem::Error that `action` throws, or "(no error)".
+inline std::string error_of(const std::function<void()>& action) {
+  try {
+    action();
+  } catch (const tandem::Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
 
 }  // namespace tandem::testing

@@ -177,7 +177,7 @@ nlohmann::json counters_json(const Counters& counters, const SamplerState& sampl
           {"sampler", sampler}};
 }
 
-void save_checkpoint(const TrainingOptions& options, const Config& config, Objective& objective,
+void save_checkpoint(const TrainingOptions& options, const Config& config,
                      const MixedPrecisionAdamW& optimizer, const Counters& counters,
                      const Sampler& sampler) {
   CheckpointWriter writer(options.run_dir, counters.step);
@@ -342,7 +342,7 @@ TrainResult train(const Config& config) {
     const bool last = counters.step == options.steps;
     const bool due = options.save_every > 0 && counters.step % options.save_every == 0;
     if (due || last || stop) {
-      save_checkpoint(options, config, *objective, optimizer, counters, sampler);
+      save_checkpoint(options, config, optimizer, counters, sampler);
       if (!last) metrics.note("saved " + checkpoint_dir_name(counters.step));
     }
     if (stop && !last) {
