@@ -21,12 +21,9 @@ int main(int argc, char** argv) {
   runners["data"] = tandem::cli::add_data_command(root);
   runners["train"] = tandem::cli::add_train_command(root);
   runners["plot"] = tandem::cli::add_plot_command(root);
-  const std::pair<const char*, const char*> not_built[] = {
-      {"export", "export a trained model as an HF / vLLM / SGLang checkpoint"},
-      {"eval", "speculative decoding with the frozen target: acceptance length"},
-      {"capture", "run the target once over a dataset and store its hidden states"}};
-  for (const auto& [name, description] : not_built)
-    runners[name] = tandem::cli::add_not_built_command(root, name, description);
+  runners["export"] = tandem::cli::add_export_command(root);
+  runners["eval"] = tandem::cli::add_eval_command(root);
+  runners["capture"] = tandem::cli::add_capture_command(root);
 
   try {
     root.parse(argc, argv);

@@ -28,4 +28,8 @@ class UniqueFd {
 void write_all(int fd, const void* bytes, size_t size, const std::string& path,
                const char* component);
 
+/// Writes `content` to a temporary file next to `path`, fsyncs it and renames it over `path`:
+/// readers see the old file or the new one, never a mix. Errors name `component` and the path.
+void replace_file(const std::string& path, const std::string& content, const char* component);
+
 }  // namespace tandem

@@ -65,6 +65,8 @@ struct PackedDocument {
   int64_t row;           // b
   int64_t begin;         // first column in the row
   int64_t length;        // real tokens
+  int64_t dataset_index = -1;  // the document's index in its dataset, when the batch came from
+                               // one (set by the trainer; offline features are looked up by it)
 };
 
 /// A packed micro-batch. Tensors live on the CPU until `to(device)`.

@@ -250,6 +250,7 @@ TokenizedDataset TokenizedDataset::open(const std::string& path, DataFormat form
   TokenizedDataset out;
   out.source_path_ = path;
   out.format_ = format;
+  out.key_ = key;
   std::string file_path;  // the file to map
   if (cache.enabled) {
     const std::string dir = cache.dir.empty() ? default_data_cache_dir() : cache.dir;
@@ -332,6 +333,7 @@ TokenizedDataset& TokenizedDataset::operator=(TokenizedDataset&& other) noexcept
     source_path_ = std::move(other.source_path_);
     cache_path_ = std::move(other.cache_path_);
     format_ = other.format_;
+    key_ = other.key_;
     from_cache_ = other.from_cache_;
     mapping_ = std::exchange(other.mapping_, nullptr);
     mapping_size_ = std::exchange(other.mapping_size_, 0);

@@ -72,6 +72,8 @@ class TokenizedDataset {
   int64_t num_lines() const { return num_lines_; }
   const SkipCounts& skipped() const { return skipped_; }
   DataFormat format() const { return format_; }
+  /// The cache key: identifies the documents (input file, tokenizer, template, options).
+  uint64_t key() const { return key_; }
   const std::string& source_path() const { return source_path_; }
 
   /// True when this open() found a valid entry and tokenized nothing.
@@ -88,6 +90,7 @@ class TokenizedDataset {
   std::string source_path_;
   std::string cache_path_;
   DataFormat format_ = DataFormat::conversations;
+  uint64_t key_ = 0;
   bool from_cache_ = false;
   const uint8_t* mapping_ = nullptr;
   size_t mapping_size_ = 0;

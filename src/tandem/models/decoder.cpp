@@ -29,16 +29,17 @@ at::Tensor attention_mask(const AttentionLayout& layout, int64_t sliding_window)
 }
 
 AttentionImpl::AttentionImpl(const DecoderConfig& config, int64_t layer_index,
-                             const at::TensorOptions& options)
+                             const at::TensorOptions& options, int64_t input_size)
     : num_heads(config.num_attention_heads),
       num_kv_heads(config.num_key_value_heads),
       head_dim(config.head_dim) {
   const int64_t hidden = config.hidden_size;
-  q_proj = register_module("q_proj", Linear(hidden, num_heads * head_dim, config.qkv_bias, options));
+  const int64_t input = input_size > 0 ? input_size : hidden;
+  q_proj = register_module("q_proj", Linear(input, num_heads * head_dim, config.qkv_bias, options));
   k_proj =
-      register_module("k_proj", Linear(hidden, num_kv_heads * head_dim, config.qkv_bias, options));
+      register_module("k_proj", Linear(input, num_kv_heads * head_dim, config.qkv_bias, options));
   v_proj =
-      register_module("v_proj", Linear(hidden, num_kv_heads * head_dim, config.qkv_bias, options));
+      register_module("v_proj", Linear(input, num_kv_heads * head_dim, config.qkv_bias, options));
   o_proj = register_module("o_proj", Linear(num_heads * head_dim, hidden, config.o_bias, options));
   if (config.qk_norm) {
     q_norm = register_module("q_norm", RMSNorm(head_dim, config.rms_norm_eps, options));
@@ -46,8 +47,7 @@ AttentionImpl::AttentionImpl(const DecoderConfig& config, int64_t layer_index,
   }
 }
 
-at::Tensor AttentionImpl::forward(const at::Tensor& x, const RopeTables& rope,
-                                  const at::Tensor& mask) const {
+QueryKeyValue AttentionImpl::project(const at::Tensor& x, const RopeTables& rope) const {
   const int64_t batch = x.size(0), length = x.size(1);
   at::Tensor q = q_proj->forward(x).view({batch, length, num_heads, head_dim});
   at::Tensor k = k_proj->forward(x).view({batch, length, num_kv_heads, head_dim});
@@ -56,16 +56,23 @@ at::Tensor AttentionImpl::forward(const at::Tensor& x, const RopeTables& rope,
     q = q_norm->forward(q);
     k = k_norm->forward(k);
   }
-  q = apply_rope(q.transpose(1, 2), rope);  // (B, heads, T, head_dim)
-  k = apply_rope(k.transpose(1, 2), rope);  // (B, kv_heads, T, head_dim)
-  v = v.transpose(1, 2);
+  return {apply_rope(q.transpose(1, 2), rope), apply_rope(k.transpose(1, 2), rope),
+          v.transpose(1, 2)};
+}
+
+at::Tensor AttentionImpl::output(const at::Tensor& attended) const {
+  const int64_t batch = attended.size(0), length = attended.size(2);
+  return o_proj->forward(attended.transpose(1, 2).reshape({batch, length, num_heads * head_dim}));
+}
+
+at::Tensor AttentionImpl::forward(const at::Tensor& x, const RopeTables& rope,
+                                  const at::Tensor& mask) const {
+  const QueryKeyValue qkv = project(x, rope);
   const bool causal = !mask.defined();
-  at::Tensor out = at::scaled_dot_product_attention(
-      q, k, v, mask.defined() ? std::optional<at::Tensor>(mask) : std::nullopt,
+  return output(at::scaled_dot_product_attention(
+      qkv.q, qkv.k, qkv.v, mask.defined() ? std::optional<at::Tensor>(mask) : std::nullopt,
       /*dropout_p=*/0.0, /*is_causal=*/causal, /*scale=*/std::nullopt,
-      /*enable_gqa=*/num_kv_heads != num_heads);
-  out = out.transpose(1, 2).reshape({batch, length, num_heads * head_dim});
-  return o_proj->forward(out);
+      /*enable_gqa=*/num_kv_heads != num_heads));
 }
 
 MlpImpl::MlpImpl(int64_t hidden_size, int64_t intermediate_size, bool bias,

@@ -25,11 +25,25 @@ struct AttentionLayout {
   static AttentionLayout causal(int64_t batch, int64_t length, const at::Device& device);
 };
 
+/// Queries, keys and values of one attention call, RoPE applied.
+struct QueryKeyValue {
+  at::Tensor q;  // (B, heads, T, head_dim)
+  at::Tensor k;  // (B, kv_heads, T, head_dim)
+  at::Tensor v;  // (B, kv_heads, T, head_dim)
+};
+
 class AttentionImpl : public torch::nn::Module {
  public:
-  AttentionImpl(const DecoderConfig& config, int64_t layer_index, const at::TensorOptions& options);
+  /// `input_size` is what q/k/v project from: hidden_size (0) for a decoder layer, 2 * hidden for
+  /// the EAGLE-3 draft layer (embedding and hidden state side by side).
+  AttentionImpl(const DecoderConfig& config, int64_t layer_index, const at::TensorOptions& options,
+                int64_t input_size = 0);
   /// x (B, T, H) -> (B, T, H).
   at::Tensor forward(const at::Tensor& x, const RopeTables& rope, const at::Tensor& mask) const;
+  /// x (B, T, input_size) -> q, k, v with q/k norms (Qwen3) and RoPE applied.
+  QueryKeyValue project(const at::Tensor& x, const RopeTables& rope) const;
+  /// Attention output (B, heads, T, head_dim) -> (B, T, H) through o_proj.
+  at::Tensor output(const at::Tensor& attended) const;
   Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
   RMSNorm q_norm{nullptr}, k_norm{nullptr};  // Qwen3 only
   int64_t num_heads, num_kv_heads, head_dim;

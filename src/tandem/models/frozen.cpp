@@ -6,6 +6,7 @@
 #include <set>
 
 #include "tandem/core/error.h"
+#include "tandem/io/hf_checkpoint.h"
 #include "tandem/models/load.h"
 
 namespace tandem {
@@ -23,25 +24,80 @@ const void* storage_key(const at::Tensor& tensor) {
   return tensor.storage().unsafeGetStorageImpl();
 }
 
+void register_frozen(const at::Tensor& tensor) {
+  std::lock_guard<std::mutex> lock(registry_mutex);
+  frozen_storages().insert(storage_key(tensor));
+}
+
+void unregister_frozen(const at::Tensor& tensor) {
+  std::lock_guard<std::mutex> lock(registry_mutex);
+  auto found = frozen_storages().find(storage_key(tensor));
+  if (found != frozen_storages().end()) frozen_storages().erase(found);
+}
+
 }  // namespace
+
+FrozenHead::FrozenHead(at::Tensor embed_tokens, at::Tensor final_norm, double rms_norm_eps,
+                       at::Tensor lm_head)
+    : embed_tokens_(std::move(embed_tokens)),
+      final_norm_(std::move(final_norm)),
+      lm_head_(std::move(lm_head)),
+      rms_norm_eps_(rms_norm_eps) {
+  for (const at::Tensor* tensor : {&embed_tokens_, &final_norm_, &lm_head_}) {
+    const_cast<at::Tensor&>(*tensor).set_requires_grad(false);
+    register_frozen(*tensor);
+  }
+}
+
+FrozenHead::FrozenHead(const FrozenHead& other)
+    : FrozenHead(other.embed_tokens_, other.final_norm_, other.rms_norm_eps_, other.lm_head_) {}
+
+FrozenHead::~FrozenHead() {
+  for (const at::Tensor* tensor : {&embed_tokens_, &final_norm_, &lm_head_})
+    unregister_frozen(*tensor);
+}
+
+FrozenHead FrozenHead::load(const std::string& dir, c10::ScalarType dtype,
+                            const at::Device& device) {
+  const DecoderConfig config = DecoderConfig::from_dir(dir);
+  const HfCheckpoint checkpoint = HfCheckpoint::open(dir);
+  auto read = [&](const std::string& name, std::vector<int64_t> shape) {
+    const at::Tensor tensor = checkpoint.read(name);
+    check(tensor.sizes() == at::IntArrayRef(shape), "[frozen] ", dir, ": '", name, "' has shape ",
+          tensor.sizes(), ", config.json implies ", at::IntArrayRef(shape));
+    return tensor.to(device, dtype);
+  };
+  const int64_t vocab = config.vocab_size, hidden = config.hidden_size;
+  at::Tensor embed = read("model.embed_tokens.weight", {vocab, hidden});
+  at::Tensor lm_head =
+      config.tie_word_embeddings ? embed : read("lm_head.weight", {vocab, hidden});
+  return FrozenHead(embed, read("model.norm.weight", {hidden}), config.rms_norm_eps, lm_head);
+}
+
+at::Tensor FrozenHead::embed(const at::Tensor& ids) const {
+  return at::embedding(embed_tokens_, ids);
+}
+
+at::Tensor FrozenHead::final_norm(const at::Tensor& last_hidden) const {
+  return rms_norm(last_hidden, final_norm_, rms_norm_eps_);
+}
+
+FrozenHead FrozenModel::head() const {
+  return FrozenHead(embed_tokens(), final_norm_weight(), config().rms_norm_eps, lm_head_weight());
+}
 
 FrozenModel::FrozenModel(std::string dir, CausalLM model)
     : dir_(std::move(dir)), model_(std::move(model)) {
   model_->eval();
-  std::lock_guard<std::mutex> lock(registry_mutex);
   for (auto& param : model_->parameters()) {
     param.set_requires_grad(false);
-    frozen_storages().insert(storage_key(param));
+    register_frozen(param);
   }
 }
 
 FrozenModel::~FrozenModel() {
   if (!model_) return;  // moved from
-  std::lock_guard<std::mutex> lock(registry_mutex);
-  for (auto& param : model_->parameters()) {
-    auto found = frozen_storages().find(storage_key(param));
-    if (found != frozen_storages().end()) frozen_storages().erase(found);
-  }
+  for (auto& param : model_->parameters()) unregister_frozen(param);
 }
 
 FrozenModel FrozenModel::load(const std::string& dir, c10::ScalarType dtype,

@@ -13,6 +13,33 @@
 
 namespace tandem {
 
+/// The parts of a frozen target that a draft needs besides its hidden states: the token
+/// embedding, the final norm and the output projection. Frozen and registered like a model.
+class FrozenHead {
+ public:
+  /// Reads only those tensors from the HF checkpoint `dir` (offline training: no layers loaded).
+  static FrozenHead load(const std::string& dir, c10::ScalarType dtype, const at::Device& device);
+  FrozenHead(at::Tensor embed_tokens, at::Tensor final_norm, double rms_norm_eps,
+             at::Tensor lm_head);
+  FrozenHead(const FrozenHead& other);
+  FrozenHead& operator=(const FrozenHead&) = delete;
+  ~FrozenHead();
+
+  /// ids (...) int64 -> embeddings (..., H).
+  at::Tensor embed(const at::Tensor& ids) const;
+  /// Raw output of the last decoder layer (..., H) -> the final-normed hidden state (..., H).
+  at::Tensor final_norm(const at::Tensor& last_hidden) const;
+  const at::Tensor& embed_tokens() const { return embed_tokens_; }  // (V, H)
+  const at::Tensor& lm_head() const { return lm_head_; }            // (V, H)
+  const at::Tensor& final_norm_weight() const { return final_norm_; }
+  int64_t vocab_size() const { return embed_tokens_.size(0); }
+  int64_t hidden_size() const { return embed_tokens_.size(1); }
+
+ private:
+  at::Tensor embed_tokens_, final_norm_, lm_head_;
+  double rms_norm_eps_;
+};
+
 class FrozenModel {
  public:
   /// Loads `dir` (config.json + safetensors) in `dtype` on `device`, frozen.
@@ -38,6 +65,8 @@ class FrozenModel {
   at::Tensor embed_tokens() const { return model_->model->embed_tokens->weight; }
   at::Tensor lm_head_weight() const { return model_->lm_head_weight(); }
   at::Tensor final_norm_weight() const { return model_->model->norm->weight; }
+  /// The embedding, final norm and output projection, sharing this model's tensors.
+  FrozenHead head() const;
 
  private:
   FrozenModel(std::string dir, CausalLM model);

@@ -27,11 +27,13 @@ RMSNormImpl::RMSNormImpl(int64_t size, double eps_, const at::TensorOptions& opt
   weight = register_parameter("weight", at::empty({size}, options));
 }
 
-at::Tensor RMSNormImpl::forward(const at::Tensor& x) const {
+at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
   const at::Tensor x32 = x.to(at::kFloat);
   const at::Tensor inv_rms = at::rsqrt(x32.pow(2).mean(-1, /*keepdim=*/true) + eps);
   return weight * (x32 * inv_rms).to(x.scalar_type());
 }
+
+at::Tensor RMSNormImpl::forward(const at::Tensor& x) const { return rms_norm(x, weight, eps); }
 
 void init_normal_(torch::nn::Module& module, double std, uint64_t seed) {
   at::NoGradGuard no_grad;

@@ -27,6 +27,9 @@ class EmbeddingImpl : public torch::nn::Module {
 };
 TORCH_MODULE(Embedding);
 
+/// weight * x / rms(x), normalised in fp32 and cast back before scaling (transformers' order).
+at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps);
+
 /// RMSNorm as transformers computes it: normalise in fp32, cast back, then scale.
 class RMSNormImpl : public torch::nn::Module {
  public:

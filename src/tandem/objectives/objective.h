@@ -27,6 +27,21 @@ enum class Normalization { Tokens, Documents };
 struct StepTotals {
   int64_t loss_tokens = 0;
   int64_t documents = 0;
+  // Objectives that unroll several prediction steps (EAGLE-3's test-time training): positions
+  // with a target at each step i. Empty for the others.
+  std::vector<int64_t> unroll_tokens;
+
+  /// Adds `other` field by field (micro-batches of a step; later, ranks).
+  void add(const StepTotals& other);
+};
+
+class TokenizedDataset;
+
+/// What an objective may need to know about the training data before training starts.
+struct DataContext {
+  const TokenizedDataset& dataset;
+  std::string cache_dir;  // where derived data (e.g. the draft vocab map) may be cached
+  int64_t seq_len = 0;
 };
 
 struct ObjectiveOutput {
@@ -49,6 +64,16 @@ class Objective {
   virtual ObjectiveOutput compute(const PackedBatch& batch, const StepTotals& totals) = 0;
   /// Writes the trained model in its serving format (HF directory for causal LMs).
   virtual void export_model(const std::string& dir) const = 0;
+
+  /// Called once with the training data, before the optimizer is built (e.g. to build the
+  /// draft vocabulary from the data's token counts, or check captured features against it).
+  virtual void attach_data(const DataContext& data) { (void)data; }
+  /// Adds metrics that are not sums over micro-batches, from the step's summed metrics.
+  virtual void finish_metrics(std::vector<std::pair<std::string, double>>& step_metrics) const {
+    (void)step_metrics;
+  }
+  /// Whether an export is written at every checkpoint (drafts: serving engines pick them up).
+  virtual bool export_at_checkpoints() const { return false; }
 };
 
 /// Builds the objective named by `training.objective` from the config's model sections.

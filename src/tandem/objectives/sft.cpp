@@ -9,6 +9,7 @@
 #include "tandem/core/config.h"
 #include "tandem/core/dtype.h"
 #include "tandem/core/error.h"
+#include "tandem/core/file_io.h"
 #include "tandem/io/hf_checkpoint.h"
 #include "tandem/models/load.h"
 
@@ -87,13 +88,7 @@ void export_causal_lm(const CausalLM& model, const std::string& dir) {
   DecoderConfig config = model->config();
   config.torch_dtype = dtype == at::kBFloat16 ? "bfloat16" : dtype == at::kHalf ? "float16" : "float32";
   write_hf_weights(dir, weights);
-  const std::string path = dir + "/config.json";
-  {
-    std::ofstream out(path + ".tmp");
-    out << config.to_json().dump(2) << "\n";
-    check(out.good(), "[export] ", path, ": write failed");
-  }
-  std::filesystem::rename(path + ".tmp", path);
+  replace_file(dir + "/config.json", config.to_json().dump(2) + "\n", "[export]");
 }
 
 }  // namespace tandem

@@ -14,6 +14,7 @@
 #include <sstream>
 
 #include "tandem/core/error.h"
+#include "tandem/core/file_io.h"
 
 namespace tandem {
 
@@ -50,24 +51,6 @@ std::string step_text(int64_t step, int64_t total_steps) {
   text += std::to_string(step);
   if (total_steps > 0) text.append("/").append(std::to_string(total_steps));
   return text;
-}
-
-// Writes `content` next to `path` and renames it over `path`: readers see the old file or the new
-// one, never a mix.
-void replace_file(const std::string& path, const std::string& content) {
-  const std::string temp = path + ".tmp";
-  FILE* file = std::fopen(temp.c_str(), "wb");
-  check(file != nullptr, "[metrics] ", temp, ": cannot open for writing");
-  const bool written = std::fwrite(content.data(), 1, content.size(), file) == content.size() &&
-                       std::fflush(file) == 0 && fsync(fileno(file)) == 0;
-  const bool closed = std::fclose(file) == 0;
-  if (!written || !closed) {
-    std::remove(temp.c_str());
-    throw Error("[metrics] ", temp, ": write failed");
-  }
-  std::error_code error;
-  std::filesystem::rename(temp, path, error);
-  check(!error, "[metrics] ", path, ": cannot replace: ", error.message());
 }
 
 }  // namespace
@@ -180,7 +163,7 @@ void JsonlSink::truncate_after(int64_t resume_step) {
       kept.append(line.text).push_back('\n');
   }
   if (dropped || torn_tail || kept.size() != std::filesystem::file_size(path_))
-    replace_file(path_, kept);
+    replace_file(path_, kept, "[metrics]");
   open_for_append();
 }
 

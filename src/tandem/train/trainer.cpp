@@ -21,6 +21,7 @@
 #include "tandem/objectives/objective.h"
 #include "tandem/text/tokenizer.h"
 #include "tandem/train/checkpoint.h"
+#include "tandem/train/training_data.h"
 #include "tandem/train/metrics.h"
 #include "tandem/train/optimizer.h"
 #include "tandem/train/schedule.h"
@@ -44,14 +45,6 @@ double peak_rss_mib() {
   getrusage(RUSAGE_SELF, &usage);
   return usage.ru_maxrss / 1024.0;
 }
-
-struct DataSetup {
-  std::optional<Tokenizer> tokenizer;
-  std::optional<TokenizedDataset> dataset;
-  std::string tokenizer_dir;
-  PackingOptions packing;
-  int64_t rows = 1;
-};
 
 struct TrainingOptions {
   std::string run_dir;
@@ -99,71 +92,6 @@ TrainingOptions read_training(const Config& config) {
   return options;
 }
 
-DataSetup read_data(const Config& config) {
-  const Config data = config.section("data");
-  DataSetup setup;
-  const std::string path = data.get_string("path");
-  const DataFormat format = parse_data_format(
-      data.get_choice("format", {"conversations", "text", "pretokenized"}, "conversations"));
-  DatasetOptions options;
-  setup.tokenizer_dir = data.get_string("tokenizer", "");
-  if (!setup.tokenizer_dir.empty()) {
-    setup.tokenizer = Tokenizer::from_dir(setup.tokenizer_dir);
-    options.tokenizer = &*setup.tokenizer;
-  }
-  options.chat_template = data.get_string("chat_template", "llama3");
-  options.max_length = data.get_int("max_length", 0);
-  options.last_turn_only = data.get_bool("last_turn_only", false);
-  options.on_error = parse_on_error(data.get_choice("on_error", {"fail", "skip"}, "fail"));
-  options.vocab_size = data.get_int("vocab_size", 0);
-  CacheOptions cache;
-  cache.dir = data.get_string("cache_dir", "");
-  setup.dataset = TokenizedDataset::open(path, format, options, cache);
-  check(setup.dataset->size() > 0, "[train] ", data.where("path"), ": ", path,
-        " yielded no documents");
-  setup.packing.seq_len = data.get_int("seq_len");
-  setup.packing.mode = parse_packing_mode(data.get_choice("packing", {"packed", "padded"}, "packed"));
-  setup.packing.overlong =
-      parse_overlong_policy(data.get_choice("overlong", {"split", "truncate", "error"}, "split"));
-  setup.rows = data.get_int("micro_batch_rows", 1);
-  check(setup.rows > 0, "[train] ", data.where("micro_batch_rows"), ": must be positive");
-  setup.packing.max_rows = setup.rows;
-  return setup;
-}
-
-// The next micro-batch: documents in sampler order, packed into at most `rows` rows. The
-// sampler advances by exactly the documents packed, so a resumed run sees the same batches.
-PackedBatch next_micro_batch(Sampler& sampler, const TokenizedDataset& dataset,
-                             const DataSetup& setup) {
-  const int64_t capacity = setup.rows * setup.packing.seq_len;
-  int64_t wanted = 8;
-  std::vector<int64_t> indices;
-  for (;;) {
-    indices = sampler.peek(wanted);
-    int64_t tokens = 0;
-    size_t enough = indices.size();
-    for (size_t i = 0; i < indices.size(); ++i) {
-      tokens += dataset.length(indices[i]);
-      if (tokens > capacity) {
-        enough = i + 1;
-        break;
-      }
-    }
-    if (tokens > capacity) {
-      indices.resize(enough);
-      break;
-    }
-    if (wanted >= sampler.per_rank() * 4) break;  // the whole (small) dataset fits
-    wanted *= 2;
-  }
-  std::vector<TokenizedDocument> documents;
-  documents.reserve(indices.size());
-  for (int64_t index : indices) documents.push_back(dataset.document(index));
-  PackedBatch batch = pack_documents(documents, setup.packing);
-  sampler.next(batch.documents_consumed);
-  return batch;
-}
-
 struct Counters {
   int64_t step = 0;            // optimizer steps done
   int64_t documents_seen = 0;  // cumulative documents trained on
@@ -177,12 +105,21 @@ nlohmann::json counters_json(const Counters& counters, const SamplerState& sampl
           {"sampler", sampler}};
 }
 
+// What model.safetensors holds: the trainable parameters, then the trained model's buffers
+// (e.g. a draft's vocab map), which are part of the model but not optimized.
+std::vector<std::pair<std::string, at::Tensor>> model_tensors(const MixedPrecisionAdamW& optimizer,
+                                                              const torch::nn::Module& model) {
+  std::vector<std::pair<std::string, at::Tensor>> tensors;
+  for (const auto& [name, tensor] : optimizer.parameters()) tensors.emplace_back(name, tensor);
+  for (const auto& buffer : model.named_buffers()) tensors.emplace_back(buffer.key(), buffer.value());
+  return tensors;
+}
+
 void save_checkpoint(const TrainingOptions& options, const Config& config,
-                     const MixedPrecisionAdamW& optimizer, const Counters& counters,
-                     const Sampler& sampler) {
+                     const MixedPrecisionAdamW& optimizer, const torch::nn::Module& model_module,
+                     const Counters& counters, const Sampler& sampler) {
   CheckpointWriter writer(options.run_dir, counters.step);
-  std::vector<std::pair<std::string, at::Tensor>> model;
-  for (const auto& [name, tensor] : optimizer.parameters()) model.emplace_back(name, tensor);
+  const std::vector<std::pair<std::string, at::Tensor>> model = model_tensors(optimizer, model_module);
   writer.write_tensors("model.safetensors", model);
   writer.write_tensors("optimizer.safetensors", optimizer.state());
   writer.write_tensors("rng.safetensors",
@@ -195,12 +132,12 @@ void save_checkpoint(const TrainingOptions& options, const Config& config,
 
 // Restores everything a checkpoint holds; returns the counters it was saved with.
 Counters restore_checkpoint(const CheckpointReader& reader, MixedPrecisionAdamW& optimizer,
-                            Sampler& sampler) {
+                            const torch::nn::Module& model_module, Sampler& sampler) {
   const std::string& dir = reader.dir();
   const auto model = reader.read_tensors("model.safetensors");
   {
     at::NoGradGuard no_grad;
-    for (const auto& [name, parameter] : optimizer.parameters()) {
+    for (const auto& [name, parameter] : model_tensors(optimizer, model_module)) {
       auto found = model.find(name);
       check(found != model.end(), "[train] ", dir, "/model.safetensors: missing '", name, "'");
       check(found->second.sizes() == parameter.sizes() &&
@@ -232,6 +169,12 @@ void copy_tokenizer_files(const std::string& tokenizer_dir, const std::string& e
   }
 }
 
+void export_trained_model(const Objective& objective, const TrainingData& data,
+                          const std::string& dir) {
+  objective.export_model(dir);
+  if (!data.tokenizer_dir.empty()) copy_tokenizer_files(data.tokenizer_dir, dir);
+}
+
 }  // namespace
 
 void install_preemption_handlers() {
@@ -241,9 +184,10 @@ void install_preemption_handlers() {
 
 TrainResult train(const Config& config) {
   const TrainingOptions options = read_training(config);
-  DataSetup data = read_data(config);
+  TrainingData data = read_training_data(config);
   std::unique_ptr<Objective> objective = make_objective(config);
   config.check_all_used();  // every key of the file was understood, before any work
+  objective->attach_data({*data.dataset, data.cache_dir, data.packing.seq_len});
 
   at::manual_seed(options.seed);
   SamplerOptions sampler_options;
@@ -256,7 +200,7 @@ TrainResult train(const Config& config) {
   const CheckpointSearch search = find_latest_valid(options.run_dir);
   for (const std::string& warning : search.warnings) std::cerr << warning << "\n";
   if (search.checkpoint) {
-    counters = restore_checkpoint(*search.checkpoint, optimizer, sampler);
+    counters = restore_checkpoint(*search.checkpoint, optimizer, objective->trainable(), sampler);
     std::cerr << "[train] resuming from " << search.checkpoint->dir() << " (step "
               << counters.step << ")\n";
   }
@@ -276,7 +220,7 @@ TrainResult train(const Config& config) {
     std::vector<PackedBatch> batches;
     int64_t step_documents = 0;
     while (true) {
-      batches.push_back(next_micro_batch(sampler, *data.dataset, data));
+      batches.push_back(next_micro_batch(sampler, data));
       step_documents += batches.back().total_documents();
       if (options.docs_per_step > 0 ? step_documents >= options.docs_per_step
                                     : static_cast<int64_t>(batches.size()) >= options.micro_batches)
@@ -285,9 +229,7 @@ TrainResult train(const Config& config) {
     StepTotals totals;
     int64_t step_tokens = 0;
     for (const PackedBatch& batch : batches) {
-      const StepTotals part = objective->count(batch);
-      totals.loss_tokens += part.loss_tokens;
-      totals.documents += part.documents;
+      totals.add(objective->count(batch));
       step_tokens += batch.num_tokens;
     }
     const double data_seconds = seconds_since(step_start);
@@ -323,6 +265,7 @@ TrainResult train(const Config& config) {
     MetricsRecord record;
     record.step = counters.step;
     for (const std::string& name : metric_order) record.values.emplace_back(name, summed[name]);
+    objective->finish_metrics(record.values);
     record.values.emplace_back("lr", lr);
     record.values.emplace_back("grad_norm", grad_norm);
     record.values.emplace_back("tokens_per_s", step_tokens / step_seconds);
@@ -342,8 +285,10 @@ TrainResult train(const Config& config) {
     const bool last = counters.step == options.steps;
     const bool due = options.save_every > 0 && counters.step % options.save_every == 0;
     if (due || last || stop) {
-      save_checkpoint(options, config, optimizer, counters, sampler);
+      save_checkpoint(options, config, optimizer, objective->trainable(), counters, sampler);
       if (!last) metrics.note("saved " + checkpoint_dir_name(counters.step));
+      if (objective->export_at_checkpoints() && !(last && options.export_at_end))
+        export_trained_model(*objective, data, options.run_dir + "/export");
     }
     if (stop && !last) {
       metrics.close();
@@ -357,8 +302,7 @@ TrainResult train(const Config& config) {
   result.final_step = counters.step;
   if (options.export_at_end) {
     result.export_dir = options.run_dir + "/export";
-    objective->export_model(result.export_dir);
-    if (!data.tokenizer_dir.empty()) copy_tokenizer_files(data.tokenizer_dir, result.export_dir);
+    export_trained_model(*objective, data, result.export_dir);
   }
   return result;
 }

@@ -1,0 +1,33 @@
+// tandem export RUN_DIR [--step N] [--out DIR]: write a run's trained model in serving format.
+#include <iostream>
+
+#include "tandem/cli/commands.h"
+#include "tandem/train/export_run.h"
+
+namespace tandem::cli {
+
+Runner add_export_command(CLI::App& root) {
+  struct Options {
+    std::string run_dir, out;
+    int64_t step = -1;
+  };
+  auto options = std::make_shared<Options>();
+  CLI::App* command = root.add_subcommand(
+      "export",
+      "export the trained model of a run's checkpoint: an HF checkpoint (sft), or an EAGLE-3 "
+      "draft in both SGLang (LlamaForCausalLMEagle3) and vLLM speculators (Eagle3DraftModel) "
+      "formats");
+  command->add_option("run_dir", options->run_dir, "the run directory (training.run_dir)")
+      ->required();
+  command->add_option("--step", options->step, "checkpoint step (default: the newest valid one)");
+  command->add_option("--out", options->out, "output directory (default: RUN_DIR/export)");
+  return [options]() {
+    const std::string out = options->out.empty() ? options->run_dir + "/export" : options->out;
+    const ExportResult result = export_run(options->run_dir, options->step, out);
+    std::cout << "[export] step " << result.step << " (" << result.checkpoint_dir << ") -> "
+              << result.out_dir << "\n";
+    return 0;
+  };
+}
+
+}  // namespace tandem::cli

@@ -1,0 +1,253 @@
+#include "tandem/data/capture.h"
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <map>
+
+#include "tandem/core/dtype.h"
+#include "tandem/core/error.h"
+#include "tandem/core/file_io.h"
+#include "tandem/data/packing.h"
+#include "tandem/data/token_cache.h"
+#include "tandem/io/tensor_io.h"
+#include "tandem/models/decoder.h"
+#include "tandem/models/frozen.h"
+
+namespace tandem {
+
+namespace {
+
+constexpr const char* kFormat = "tandem-capture-v1";
+
+std::string shard_name(int64_t index) {
+  char name[64];
+  std::snprintf(name, sizeof(name), "shard-%05lld.safetensors", static_cast<long long>(index));
+  return name;
+}
+
+nlohmann::json read_json(const std::string& path) {
+  std::ifstream in(path);
+  check(in.good(), "[capture] ", path, ": cannot open");
+  try {
+    return nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    throw Error("[capture] ", path, ": invalid JSON: ", e.what());
+  }
+}
+
+struct Manifest {
+  CaptureSettings settings;
+  struct Shard {
+    std::string file;
+    int64_t first = 0, count = 0;
+  };
+  std::vector<Shard> shards;
+  bool complete = false;
+
+  int64_t documents_done() const {
+    return shards.empty() ? 0 : shards.back().first + shards.back().count;
+  }
+  nlohmann::json to_json() const {
+    nlohmann::json list = nlohmann::json::array();
+    for (const Shard& shard : shards)
+      list.push_back({{"file", shard.file}, {"first", shard.first}, {"count", shard.count}});
+    return {{"format", kFormat}, {"settings", settings.to_json()}, {"shards", list},
+            {"complete", complete}};
+  }
+  static Manifest read(const std::string& path) {
+    const nlohmann::json json = read_json(path);
+    Manifest manifest;
+    try {
+      check(json.at("format").get<std::string>() == kFormat, "[capture] ", path,
+            ": not a tandem capture manifest (format ", json.at("format").dump(), ", expected ",
+            kFormat, ")");
+      manifest.settings = CaptureSettings::from_json(json.at("settings"), path);
+      int64_t expected_first = 0;
+      for (const auto& shard : json.at("shards")) {
+        Shard entry{shard.at("file").get<std::string>(), shard.at("first").get<int64_t>(),
+                    shard.at("count").get<int64_t>()};
+        check(entry.first == expected_first && entry.count > 0, "[capture] ", path, ": shard ",
+              entry.file, " covers documents from ", entry.first, ", expected ", expected_first);
+        expected_first += entry.count;
+        manifest.shards.push_back(entry);
+      }
+      check(expected_first <= manifest.settings.num_documents, "[capture] ", path,
+            ": shards cover ", expected_first, " documents, the dataset has ",
+            manifest.settings.num_documents);
+      manifest.complete = json.at("complete").get<bool>();
+    } catch (const nlohmann::json::exception& e) {
+      throw Error("[capture] ", path, ": malformed manifest: ", e.what());
+    }
+    return manifest;
+  }
+};
+
+}  // namespace
+
+nlohmann::json CaptureSettings::to_json() const {
+  return {{"target", target},       {"layer_ids", layer_ids},         {"dtype", dtype},
+          {"seq_len", seq_len},     {"dataset_key", dataset_key},     {"num_documents", num_documents},
+          {"hidden_size", hidden_size}};
+}
+
+CaptureSettings CaptureSettings::from_json(const nlohmann::json& json, const std::string& where) {
+  CaptureSettings settings;
+  try {
+    settings.target = json.at("target").get<std::string>();
+    settings.layer_ids = json.at("layer_ids").get<std::vector<int64_t>>();
+    settings.dtype = json.at("dtype").get<std::string>();
+    settings.seq_len = json.at("seq_len").get<int64_t>();
+    settings.dataset_key = json.at("dataset_key").get<std::string>();
+    settings.num_documents = json.at("num_documents").get<int64_t>();
+    settings.hidden_size = json.at("hidden_size").get<int64_t>();
+  } catch (const nlohmann::json::exception& e) {
+    throw Error("[capture] ", where, ": malformed settings: ", e.what());
+  }
+  check(settings.seq_len > 0 && settings.hidden_size > 0 && !settings.layer_ids.empty(),
+        "[capture] ", where, ": settings need a positive seq_len and hidden_size and layer ids");
+  return settings;
+}
+
+bool CaptureSettings::operator==(const CaptureSettings& other) const {
+  return to_json() == other.to_json();
+}
+
+CaptureProgress capture_features(const FrozenModel& target, const TokenizedDataset& dataset,
+                                 const CaptureSettings& settings, const std::string& dir,
+                                 const CaptureOptions& options) {
+  check(options.documents_per_shard > 0 && options.rows > 0,
+        "[capture] documents per shard and rows must be positive");
+  const std::string manifest_path = dir + "/manifest.json";
+  Manifest manifest;
+  manifest.settings = settings;
+  if (std::filesystem::exists(manifest_path)) {
+    manifest = Manifest::read(manifest_path);
+    check(manifest.settings == settings, "[capture] ", manifest_path,
+          ": this directory holds a capture with other settings:\n  stored:    ",
+          manifest.settings.to_json().dump(), "\n  requested: ", settings.to_json().dump(),
+          "\nuse another output directory (or delete this one)");
+    for (const Manifest::Shard& shard : manifest.shards)
+      safetensors::File::open(dir + "/" + shard.file);  // listed shards must be intact
+  }
+  std::filesystem::create_directories(dir);
+  CaptureProgress progress;
+  progress.documents_done = manifest.documents_done();
+
+  const c10::ScalarType dtype = parse_compute_dtype(settings.dtype, "capture dtype");
+  const int64_t last_layer = target.config().num_hidden_layers - 1;
+  std::vector<int64_t> layers = settings.layer_ids;
+  layers.push_back(last_layer);
+  PackingOptions packing;
+  packing.seq_len = settings.seq_len;
+  packing.mode = PackingMode::Packed;
+  packing.overlong = OverlongPolicy::Split;
+  packing.max_rows = options.rows;
+
+  for (int64_t first = progress.documents_done; first < settings.num_documents;
+       first += options.documents_per_shard) {
+    const int64_t count = std::min(options.documents_per_shard, settings.num_documents - first);
+    // Per document: its chunks' features by first token.
+    std::vector<std::map<int64_t, std::pair<at::Tensor, at::Tensor>>> chunks(count);
+    for (int64_t next = 0; next < count;) {
+      std::vector<TokenizedDocument> documents;
+      for (int64_t i = next; i < count && static_cast<int64_t>(documents.size()) < options.rows * 4; ++i)
+        documents.push_back(dataset.document(first + i));
+      PackedBatch batch = pack_documents(documents, packing);
+      if (batch.documents_consumed == 0) {  // one document longer than `rows` rows: alone
+        PackingOptions alone = packing;
+        alone.max_rows = 0;
+        documents.resize(1);
+        batch = pack_documents(documents, alone);
+      }
+      const FrozenModel::Output out =
+          target.forward(batch.input_ids, batch.layout(), layers, /*with_logits=*/false);
+      std::vector<at::Tensor> aux_parts;
+      for (int64_t layer : settings.layer_ids) aux_parts.push_back(out.hidden.at(layer));
+      const at::Tensor aux = at::cat(aux_parts, -1).to(dtype);  // (B, T, k*H)
+      const at::Tensor last = out.hidden.at(last_layer).to(dtype);  // (B, T, H)
+      for (const PackedDocument& piece : batch.documents)
+        chunks[next + piece.source_index][piece.source_begin] = {
+            aux[piece.row].narrow(0, piece.begin, piece.length),
+            last[piece.row].narrow(0, piece.begin, piece.length)};
+      next += batch.documents_consumed;
+    }
+    std::vector<std::pair<std::string, at::Tensor>> tensors;
+    for (int64_t i = 0; i < count; ++i) {
+      const TokenizedDocument document = dataset.document(first + i);
+      std::vector<at::Tensor> aux, last;
+      for (const auto& [begin, features] : chunks[i]) {
+        aux.push_back(features.first);
+        last.push_back(features.second);
+      }
+      const std::string j = std::to_string(first + i);
+      const int64_t length = static_cast<int64_t>(document.ids.size());
+      tensors.emplace_back("aux." + j, at::cat(aux, 0));
+      tensors.emplace_back("last." + j, at::cat(last, 0));
+      tensors.emplace_back("input_ids." + j,
+                           at::from_blob(const_cast<int32_t*>(document.ids.data()), {length},
+                                         at::kInt).clone());
+      tensors.emplace_back("loss_mask." + j,
+                           at::from_blob(const_cast<uint8_t*>(document.loss_mask.data()), {length},
+                                         at::kByte).clone());
+    }
+    const std::string file = shard_name(static_cast<int64_t>(manifest.shards.size()));
+    write_tensors(dir + "/" + file, tensors, {{"format", kFormat}});
+    manifest.shards.push_back({file, first, count});
+    replace_file(manifest_path, manifest.to_json().dump(2) + "\n", "[capture]");
+    progress.documents_written += count;
+    progress.shards_written += 1;
+    if (!options.quiet)
+      std::cerr << "[capture] " << first + count << "/" << settings.num_documents
+                << " documents (" << file << ")\n";
+  }
+  manifest.complete = true;
+  replace_file(manifest_path, manifest.to_json().dump(2) + "\n", "[capture]");
+  return progress;
+}
+
+CaptureStore CaptureStore::open(const std::string& dir) {
+  const std::string manifest_path = dir + "/manifest.json";
+  check(std::filesystem::exists(manifest_path), "[capture] ", dir,
+        ": no manifest.json (not a `tandem capture` output directory)");
+  const Manifest manifest = Manifest::read(manifest_path);
+  check(manifest.complete && manifest.documents_done() == manifest.settings.num_documents,
+        "[capture] ", dir, ": the capture is unfinished (", manifest.documents_done(), "/",
+        manifest.settings.num_documents, " documents); rerun `tandem capture` to complete it");
+  CaptureStore store;
+  store.dir_ = dir;
+  store.settings_ = manifest.settings;
+  for (const Manifest::Shard& shard : manifest.shards) {
+    store.shards_.push_back(
+        std::make_shared<safetensors::File>(safetensors::File::open(dir + "/" + shard.file)));
+    store.shard_first_.push_back(shard.first);
+  }
+  return store;
+}
+
+CaptureStore::Slice CaptureStore::read(int64_t index, int64_t begin, int64_t length,
+                                       const at::Tensor& ids) const {
+  check(index >= 0 && index < settings_.num_documents, "[capture] ", dir_, ": document ", index,
+        " is not in the capture (", settings_.num_documents, " documents)");
+  const size_t shard = static_cast<size_t>(
+      std::upper_bound(shard_first_.begin(), shard_first_.end(), index) - shard_first_.begin() - 1);
+  const safetensors::File& file = *shards_[shard];
+  const std::string j = std::to_string(index);
+  const at::Tensor stored_ids = read_tensor(file, file.info("input_ids." + j));
+  check(begin >= 0 && begin + length <= stored_ids.size(0), "[capture] ", file.path(),
+        ": document ", index, " has ", stored_ids.size(0), " tokens, asked for [", begin, ", ",
+        begin + length, ")");
+  check(stored_ids.narrow(0, begin, length).to(at::kLong).equal(ids.to(at::kLong)), "[capture] ",
+        file.path(), ": document ", index,
+        " holds other tokens than the training data: the capture was made from another dataset");
+  Slice slice;
+  slice.aux = read_tensor(file, file.info("aux." + j)).narrow(0, begin, length);
+  slice.last = read_tensor(file, file.info("last." + j)).narrow(0, begin, length);
+  return slice;
+}
+
+}  // namespace tandem

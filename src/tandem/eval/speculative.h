@@ -1,0 +1,56 @@
+#pragma once
+// Speculative decoding with an EAGLE-3 draft and its frozen target (SPEC §6, acceptance length):
+// the draft proposes k tokens, the target scores them in one forward, the longest prefix that
+// equals the target's greedy choices is accepted, plus one bonus token from the target. τ is the
+// mean number of tokens each verifying target forward yields. Greedy verification means the
+// output must equal plain greedy decoding of the target; eval checks it token for token.
+#include <cstdint>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "tandem/models/eagle3.h"
+#include "tandem/models/frozen.h"
+
+namespace tandem {
+
+struct DecodeOptions {
+  int64_t max_new_tokens = 64;
+  std::vector<int64_t> stop_ids;  // generation ends after the first of these
+};
+
+/// Plain greedy decoding: one target forward per token. Returns the new tokens (stop included).
+std::vector<int64_t> greedy_decode(const FrozenModel& target, const std::vector<int64_t>& prompt,
+                                   const DecodeOptions& options);
+
+struct SpeculativeOutput {
+  std::vector<int64_t> tokens;    // new tokens (stop included), at most max_new_tokens
+  std::vector<int64_t> accepted;  // per verifying forward: draft tokens accepted (0..k)
+};
+
+/// Speculative decoding of `prompt` with `draft_tokens` (k) draft tokens per step.
+SpeculativeOutput speculative_decode(const FrozenModel& target, const Eagle3DraftImpl& draft,
+                                     const std::vector<int64_t>& prompt, int64_t draft_tokens,
+                                     const DecodeOptions& options);
+
+/// Acceptance statistics over many prompts.
+class AcceptanceStats {
+ public:
+  explicit AcceptanceStats(int64_t draft_tokens) : reached_(draft_tokens + 1, 0), accepted_at_(draft_tokens + 1, 0) {}
+  void add(const SpeculativeOutput& output);
+  /// τ: mean tokens per verifying target forward (accepted + 1).
+  double tau() const;
+  /// Per draft position j = 1..k: P(token j accepted | tokens 1..j-1 accepted).
+  std::vector<double> conditional_acceptance() const;
+  /// Per draft position j = 1..k: P(tokens 1..j all accepted).
+  std::vector<double> cumulative_acceptance() const;
+  int64_t steps() const { return steps_; }
+  nlohmann::json to_json() const;
+
+ private:
+  std::vector<int64_t> reached_;      // [j]: steps where tokens 1..j-1 were accepted
+  std::vector<int64_t> accepted_at_;  // [j]: steps where tokens 1..j were accepted
+  int64_t steps_ = 0, tokens_ = 0;
+};
+
+}  // namespace tandem

@@ -1,0 +1,110 @@
+#include "tandem/models/eagle3.h"
+
+#include <ATen/ATen.h>
+
+#include "tandem/core/error.h"
+#include "tandem/models/rope.h"
+#include "tandem/models/ttt_attention.h"
+
+namespace tandem {
+
+std::vector<int64_t> Eagle3Config::default_aux_layers(int64_t num_layers) {
+  return {1, num_layers / 2 - 1, num_layers - 4};
+}
+
+Eagle3Config Eagle3Config::for_target(const DecoderConfig& target,
+                                      std::vector<int64_t> aux_layer_ids,
+                                      int64_t draft_vocab_size, int64_t intermediate_size) {
+  Eagle3Config config;
+  config.layer = target;
+  config.layer.family = DecoderFamily::Llama;  // the draft layer is a Llama layer in every engine
+  config.layer.num_hidden_layers = 1;
+  config.layer.intermediate_size = intermediate_size > 0 ? intermediate_size : target.intermediate_size;
+  config.layer.qkv_bias = config.layer.o_bias = config.layer.mlp_bias = false;
+  config.layer.qk_norm = false;
+  config.layer.sliding_window = {0};
+  config.layer.tie_word_embeddings = false;
+  config.target_hidden_size = target.hidden_size;
+  config.draft_vocab_size = draft_vocab_size;
+  config.aux_layer_ids = aux_layer_ids.empty() ? default_aux_layers(target.num_hidden_layers)
+                                               : std::move(aux_layer_ids);
+  return config;
+}
+
+void Eagle3Config::validate(const std::string& where) const {
+  layer.validate(where);
+  check(aux_layer_ids.size() == 3, "[eagle3] ", where, ": EAGLE-3 reads 3 target layers, got ",
+        aux_layer_ids.size());
+  check(draft_vocab_size > 0 && draft_vocab_size <= layer.vocab_size, "[eagle3] ", where,
+        ": draft_vocab_size ", draft_vocab_size, " must be in 1..", layer.vocab_size,
+        " (the target's vocab)");
+  check(target_hidden_size > 0, "[eagle3] ", where, ": target_hidden_size must be positive");
+}
+
+Eagle3LayerImpl::Eagle3LayerImpl(const DecoderConfig& config, const at::TensorOptions& options) {
+  const int64_t hidden = config.hidden_size;
+  self_attn = register_module("self_attn", Attention(config, 0, options, 2 * hidden));
+  mlp = register_module("mlp", Mlp(hidden, config.intermediate_size, false, options));
+  input_layernorm =
+      register_module("input_layernorm", RMSNorm(hidden, config.rms_norm_eps, options));
+  hidden_norm = register_module("hidden_norm", RMSNorm(hidden, config.rms_norm_eps, options));
+  post_attention_layernorm =
+      register_module("post_attention_layernorm", RMSNorm(hidden, config.rms_norm_eps, options));
+}
+
+Eagle3DraftImpl::Eagle3DraftImpl(const Eagle3Config& config, const at::TensorOptions& options)
+    : config_(config) {
+  config_.validate("draft config");
+  const int64_t hidden = config.layer.hidden_size;
+  fc = register_module("fc", Linear(3 * config.target_hidden_size, hidden, false, options));
+  midlayer = register_module("midlayer", Eagle3Layer(config.layer, options));
+  norm = register_module("norm", RMSNorm(hidden, config.layer.rms_norm_eps, options));
+  lm_head = register_module("lm_head", Linear(hidden, config.draft_vocab_size, false, options));
+  // Until a vocab map is set: the first D target ids.
+  d2t = register_buffer("d2t", at::zeros({config.draft_vocab_size}, at::kLong));
+  t2d = register_buffer("t2d", at::arange(config.layer.vocab_size) < config.draft_vocab_size);
+  inverse_frequencies_ = rope_inverse_frequencies(config.layer.head_dim, config.layer.rope_theta,
+                                                  config.layer.rope_scaling);
+}
+
+at::Tensor Eagle3DraftImpl::step(const at::Tensor& embeds, const at::Tensor& hidden,
+                                 const at::Tensor& positions, const at::Tensor& context_mask,
+                                 TttState& state) const {
+  const Eagle3LayerImpl& layer = *midlayer;
+  const at::Tensor input = at::cat(
+      {layer.input_layernorm->forward(embeds), layer.hidden_norm->forward(hidden)}, -1);  // 2H
+  const RopeTables rope =
+      rope_tables(inverse_frequencies_.to(positions.device()), positions, hidden.scalar_type());
+  const QueryKeyValue qkv = layer.self_attn->project(input, rope);
+  if (!state.context_k.defined()) {
+    state.context_k = qkv.k;
+    state.context_v = qkv.v;
+  } else {
+    state.step_k.push_back(qkv.k);
+    state.step_v.push_back(qkv.v);
+  }
+  const at::Tensor attended = ttt_attention(qkv.q, state.context_k, state.context_v, context_mask,
+                                            state.step_k, state.step_v);
+  // The residual is the raw hidden state, not its norm (norm_before_residual: false).
+  const at::Tensor residual = hidden + layer.self_attn->output(attended);
+  return residual + layer.mlp->forward(layer.post_attention_layernorm->forward(residual));
+}
+
+at::Tensor Eagle3DraftImpl::logits(const at::Tensor& out) const {
+  return lm_head->forward(norm->forward(out));
+}
+
+at::Tensor Eagle3DraftImpl::draft_to_target() const {
+  return at::arange(d2t.size(0), d2t.options()) + d2t;
+}
+
+at::Tensor causal_context_mask(const AttentionLayout& layout) {
+  at::Tensor mask = attention_mask(layout, 0);
+  if (mask.defined()) return mask;
+  const int64_t length = layout.positions.size(1);
+  return at::ones({length, length}, layout.positions.options().dtype(at::kBool))
+      .tril()
+      .view({1, 1, length, length});
+}
+
+}  // namespace tandem

@@ -1,0 +1,283 @@
+#include "tandem/objectives/eagle3.h"
+
+#include <ATen/ATen.h>
+
+#include <cmath>
+#include <filesystem>
+
+#include "tandem/core/config.h"
+#include "tandem/core/dtype.h"
+#include "tandem/core/error.h"
+#include "tandem/core/hash.h"
+#include "tandem/data/token_cache.h"
+#include "tandem/objectives/eagle3_export.h"
+
+namespace tandem {
+
+namespace {
+
+// x shifted left by `k` along dim 1, the last k columns filled with `fill`. (B, T, ...) -> same.
+at::Tensor shift_left(const at::Tensor& x, int64_t k, double fill) {
+  const int64_t length = x.size(1);
+  if (k >= length) return at::full_like(x, fill);
+  std::vector<int64_t> tail_shape = x.sizes().vec();
+  tail_shape[1] = k;
+  return at::cat({x.narrow(1, k, length - k), at::full(tail_shape, fill, x.options())}, 1);
+}
+
+}  // namespace
+
+Eagle3Options eagle3_options(const Config& config) {
+  Eagle3Options options;
+  const Config target = config.section("target");
+  options.target_path = target.get_string("path");
+  options.target_dtype =
+      parse_compute_dtype(target.get_string("dtype", "fp32"), target.where("dtype"));
+  const Config draft = config.section("draft");
+  options.draft_dtype = parse_compute_dtype(draft.get_string("dtype", "fp32"), draft.where("dtype"));
+  options.aux_layer_ids = draft.get_int_list("aux_layer_ids", std::vector<int64_t>{});
+  options.ttt_length = draft.get_int("ttt_length", 7);
+  check(options.ttt_length >= 1, "[eagle3] ", draft.where("ttt_length"), ": must be >= 1");
+  options.decay = draft.get_double("decay", 0.8);
+  check(options.decay > 0, "[eagle3] ", draft.where("decay"), ": must be positive");
+  options.draft_vocab_size = draft.get_int("draft_vocab_size", 32000);
+  options.intermediate_size = draft.get_int("intermediate_size", 0);
+  options.train_lm_head = draft.get_bool("train_lm_head", true);
+  options.init_std = draft.get_double("init_std", 0.02);
+  options.seed = static_cast<uint64_t>(config.section("training").get_int("seed", 0));
+  options.capture_dir = config.section("data").get_string("capture", "");
+  options.teacher_chunk_tokens = config.section("loss").get_int("chunk_tokens", 1024);
+  return options;
+}
+
+at::Tensor eagle3_step_targets(const PackedBatch& batch, int64_t step) {
+  const int64_t k = 2 + step;
+  const at::Tensor same_document = shift_left(batch.document_ids, k, -1) == batch.document_ids;
+  const at::Tensor real = shift_left(batch.padding_mask, k, 0).to(at::kBool);
+  const at::Tensor trained = shift_left(batch.loss_mask, k, 0).to(at::kBool);
+  return same_document.logical_and(real).logical_and(trained);
+}
+
+Eagle3Objective::Eagle3Objective(const Eagle3Options& options) : options_(options) {
+  const at::Device cpu(at::kCPU);
+  target_config_ = DecoderConfig::from_dir(options.target_path);
+  if (options.capture_dir.empty()) {
+    target_.emplace(FrozenModel::load(options.target_path, options.target_dtype, cpu));
+    head_ = std::make_unique<FrozenHead>(target_->head());
+  } else {
+    head_ = std::make_unique<FrozenHead>(
+        FrozenHead::load(options.target_path, options.target_dtype, cpu));
+  }
+  const int64_t draft_vocab = std::min(options.draft_vocab_size, target_config_.vocab_size);
+  Eagle3Config config = Eagle3Config::for_target(target_config_, options.aux_layer_ids,
+                                                 draft_vocab, options.intermediate_size);
+  for (int64_t layer : config.aux_layer_ids)
+    check(layer >= 0 && layer < target_config_.num_hidden_layers, "[eagle3] aux layer ", layer,
+          " does not exist: the target ", options.target_path, " has layers 0..",
+          target_config_.num_hidden_layers - 1);
+  draft_ = Eagle3Draft(config, at::TensorOptions().dtype(options.draft_dtype));
+  init_normal_(*draft_, options.init_std, options.seed);
+  for (auto& parameter : draft_->parameters()) parameter.set_requires_grad(true);
+  draft_->lm_head->weight.set_requires_grad(options.train_lm_head);
+  set_vocab_map(VocabMap{draft_->d2t.clone(), draft_->t2d.clone()});
+  if (!options.capture_dir.empty()) use_capture(options.capture_dir);
+}
+
+void Eagle3Objective::set_vocab_map(const VocabMap& map) {
+  map.validate("draft vocab map");
+  check(map.vocab_size() == target_config_.vocab_size &&
+            map.draft_vocab_size() == draft_->config().draft_vocab_size,
+        "[eagle3] the vocab map is ", map.draft_vocab_size(), " of ", map.vocab_size(),
+        " ids; the draft needs ", draft_->config().draft_vocab_size, " of ",
+        target_config_.vocab_size);
+  at::NoGradGuard no_grad;
+  draft_->d2t.copy_(map.d2t);
+  draft_->t2d.copy_(map.t2d);
+  // lm_head starts as the target's output rows of the draft vocab (SPEC §6).
+  draft_->lm_head->weight.copy_(head_->lm_head().index_select(0, map.draft_to_target()));
+}
+
+void Eagle3Objective::use_capture(const std::string& dir) {
+  capture_.emplace(CaptureStore::open(dir));
+  const CaptureSettings& settings = capture_->settings();
+  check(settings.layer_ids == draft_->config().aux_layer_ids, "[eagle3] ", dir,
+        ": the capture holds target layers ", at::IntArrayRef(settings.layer_ids),
+        " but the draft reads ", at::IntArrayRef(draft_->config().aux_layer_ids));
+  check(settings.hidden_size == target_config_.hidden_size, "[eagle3] ", dir,
+        ": captured hidden size ", settings.hidden_size, " != the target's ",
+        target_config_.hidden_size);
+}
+
+void Eagle3Objective::attach_data(const DataContext& data) {
+  const int64_t vocab = target_config_.vocab_size;
+  const std::string fingerprint = hex64(data.dataset.key());
+  const CachedVocabMap cached = cached_vocab_map(
+      data.cache_dir.empty() ? default_data_cache_dir() : data.cache_dir, fingerprint, vocab,
+      draft_->config().draft_vocab_size, [&] {
+        TokenCounter counter(vocab);
+        for (int64_t i = 0; i < data.dataset.size(); ++i) counter.add(data.dataset.document(i));
+        return counter.counts();
+      });
+  set_vocab_map(cached.map);
+  if (capture_) {
+    const CaptureSettings& settings = capture_->settings();
+    check(settings.dataset_key == fingerprint &&
+              settings.num_documents == data.dataset.size(),
+          "[eagle3] ", capture_->dir(), ": captured from other data (dataset key ",
+          settings.dataset_key, ", ", settings.num_documents, " documents) than ",
+          data.dataset.source_path(), " (key ", fingerprint, ", ", data.dataset.size(),
+          " documents); rerun `tandem capture` on this data");
+    check(settings.seq_len == data.seq_len, "[eagle3] ", capture_->dir(),
+          ": captured with seq_len ", settings.seq_len, ", training uses ", data.seq_len,
+          " (long documents are split at seq_len, so the two must agree)");
+  }
+}
+
+StepTotals Eagle3Objective::count(const PackedBatch& batch) const {
+  StepTotals totals;
+  totals.documents = batch.total_documents();
+  for (int64_t i = 0; i < options_.ttt_length; ++i)
+    totals.unroll_tokens.push_back(eagle3_step_targets(batch, i).sum().item<int64_t>());
+  totals.loss_tokens = totals.unroll_tokens.front();
+  return totals;
+}
+
+TargetFeatures Eagle3Objective::features(const PackedBatch& batch) const {
+  const std::vector<int64_t>& aux_layers = draft_->config().aux_layer_ids;
+  const int64_t last_layer = target_config_.num_hidden_layers - 1;
+  TargetFeatures features;
+  if (target_) {
+    std::vector<int64_t> layers = aux_layers;
+    layers.push_back(last_layer);
+    const FrozenModel::Output out =
+        target_->forward(batch.input_ids, batch.layout(), layers, /*with_logits=*/false);
+    std::vector<at::Tensor> parts;
+    for (int64_t layer : aux_layers) parts.push_back(out.hidden.at(layer));
+    features.aux = at::cat(parts, -1);
+    features.last = out.hidden.at(last_layer);
+    return features;
+  }
+  const int64_t hidden = target_config_.hidden_size;
+  const at::TensorOptions options = at::TensorOptions().dtype(options_.target_dtype);
+  features.aux = at::zeros({batch.rows(), batch.seq_len(), 3 * hidden}, options);
+  features.last = at::zeros({batch.rows(), batch.seq_len(), hidden}, options);
+  for (const PackedDocument& document : batch.documents) {
+    check(document.dataset_index >= 0,
+          "[eagle3] offline training needs batches that know their dataset documents");
+    const at::Tensor ids = batch.input_ids[document.row].narrow(0, document.begin, document.length);
+    const CaptureStore::Slice slice =
+        capture_->read(document.dataset_index, document.source_begin, document.length, ids);
+    features.aux[document.row].narrow(0, document.begin, document.length).copy_(slice.aux);
+    features.last[document.row].narrow(0, document.begin, document.length).copy_(slice.last);
+  }
+  return features;
+}
+
+Teacher Eagle3Objective::teacher(const at::Tensor& last_hidden) const {
+  at::NoGradGuard no_grad;
+  const int64_t rows = last_hidden.size(0), length = last_hidden.size(1);
+  const at::Tensor normed = head_->final_norm(last_hidden).reshape({rows * length, -1});  // (N, H)
+  const at::Tensor lm_head = head_->lm_head().to(at::kFloat);                             // (V, H)
+  const at::Tensor draft_ids = draft_->draft_to_target();                                 // (D,)
+  const int64_t total = normed.size(0), chunk = std::max<int64_t>(1, options_.teacher_chunk_tokens);
+  std::vector<at::Tensor> probs, argmax;
+  for (int64_t begin = 0; begin < total; begin += chunk) {
+    const at::Tensor logits =
+        at::linear(normed.narrow(0, begin, std::min(chunk, total - begin)).to(at::kFloat), lm_head);
+    argmax.push_back(logits.argmax(-1));
+    probs.push_back(at::softmax(logits.index_select(1, draft_ids), -1));
+  }
+  Teacher teacher;
+  teacher.probs = at::cat(probs).view({rows, length, -1});
+  teacher.argmax = at::cat(argmax).view({rows, length});
+  teacher.in_vocab = draft_->t2d.index({teacher.argmax});
+  return teacher;
+}
+
+Eagle3Result Eagle3Objective::unroll(const PackedBatch& batch, const TargetFeatures& features,
+                                     const StepTotals& totals) const {
+  check(static_cast<int64_t>(totals.unroll_tokens.size()) == options_.ttt_length,
+        "[eagle3] step totals carry ", totals.unroll_tokens.size(), " unroll steps, expected ",
+        options_.ttt_length);
+  const c10::ScalarType dtype = options_.draft_dtype;
+  const Teacher teacher_all = teacher(features.last);
+  const at::Tensor draft_ids = draft_->draft_to_target();
+  const at::Tensor context_mask = causal_context_mask(batch.layout());
+
+  Eagle3Result result;
+  TttState state;
+  at::Tensor hidden = draft_->fc->forward(features.aux.to(dtype));  // (B, T, H)
+  at::Tensor loss = at::zeros({}, at::kFloat);
+  for (int64_t i = 0; i < options_.ttt_length; ++i) {
+    const at::Tensor ids = shift_left(batch.input_ids, 1 + i, 0);  // x_{t+1+i}
+    at::Tensor embeds;
+    {
+      at::NoGradGuard no_grad;
+      embeds = head_->embed(ids).to(dtype);
+    }
+    hidden = draft_->step(embeds, hidden, batch.position_ids + i, context_mask, state);
+    const at::Tensor logits = draft_->logits(hidden);  // (B, T, D)
+
+    // The target's view of x_{t+2+i}: its logits at t+1+i.
+    const at::Tensor valid = eagle3_step_targets(batch, i);  // (B, T)
+    const at::Tensor target_argmax = shift_left(teacher_all.argmax, 1 + i, 0);
+    const at::Tensor in_vocab = shift_left(teacher_all.in_vocab, 1 + i, 0);
+    const at::Tensor loss_positions = valid.logical_and(in_vocab);
+    const at::Tensor probs = shift_left(teacher_all.probs, 1 + i, 0).index({loss_positions});
+    const at::Tensor log_q = at::log_softmax(logits.index({loss_positions}).to(at::kFloat), -1);
+    const double normaliser = static_cast<double>(std::max<int64_t>(totals.unroll_tokens[i], 1));
+    const at::Tensor step_loss = -(probs * log_q).sum() / normaliser;
+    loss = loss + std::pow(options_.decay, static_cast<double>(i)) * step_loss;
+    {
+      at::NoGradGuard no_grad;
+      const at::Tensor predicted = draft_ids.index({logits.argmax(-1)});
+      result.correct.push_back(
+          predicted.eq(target_argmax).logical_and(valid).sum().item<int64_t>());
+      result.loss_positions.push_back(loss_positions.sum().item<int64_t>());
+    }
+    result.step_losses.push_back(step_loss);
+    result.step_logits.push_back(logits);
+  }
+  result.loss = loss;
+  return result;
+}
+
+ObjectiveOutput Eagle3Objective::compute(const PackedBatch& batch, const StepTotals& totals) {
+  check(totals.loss_tokens > 0, "[eagle3] the step has no positions with a target");
+  const TargetFeatures target_features = features(batch);
+  Eagle3Result result = unroll(batch, target_features, totals);
+  ObjectiveOutput output;
+  output.loss = result.loss;
+  output.metrics.emplace_back("loss", result.loss.item<double>());
+  int64_t out_of_vocab = 0;
+  for (int64_t i = 0; i < options_.ttt_length; ++i) {
+    const double count = static_cast<double>(std::max<int64_t>(totals.unroll_tokens[i], 1));
+    output.metrics.emplace_back("acc_" + std::to_string(i), result.correct[i] / count);
+    output.metrics.emplace_back("loss_" + std::to_string(i), result.step_losses[i].item<double>());
+    if (i == 0) out_of_vocab = eagle3_step_targets(batch, 0).sum().item<int64_t>() - result.loss_positions[0];
+  }
+  output.metrics.emplace_back("target_out_of_draft_vocab",
+                              out_of_vocab / static_cast<double>(std::max<int64_t>(totals.unroll_tokens[0], 1)));
+  return output;
+}
+
+void Eagle3Objective::finish_metrics(std::vector<std::pair<std::string, double>>& metrics) const {
+  // Simulated acceptance length: sum_k prod_{i<=k} acc_i (expected accepted draft tokens).
+  double product = 1.0, accepted = 0.0;
+  for (int64_t i = 0; i < options_.ttt_length; ++i) {
+    const std::string name = "acc_" + std::to_string(i);
+    for (const auto& [key, value] : metrics)
+      if (key == name) product *= value;
+    accepted += product;
+  }
+  metrics.emplace_back("sim_accept_length", accepted);
+}
+
+void Eagle3Objective::export_model(const std::string& dir) const {
+  Eagle3ExportInfo info;
+  info.target_path = options_.target_path;
+  info.speculative_tokens = options_.ttt_length;
+  write_eagle3_exports(*draft_, dir, info);
+}
+
+}  // namespace tandem

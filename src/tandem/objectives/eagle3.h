@@ -1,0 +1,111 @@
+#pragma once
+// EAGLE-3 draft training (SPEC §6) against a frozen target.
+//
+// Shifts: at position t the draft reads the target feature h_t and the embedding of x_{t+1},
+// and learns the target's distribution for x_{t+2} (the target's logits at t+1). Unroll step i
+// reads its own previous output and x_{t+1+i}, and learns the target's logits at t+1+i.
+// Teacher: softmax of the target logits restricted to the draft vocab (t2d), positions whose
+// full-vocab target argmax is outside the draft vocab masked out. Loss: soft cross-entropy per
+// step, divided by that step's target positions in the whole optimizer step; total
+// sum_i decay^i * loss_i.
+//
+// Online: the frozen target runs on every batch (no autograd). Offline: features come from a
+// `tandem capture` directory (data.capture) and only the target's embedding, final norm and
+// lm_head are loaded.
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "tandem/data/capture.h"
+#include "tandem/data/vocab_map.h"
+#include "tandem/models/eagle3.h"
+#include "tandem/models/frozen.h"
+#include "tandem/objectives/objective.h"
+
+namespace tandem {
+
+struct Eagle3Options {
+  std::string target_path;
+  c10::ScalarType target_dtype = c10::ScalarType::Float;
+  c10::ScalarType draft_dtype = c10::ScalarType::Float;
+  std::vector<int64_t> aux_layer_ids;  // empty: SPEC default for the target's depth
+  int64_t ttt_length = 7;
+  double decay = 0.8;
+  int64_t draft_vocab_size = 32000;
+  int64_t intermediate_size = 0;  // 0: the target's
+  bool train_lm_head = true;      // SpecForge trains it; speculators freezes it
+  double init_std = 0.02;
+  uint64_t seed = 0;
+  std::string capture_dir;  // offline mode when set
+  int64_t teacher_chunk_tokens = 1024;
+};
+
+/// Reads `target.*`, `draft.*` and `data.capture` of the config.
+Eagle3Options eagle3_options(const Config& config);
+
+/// (B, T) bool: position t has a target at unroll step i, i.e. token t+2+i exists in t's
+/// document, is real and is loss-masked.
+at::Tensor eagle3_step_targets(const PackedBatch& batch, int64_t step);
+
+/// The target's hidden states on a batch.
+struct TargetFeatures {
+  at::Tensor aux;   // (B, T, 3 * H_target)
+  at::Tensor last;  // (B, T, H_target): raw output of the last decoder layer
+};
+
+/// The target's distribution at every position, over the draft vocab.
+struct Teacher {
+  at::Tensor probs;     // (B, T, D) fp32: softmax of the target logits at the draft vocab ids
+  at::Tensor argmax;    // (B, T) int64: full-vocab argmax of the target logits
+  at::Tensor in_vocab;  // (B, T) bool: that argmax is in the draft vocab
+};
+
+/// What one micro-batch's unroll produced (tensors kept for tests).
+struct Eagle3Result {
+  at::Tensor loss;                        // 0-dim: sum_i decay^i * loss_i
+  std::vector<at::Tensor> step_losses;    // loss_i, 0-dim, already normalised
+  std::vector<at::Tensor> step_logits;    // (B, T, D) per step
+  std::vector<int64_t> correct;           // positions whose mapped draft argmax = target argmax
+  std::vector<int64_t> loss_positions;    // positions in loss_i (targets in the draft vocab)
+};
+
+class Eagle3Objective : public Objective {
+ public:
+  explicit Eagle3Objective(const Eagle3Options& options);
+  std::string name() const override { return "eagle3"; }
+  std::vector<std::string> frozen_models() const override { return {"target"}; }
+  torch::nn::Module& trainable() override { return *draft_; }
+  StepTotals count(const PackedBatch& batch) const override;
+  ObjectiveOutput compute(const PackedBatch& batch, const StepTotals& totals) override;
+  /// Writes `dir`/sglang (LlamaForCausalLMEagle3) and `dir`/speculators (Eagle3DraftModel).
+  void export_model(const std::string& dir) const override;
+  void attach_data(const DataContext& data) override;
+  void finish_metrics(std::vector<std::pair<std::string, double>>& step_metrics) const override;
+  bool export_at_checkpoints() const override { return true; }
+
+  /// Installs the draft vocabulary and re-initialises lm_head from the target's rows for it.
+  void set_vocab_map(const VocabMap& map);
+  /// Opens a capture directory for offline features (checked against the draft's layers).
+  void use_capture(const std::string& dir);
+  /// Target features for `batch`: from the target (online) or the capture (offline).
+  TargetFeatures features(const PackedBatch& batch) const;
+  Teacher teacher(const at::Tensor& last_hidden) const;
+  /// The unroll on one micro-batch with given features.
+  Eagle3Result unroll(const PackedBatch& batch, const TargetFeatures& features,
+                      const StepTotals& totals) const;
+
+  Eagle3Draft& draft() { return draft_; }
+  const Eagle3Options& options() const { return options_; }
+  bool offline() const { return capture_.has_value(); }
+
+ private:
+  Eagle3Options options_;
+  std::optional<FrozenModel> target_;  // online only
+  std::unique_ptr<FrozenHead> head_;
+  DecoderConfig target_config_;
+  std::optional<CaptureStore> capture_;
+  Eagle3Draft draft_{nullptr};
+};
+
+}  // namespace tandem

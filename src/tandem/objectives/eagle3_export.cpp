@@ -1,0 +1,183 @@
+#include "tandem/objectives/eagle3_export.h"
+
+#include <ATen/ATen.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "tandem/core/error.h"
+#include "tandem/core/file_io.h"
+#include "tandem/data/vocab_map.h"
+#include "tandem/io/hf_checkpoint.h"
+#include "tandem/models/load.h"
+
+namespace tandem {
+
+namespace {
+
+std::string dtype_name(c10::ScalarType dtype) {
+  return dtype == at::kBFloat16 ? "bfloat16" : dtype == at::kHalf ? "float16" : "float32";
+}
+
+// Engine numbering of tandem's aux layer i (output of decoder layer i).
+std::vector<int64_t> vllm_layer_ids(const Eagle3Config& config) {
+  std::vector<int64_t> ids;
+  for (int64_t layer : config.aux_layer_ids) ids.push_back(layer + 1);
+  return ids;
+}
+
+// The draft layer's dims as a Llama config.json object.
+nlohmann::json layer_json(const Eagle3Config& config, c10::ScalarType dtype) {
+  DecoderConfig layer = config.layer;
+  layer.family = DecoderFamily::Llama;
+  layer.num_hidden_layers = 1;
+  layer.sliding_window = {0};
+  layer.torch_dtype = dtype_name(dtype);
+  nlohmann::json json = layer.to_json();
+  json["num_hidden_layers"] = 1;
+  return json;
+}
+
+void write_export_dir(const std::string& dir, const nlohmann::json& config,
+                      const std::vector<std::pair<std::string, at::Tensor>>& weights) {
+  // Written beside the destination and renamed over it: a crash never leaves half an export.
+  const std::string staging = dir + ".tmp";
+  std::filesystem::remove_all(staging);
+  std::filesystem::create_directories(staging);
+  write_hf_weights(staging, weights);
+  replace_file(staging + "/config.json", config.dump(2) + "\n", "[export]");
+  const std::string old = dir + ".old";
+  std::filesystem::remove_all(old);
+  if (std::filesystem::exists(dir)) std::filesystem::rename(dir, old);
+  std::filesystem::rename(staging, dir);
+  std::filesystem::remove_all(old);
+}
+
+}  // namespace
+
+nlohmann::json eagle3_sglang_config(const Eagle3Config& config, c10::ScalarType dtype) {
+  nlohmann::json json = layer_json(config, dtype);
+  json["architectures"] = {"LlamaForCausalLMEagle3"};
+  json["model_type"] = "llama";
+  json["draft_vocab_size"] = config.draft_vocab_size;
+  json["target_hidden_size"] = config.target_hidden_size;
+  json["num_aux_hidden_states"] = config.aux_layer_ids.size();
+  json["eagle_aux_hidden_state_layer_ids"] = vllm_layer_ids(config);
+  json["eagle_config"] = {{"eagle_aux_hidden_state_layer_ids", config.aux_layer_ids},
+                          {"use_aux_hidden_state", true},
+                          {"use_input_layernorm_in_first_layer", true},
+                          {"use_last_layernorm", true}};
+  json["norm_before_residual"] = false;
+  json["attention_bias"] = false;
+  json["tie_word_embeddings"] = false;
+  return json;
+}
+
+nlohmann::json eagle3_speculators_config(const Eagle3Config& config, c10::ScalarType dtype,
+                                         const Eagle3ExportInfo& info) {
+  nlohmann::json layer = layer_json(config, dtype);
+  layer.erase("architectures");
+  layer.erase("torch_dtype");
+  layer.erase("bos_token_id");
+  layer.erase("eos_token_id");
+  layer.erase("pad_token_id");
+  layer["model_type"] = "llama";
+  nlohmann::json json;
+  json["architectures"] = {"Eagle3DraftModel"};
+  json["speculators_model_type"] = "eagle3";
+  json["speculators_version"] = "0.9.0";
+  json["transformer_layer_config"] = layer;
+  json["draft_vocab_size"] = config.draft_vocab_size;
+  json["target_hidden_size"] = config.target_hidden_size;
+  json["norm_before_residual"] = false;
+  json["eagle_aux_hidden_state_layer_ids"] = vllm_layer_ids(config);
+  json["torch_dtype"] = dtype_name(dtype);
+  json["speculators_config"] = {
+      {"algorithm", "eagle3"},
+      {"default_proposal_method", "greedy"},
+      {"proposal_methods",
+       {{{"proposal_type", "greedy"}, {"speculative_tokens", info.speculative_tokens}}}},
+      {"verifier",
+       {{"name_or_path", info.target_path}, {"architectures", {"LlamaForCausalLM"}}}}};
+  return json;
+}
+
+void write_eagle3_exports(const Eagle3DraftImpl& draft, const std::string& dir,
+                          const Eagle3ExportInfo& info) {
+  std::filesystem::create_directories(dir);
+  const c10::ScalarType dtype = draft.fc->weight.scalar_type();
+  std::vector<std::pair<std::string, at::Tensor>> sglang, speculators;
+  for (const auto& parameter : draft.named_parameters()) {
+    const std::string& name = parameter.key();
+    sglang.emplace_back(name, parameter.value());
+    const std::string prefix = "midlayer.";
+    speculators.emplace_back(
+        name.rfind(prefix, 0) == 0 ? "layers.0." + name.substr(prefix.size()) : name,
+        parameter.value());
+  }
+  for (auto* weights : {&sglang, &speculators}) {
+    weights->emplace_back("d2t", draft.d2t);
+    weights->emplace_back("t2d", draft.t2d);
+  }
+  write_export_dir(dir + "/sglang", eagle3_sglang_config(draft.config(), dtype), sglang);
+  write_export_dir(dir + "/speculators",
+                   eagle3_speculators_config(draft.config(), dtype, info), speculators);
+}
+
+Eagle3Draft load_eagle3_export(const std::string& dir, c10::ScalarType dtype) {
+  const std::string path = dir + "/config.json";
+  std::ifstream in(path);
+  check(in.good(), "[eagle3] ", path, ": cannot open (is ", dir, " an EAGLE-3 export?)");
+  nlohmann::json json;
+  try {
+    json = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    throw Error("[eagle3] ", path, ": invalid JSON: ", e.what());
+  }
+  check(json.value("architectures", nlohmann::json::array()) ==
+            nlohmann::json::array({"LlamaForCausalLMEagle3"}),
+        "[eagle3] ", path, ": architectures must be [\"LlamaForCausalLMEagle3\"] (the sglang "
+        "export; the speculators one is for vLLM)");
+  Eagle3Config config;
+  nlohmann::json layer = json;
+  layer["architectures"] = {"LlamaForCausalLM"};
+  for (const char* key : {"draft_vocab_size", "target_hidden_size", "num_aux_hidden_states",
+                          "eagle_aux_hidden_state_layer_ids", "eagle_config",
+                          "norm_before_residual"})
+    layer.erase(key);
+  config.layer = DecoderConfig::from_json(layer, path);
+  try {
+    check(!json.at("norm_before_residual").get<bool>(), "[eagle3] ", path,
+          ": norm_before_residual: true drafts are not supported");
+    config.draft_vocab_size = json.at("draft_vocab_size").get<int64_t>();
+    config.target_hidden_size = json.at("target_hidden_size").get<int64_t>();
+    config.aux_layer_ids =
+        json.at("eagle_config").at("eagle_aux_hidden_state_layer_ids").get<std::vector<int64_t>>();
+  } catch (const nlohmann::json::exception& e) {
+    throw Error("[eagle3] ", path, ": ", e.what());
+  }
+  Eagle3Draft draft(config, at::TensorOptions().dtype(dtype));
+  const HfCheckpoint checkpoint = HfCheckpoint::open(dir);
+  at::NoGradGuard no_grad;
+  for (auto& parameter : draft->named_parameters()) {
+    check(checkpoint.contains(parameter.key()), "[eagle3] ", dir, ": missing '", parameter.key(),
+          "'");
+    const at::Tensor stored = checkpoint.read(parameter.key());
+    check(stored.sizes() == parameter.value().sizes(), "[eagle3] ", dir, ": '", parameter.key(),
+          "' has shape ", stored.sizes(), ", the config implies ", parameter.value().sizes());
+    parameter.value().copy_(stored);
+  }
+  for (const char* name : {"d2t", "t2d"}) {
+    check(checkpoint.contains(name), "[eagle3] ", dir, ": missing '", name, "'");
+    at::Tensor& buffer = std::string(name) == "d2t" ? draft->d2t : draft->t2d;
+    const at::Tensor stored = checkpoint.read(name);
+    check(stored.sizes() == buffer.sizes() && stored.scalar_type() == buffer.scalar_type(),
+          "[eagle3] ", dir, ": '", name, "' is ", stored.scalar_type(), stored.sizes(),
+          ", expected ", buffer.scalar_type(), buffer.sizes());
+    buffer.copy_(stored);
+  }
+  VocabMap{draft->d2t, draft->t2d}.validate(dir);
+  return draft;
+}
+
+}  // namespace tandem

@@ -1,0 +1,16 @@
+#include "tandem/objectives/objective.h"
+
+#include "tandem/core/error.h"
+
+namespace tandem {
+
+void StepTotals::add(const StepTotals& other) {
+  loss_tokens += other.loss_tokens;
+  documents += other.documents;
+  if (unroll_tokens.empty()) unroll_tokens.assign(other.unroll_tokens.size(), 0);
+  check(unroll_tokens.size() == other.unroll_tokens.size(), "[train] step totals of ",
+        unroll_tokens.size(), " and ", other.unroll_tokens.size(), " unroll steps cannot be added");
+  for (size_t i = 0; i < unroll_tokens.size(); ++i) unroll_tokens[i] += other.unroll_tokens[i];
+}
+
+}  // namespace tandem

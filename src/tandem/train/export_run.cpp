@@ -1,0 +1,54 @@
+#include "tandem/train/export_run.h"
+
+#include <ATen/ATen.h>
+
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <optional>
+
+#include "tandem/core/config.h"
+#include "tandem/core/error.h"
+#include "tandem/objectives/objective.h"
+#include "tandem/train/checkpoint.h"
+
+namespace tandem {
+
+ExportResult export_run(const std::string& run_dir, int64_t step, const std::string& out_dir) {
+  std::optional<CheckpointReader> reader;
+  if (step < 0) {
+    CheckpointSearch search = find_latest_valid(run_dir);
+    for (const std::string& warning : search.warnings) std::cerr << warning << "\n";
+    check(search.checkpoint.has_value(), "[export] ", run_dir, ": no valid checkpoint");
+    reader.emplace(std::move(*search.checkpoint));
+  } else {
+    reader.emplace(CheckpointReader::open(run_dir + "/" + checkpoint_dir_name(step)));
+  }
+  const Config config = Config::parse(reader->read_text("config.yaml"), reader->dir() + "/config.yaml");
+  std::unique_ptr<Objective> objective = make_objective(config);
+  const auto stored = reader->read_tensors("model.safetensors");
+  torch::nn::Module& model = objective->trainable();
+  {
+    at::NoGradGuard no_grad;
+    auto restore = [&](const std::string& name, at::Tensor tensor) {
+      auto found = stored.find(name);
+      check(found != stored.end(), "[export] ", reader->dir(), "/model.safetensors: missing '",
+            name, "'");
+      check(found->second.sizes() == tensor.sizes(), "[export] ", reader->dir(),
+            "/model.safetensors: '", name, "' has shape ", found->second.sizes(),
+            ", the model built from its config.yaml has ", tensor.sizes());
+      tensor.copy_(found->second);
+    };
+    for (const auto& parameter : model.named_parameters())
+      if (parameter.value().requires_grad()) restore(parameter.key(), parameter.value());
+    for (const auto& buffer : model.named_buffers()) restore(buffer.key(), buffer.value());
+  }
+  objective->export_model(out_dir);
+  ExportResult result;
+  result.checkpoint_dir = reader->dir();
+  result.out_dir = out_dir;
+  const nlohmann::json state = nlohmann::json::parse(reader->read_text("trainer_state.json"));
+  result.step = state.at("step").get<int64_t>();
+  return result;
+}
+
+}  // namespace tandem
