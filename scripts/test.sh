@@ -4,7 +4,8 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
-scripts/setup.sh
+# --tools: the e2e test checks exports with transformers and speculators' own config classes.
+scripts/setup.sh --tools
 # Two test processes on two cores, one libtorch thread each: no pools fighting over cores.
 export OMP_NUM_THREADS=1 TANDEM_THREADS=1
 jobs=${TANDEM_JOBS:-$(nproc)}

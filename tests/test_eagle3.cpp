@@ -40,7 +40,7 @@ const std::map<std::string, at::Tensor>& reference() {
 tandem::Eagle3Options fixture_options(int64_t ttt_length) {
   tandem::Eagle3Options options;
   options.target_path = tandem::testing::model_fixture("llama3");
-  options.aux_layer_ids = {0, 2, 3};
+  options.aux_layer_ids = {0, 1, 2};
   options.ttt_length = ttt_length;
   options.draft_vocab_size = 96;
   options.intermediate_size = 96;
@@ -143,6 +143,14 @@ TEST(Eagle3Fixture, OnlineFeaturesLogitsLossesAccuraciesAndGradientsMatchPyTorch
   EXPECT_EQ(checked, 13);
 }
 
+TEST(Eagle3Options, RefusesAuxLayersNoServingEngineCanCapture) {
+  tandem::Eagle3Options options = fixture_options(4);
+  options.aux_layer_ids = {0, 1, 3};  // 3 = the last layer of 4: vLLM and SGLang never expose it
+  EXPECT_NE(tandem::testing::error_of([&] { tandem::Eagle3Objective objective(options); })
+                .find("aux layer 3 is the target's last layer"),
+            std::string::npos);
+}
+
 TEST(Eagle3Fixture, SevenStepUnrollMatchesPyTorch) {
   const auto& ref = reference();
   const tandem::PackedBatch batch = fixture_batch();
@@ -192,7 +200,7 @@ TEST(Eagle3Fixture, OfflineFromACaptureGivesTheOnlineLoss) {
 
   tandem::CaptureSettings settings;
   settings.target = tandem::testing::model_fixture("llama3");
-  settings.layer_ids = {0, 2, 3};
+  settings.layer_ids = {0, 1, 2};
   settings.dtype = "fp32";
   settings.seq_len = 24;
   settings.dataset_key = tandem::hex64(dataset.key());
@@ -241,7 +249,7 @@ TEST(Eagle3Fixture, ResumingAnInterruptedCaptureContinuesWhereItStopped) {
   tandem::CacheOptions cache;
   cache.dir = dir / "cache";
   const auto dataset = tandem::TokenizedDataset::open(dir / "docs.jsonl", tandem::DataFormat::pretokenized, {}, cache);
-  tandem::CaptureSettings settings{tandem::testing::model_fixture("llama3"), {0, 2, 3}, "fp32", 8,
+  tandem::CaptureSettings settings{tandem::testing::model_fixture("llama3"), {0, 1, 2}, "fp32", 8,
                                    tandem::hex64(dataset.key()), dataset.size(), 64};
   const auto target = tandem::FrozenModel::load(settings.target, at::kFloat, at::Device(at::kCPU));
   tandem::CaptureOptions options;
@@ -363,15 +371,15 @@ TEST(Eagle3Export, BothFormatsHaveExactlyTheKeysShapesAndConfigEnginesRead) {
   EXPECT_EQ(sglang["vocab_size"], vocab);
   EXPECT_EQ(sglang["target_hidden_size"], hidden);
   EXPECT_EQ(sglang["norm_before_residual"], false);
-  EXPECT_EQ(sglang["eagle_aux_hidden_state_layer_ids"], nlohmann::json::array({1, 3, 4}));  // vLLM
-  EXPECT_EQ(sglang["eagle_config"]["eagle_aux_hidden_state_layer_ids"], nlohmann::json::array({0, 2, 3}));
+  EXPECT_EQ(sglang["eagle_aux_hidden_state_layer_ids"], nlohmann::json::array({1, 2, 3}));  // vLLM
+  EXPECT_EQ(sglang["eagle_config"]["eagle_aux_hidden_state_layer_ids"], nlohmann::json::array({0, 1, 2}));
   const auto speculators = nlohmann::json::parse(std::ifstream(dir / "speculators/config.json"));
   EXPECT_EQ(speculators["architectures"], nlohmann::json::array({"Eagle3DraftModel"}));
   EXPECT_FALSE(speculators.contains("model_type"));
   EXPECT_EQ(speculators["speculators_model_type"], "eagle3");
   EXPECT_EQ(speculators["transformer_layer_config"]["model_type"], "llama");
   EXPECT_EQ(speculators["speculators_config"]["proposal_methods"][0]["speculative_tokens"], 7);
-  EXPECT_EQ(speculators["eagle_aux_hidden_state_layer_ids"], nlohmann::json::array({1, 3, 4}));
+  EXPECT_EQ(speculators["eagle_aux_hidden_state_layer_ids"], nlohmann::json::array({1, 2, 3}));
   EXPECT_EQ(speculators["draft_vocab_size"], draft_vocab);
 
   // Reading the SGLang export back gives the same draft.
@@ -379,7 +387,7 @@ TEST(Eagle3Export, BothFormatsHaveExactlyTheKeysShapesAndConfigEnginesRead) {
   for (const auto& parameter : objective.draft()->named_parameters())
     EXPECT_TRUE(loaded->named_parameters()[parameter.key()].equal(parameter.value())) << parameter.key();
   EXPECT_TRUE(loaded->d2t.equal(objective.draft()->d2t));
-  EXPECT_EQ(loaded->config().aux_layer_ids, (std::vector<int64_t>{0, 2, 3}));
+  EXPECT_EQ(loaded->config().aux_layer_ids, (std::vector<int64_t>{0, 1, 2}));
 }
 
 TEST(SpeculativeDecoding, OutputEqualsGreedyDecodingOfTheTarget) {

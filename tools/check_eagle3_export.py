@@ -658,7 +658,12 @@ def cross_check(sg, sp, rep, compare_values):
     for key in ("rms_norm_eps", "rope_theta", "rope_scaling", "max_position_embeddings",
                 "torch_dtype"):
         if key in scfg or key in tl:
-            if not _same(scfg.get(key), tl.get(key)):
+            a, b = scfg.get(key), tl.get(key)
+            if key == "rope_scaling" and isinstance(a, dict) and isinstance(b, dict):
+                # transformers 5 copies rope_theta into the rope dict when it reads a config
+                a = {k: v for k, v in a.items() if k != "rope_theta"}
+                b = {k: v for k, v in b.items() if k != "rope_theta"}
+            if not _same(a, b):
                 rep.err(W, f"{key}: sglang {scfg.get(key)!r} vs speculators "
                            f"transformer_layer_config {tl.get(key)!r}")
     if sweights is None or pweights is None:

@@ -10,7 +10,7 @@ Target: tests/fixtures/models/llama3 (fp32). Batch B=2 x T=24, packed: row 0 = d
 Writes tests/fixtures/eagle3/reference.safetensors:
   input_ids, position_ids, document_ids  I64 [2, 24]
   loss_mask, padding_mask                U8  [2, 24]
-  aux_hidden      F32 [2, 24, 192]  cat(raw outputs of target decoder layers 0, 2, 3), per document
+  aux_hidden      F32 [2, 24, 192]  cat(raw outputs of target decoder layers 0, 1, 2), per document
   last_hidden     F32 [2, 24, 64]   raw output of the last target decoder layer (before final norm)
   target_logits   F32 [2, 24, 512]  lm_head(norm(last_hidden)); zeros on padding
   d2t             I64 [96]          used[i] - i
@@ -59,7 +59,7 @@ GENERATOR = "tools/make_eagle3_fixtures.py"
 SEED = 3003
 B, T = 2, 24
 DOCS = [[11, 13], [19]]          # document lengths per row; the rest of a row is padding
-AUX_LAYERS = [0, 2, 3]
+AUX_LAYERS = [0, 1, 2]
 DRAFT_VOCAB, DRAFT_INTER = 96, 96
 TTT, TTT_LONG, DECAY = 4, 7, 0.8
 WARMUP_STEPS, WARMUP_LR = 15, 3e-3   # Adam steps on the batch: acc_i neither 0 nor the in-vocab share
@@ -396,7 +396,7 @@ def main():
         "draft_weights": f"seeded 1+0.1*randn (norms) / 0.05*randn (matrices), then {WARMUP_STEPS} Adam "
                          f"steps (lr {WARMUP_LR}) on this batch's TTT-{TTT} loss; stored weights are final",
         "notes": "target run per document (positions 0..n-1), aux/last/logits packed back, zeros on padding; "
-                 "aux = raw outputs of decoder layers [0,2,3] (hidden_states[i+1]); last_hidden before final "
+                 "aux = raw outputs of decoder layers [0,1,2] (hidden_states[i+1]); last_hidden before final "
                  "norm. Step i: ids x[t+1+i] (0 past T), hidden fc(aux) then previous step's midlayer "
                  "output; RoPE positions position_ids+i; query sees step-0 keys t'<=t same document plus "
                  "keys of steps 1..i at t; valid: u=t+2+i<T, same doc, real, loss-masked; teacher "

@@ -71,10 +71,17 @@ Eagle3Objective::Eagle3Objective(const Eagle3Options& options) : options_(option
   const int64_t draft_vocab = std::min(options.draft_vocab_size, target_config_.vocab_size);
   Eagle3Config config = Eagle3Config::for_target(target_config_, options.aux_layer_ids,
                                                  draft_vocab, options.intermediate_size);
-  for (int64_t layer : config.aux_layer_ids)
-    check(layer >= 0 && layer < target_config_.num_hidden_layers, "[eagle3] aux layer ", layer,
-          " does not exist: the target ", options.target_path, " has layers 0..",
-          target_config_.num_hidden_layers - 1);
+  const int64_t last_layer = target_config_.num_hidden_layers - 1;
+  for (int64_t layer : config.aux_layer_ids) {
+    check(layer >= 0 && layer <= last_layer, "[eagle3] aux layer ", layer,
+          " does not exist: the target ", options.target_path, " has layers 0..", last_layer);
+    // vLLM and SGLang capture layer inputs (the output of layer i = the input of layer i+1), so
+    // the last layer's output is never available at serving time.
+    check(layer < last_layer, "[eagle3] aux layer ", layer, " is the target's last layer: vLLM "
+          "and SGLang capture the outputs of layers 0..", last_layer - 1,
+          " only, so a draft reading it could not be served; choose draft.aux_layer_ids below ",
+          last_layer);
+  }
   draft_ = Eagle3Draft(config, at::TensorOptions().dtype(options.draft_dtype));
   init_normal_(*draft_, options.init_std, options.seed);
   for (auto& parameter : draft_->parameters()) parameter.set_requires_grad(true);

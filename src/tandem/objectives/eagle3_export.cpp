@@ -77,7 +77,6 @@ nlohmann::json eagle3_speculators_config(const Eagle3Config& config, c10::Scalar
                                          const Eagle3ExportInfo& info) {
   nlohmann::json layer = layer_json(config, dtype);
   layer.erase("architectures");
-  layer.erase("torch_dtype");
   layer.erase("bos_token_id");
   layer.erase("eos_token_id");
   layer.erase("pad_token_id");

@@ -1,0 +1,110 @@
+// The overfit gate of SPEC §6: a draft trained to convergence on a handful of the target's own
+// greedy continuations must be accepted in full when it speculates on those same prompts:
+// τ = TTT length + 1 exactly. Any off-by-one in shifts, positions, the TTT attention or the
+// vocab map makes it fail. Also: the output stays identical to greedy decoding.
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "tandem/data/packing.h"
+#include "tandem/io/hf_checkpoint.h"
+#include "tandem/eval/speculative.h"
+#include "tandem/objectives/eagle3.h"
+#include "tandem/train/optimizer.h"
+#include "test_util.h"
+
+namespace {
+
+// The fixture target with its lm_head scaled up: a random model's next-token distributions are
+// nearly flat, with near-ties between its top choices that a soft-target draft cannot resolve
+// exactly. Sharper logits make the greedy choice well defined; the model is otherwise the same.
+constexpr double kSharpen = 100;
+
+std::string sharpened_target(const std::string& dir) {
+  const std::string source = tandem::testing::model_fixture("llama3");
+  const auto checkpoint = tandem::HfCheckpoint::open(source);
+  std::vector<std::pair<std::string, at::Tensor>> weights;
+  for (const std::string& name : checkpoint.names())
+    weights.emplace_back(name, name == "lm_head.weight" ? checkpoint.read(name) * kSharpen : checkpoint.read(name));
+  std::filesystem::create_directories(dir);
+  tandem::write_hf_weights(dir, weights);
+  std::filesystem::copy_file(source + "/config.json", dir + "/config.json");
+  return dir;
+}
+
+TEST(Eagle3Overfit, DraftTrainedOnAFewSamplesReachesMaximumAcceptanceLength) {
+  const int64_t ttt_length = 7, verify_steps = 4, prompt_length = 6;
+  tandem::Eagle3Options options;
+  tandem::testing::ScratchDir scratch;
+  options.target_path = sharpened_target(scratch / "target");
+  options.aux_layer_ids = {0, 1, 2};
+  options.ttt_length = ttt_length;
+  options.draft_vocab_size = 512;  // the whole vocab: every target choice is reachable
+  options.intermediate_size = 128;
+  options.seed = 1;
+  tandem::Eagle3Objective objective(options);
+  {  // lm_head starts from the target's rows; undo the sharpening there so training starts sane
+    at::NoGradGuard no_grad;
+    objective.draft()->lm_head->weight.div_(kSharpen);
+  }
+  const auto target = tandem::FrozenModel::load(options.target_path, at::kFloat, at::Device(at::kCPU));
+
+  // Samples: random prompts followed by the target's own greedy continuation (the usual
+  // self-distillation data for drafts), long enough for every drafted position to be trained.
+  tandem::DecodeOptions decode;
+  decode.max_new_tokens = 1 + verify_steps * (ttt_length + 1);
+  tandem::DecodeOptions longer = decode;
+  longer.max_new_tokens = decode.max_new_tokens + ttt_length + 2;
+  std::vector<std::vector<int64_t>> prompts;
+  std::vector<tandem::TokenizedDocument> documents;
+  at::manual_seed(7);
+  for (int i = 0; i < 4; ++i) {
+    const at::Tensor random = at::randint(3, 512, {prompt_length}, at::kLong);
+    std::vector<int64_t> prompt(random.data_ptr<int64_t>(), random.data_ptr<int64_t>() + prompt_length);
+    const std::vector<int64_t> continuation = tandem::greedy_decode(target, prompt, longer);
+    tandem::TokenizedDocument document;
+    for (int64_t id : prompt) document.ids.push_back(static_cast<int32_t>(id)), document.loss_mask.push_back(0);
+    for (int64_t id : continuation) document.ids.push_back(static_cast<int32_t>(id)), document.loss_mask.push_back(1);
+    prompts.push_back(prompt);
+    documents.push_back(document);
+  }
+  tandem::PackingOptions packing;
+  packing.seq_len = 64;
+  packing.mode = tandem::PackingMode::Padded;
+  const tandem::PackedBatch batch = tandem::pack_documents(documents, packing);
+
+  tandem::AdamWOptions adamw;
+  adamw.beta2 = 0.99;
+  adamw.max_grad_norm = 1.0;
+  tandem::MixedPrecisionAdamW optimizer(tandem::trainable_parameters(*objective.draft()), adamw);
+  const tandem::StepTotals totals = objective.count(batch);
+  double accuracy = 0;
+  int steps = 0, steps_at_full_accuracy = 0;
+  // Train until every position is right, then some more so the margins are not razor thin.
+  for (; steps < 700 && steps_at_full_accuracy < 100; ++steps) {
+    steps_at_full_accuracy = accuracy == 1.0 ? steps_at_full_accuracy + 1 : 0;
+    tandem::ObjectiveOutput output = objective.compute(batch, totals);
+    output.loss.backward();
+    optimizer.step(steps < 250 ? 5e-3 : 1e-3);
+    optimizer.zero_grad();
+    accuracy = 1.0;
+    for (const auto& [name, value] : output.metrics)
+      if (name.rfind("acc_", 0) == 0) accuracy = std::min(accuracy, value);
+  }
+  ASSERT_EQ(accuracy, 1.0) << "training accuracy did not converge in " << steps << " steps";
+
+  at::NoGradGuard no_grad;
+  tandem::AcceptanceStats stats(ttt_length);
+  for (const auto& prompt : prompts) {
+    const tandem::SpeculativeOutput output =
+        tandem::speculative_decode(target, *objective.draft(), prompt, ttt_length, decode);
+    EXPECT_EQ(output.tokens, tandem::greedy_decode(target, prompt, decode));
+    EXPECT_EQ(output.accepted.size(), static_cast<size_t>(verify_steps));
+    stats.add(output);
+  }
+  EXPECT_DOUBLE_EQ(stats.tau(), ttt_length + 1.0) << "steps trained: " << steps;
+  for (double rate : stats.conditional_acceptance()) EXPECT_DOUBLE_EQ(rate, 1.0);
+}
+
+}  // namespace
