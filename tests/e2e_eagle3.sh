@@ -2,7 +2,8 @@
 # End to end through the binary, on the tiny fixture target: EAGLE-3 online training with
 # exports at every checkpoint, `tandem export` of an older step, both export formats checked
 # against what SGLang / vLLM / speculators read (tools/check_eagle3_export.sh), `tandem capture`
-# + offline training (same first-step loss as online), and `tandem eval` (output = greedy).
+# + offline training (same first-step loss as online; a frozen lm_head survives export), and
+# `tandem eval` (output = greedy).
 # Usage: tests/e2e_eagle3.sh BUILD_DIR   (run by ctest; needs scripts/setup.sh --tools)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -50,7 +51,12 @@ tools/check_eagle3_export.sh --sglang "$work/online/export/sglang" \
 echo "== capture + offline training"
 "$tandem" capture "$work/eagle3.yaml" --out "$work/capture" --shard-documents 5
 "$tandem" train "$work/eagle3.yaml" "data.capture=$work/capture" "training.run_dir=$work/offline" \
-  training.steps=1
+  training.steps=1 draft.train_lm_head=false
+# A frozen draft lm_head is not optimized but is still part of the checkpoint and the export.
+"$tandem" export "$work/offline" --out "$work/offline-export"
+tools/check_eagle3_export.sh --sglang "$work/offline-export/sglang" \
+  --speculators "$work/offline-export/speculators" --no-speculators-lib
+cmp "$work/offline-export/sglang/model.safetensors" "$work/offline/export/sglang/model.safetensors"
 online_loss=$(python3 -c "import json,sys; print(json.loads(open(sys.argv[1]).readline())['loss'])" "$work/online/metrics.jsonl")
 offline_loss=$(python3 -c "import json,sys; print(json.loads(open(sys.argv[1]).readline())['loss'])" "$work/offline/metrics.jsonl")
 python3 - "$online_loss" "$offline_loss" <<'PY'

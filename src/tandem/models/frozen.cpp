@@ -141,4 +141,13 @@ std::vector<std::pair<std::string, at::Tensor>> trainable_parameters(
   return out;
 }
 
+std::vector<std::pair<std::string, at::Tensor>> model_state(const torch::nn::Module& module) {
+  std::vector<std::pair<std::string, at::Tensor>> out;
+  for (const auto& param : module.named_parameters(/*recurse=*/true))
+    if (!is_frozen(param.value())) out.emplace_back(param.key(), param.value());
+  for (const auto& buffer : module.named_buffers(/*recurse=*/true))
+    out.emplace_back(buffer.key(), buffer.value());
+  return out;
+}
+
 }  // namespace tandem

@@ -82,4 +82,8 @@ bool is_frozen(const at::Tensor& tensor);
 std::vector<std::pair<std::string, at::Tensor>> trainable_parameters(
     const torch::nn::Module& module);
 
+/// What a checkpoint of `module` holds: all its own parameters, trainable or not (e.g. a draft's
+/// frozen lm_head), and its buffers (e.g. a draft's vocab map); never a frozen model's weights.
+std::vector<std::pair<std::string, at::Tensor>> model_state(const torch::nn::Module& module);
+
 }  // namespace tandem

@@ -8,6 +8,7 @@
 
 #include "tandem/core/config.h"
 #include "tandem/core/error.h"
+#include "tandem/models/frozen.h"
 #include "tandem/objectives/objective.h"
 #include "tandem/train/checkpoint.h"
 
@@ -38,9 +39,7 @@ ExportResult export_run(const std::string& run_dir, int64_t step, const std::str
             ", the model built from its config.yaml has ", tensor.sizes());
       tensor.copy_(found->second);
     };
-    for (const auto& parameter : model.named_parameters())
-      if (parameter.value().requires_grad()) restore(parameter.key(), parameter.value());
-    for (const auto& buffer : model.named_buffers()) restore(buffer.key(), buffer.value());
+    for (const auto& [name, tensor] : model_state(model)) restore(name, tensor);
   }
   objective->export_model(out_dir);
   ExportResult result;

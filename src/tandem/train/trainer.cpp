@@ -105,21 +105,11 @@ nlohmann::json counters_json(const Counters& counters, const SamplerState& sampl
           {"sampler", sampler}};
 }
 
-// What model.safetensors holds: the trainable parameters, then the trained model's buffers
-// (e.g. a draft's vocab map), which are part of the model but not optimized.
-std::vector<std::pair<std::string, at::Tensor>> model_tensors(const MixedPrecisionAdamW& optimizer,
-                                                              const torch::nn::Module& model) {
-  std::vector<std::pair<std::string, at::Tensor>> tensors;
-  for (const auto& [name, tensor] : optimizer.parameters()) tensors.emplace_back(name, tensor);
-  for (const auto& buffer : model.named_buffers()) tensors.emplace_back(buffer.key(), buffer.value());
-  return tensors;
-}
-
 void save_checkpoint(const TrainingOptions& options, const Config& config,
                      const MixedPrecisionAdamW& optimizer, const torch::nn::Module& model_module,
                      const Counters& counters, const Sampler& sampler) {
   CheckpointWriter writer(options.run_dir, counters.step);
-  const std::vector<std::pair<std::string, at::Tensor>> model = model_tensors(optimizer, model_module);
+  const std::vector<std::pair<std::string, at::Tensor>> model = model_state(model_module);
   writer.write_tensors("model.safetensors", model);
   writer.write_tensors("optimizer.safetensors", optimizer.state());
   writer.write_tensors("rng.safetensors",
@@ -137,7 +127,7 @@ Counters restore_checkpoint(const CheckpointReader& reader, MixedPrecisionAdamW&
   const auto model = reader.read_tensors("model.safetensors");
   {
     at::NoGradGuard no_grad;
-    for (const auto& [name, parameter] : model_tensors(optimizer, model_module)) {
+    for (const auto& [name, parameter] : model_state(model_module)) {
       auto found = model.find(name);
       check(found != model.end(), "[train] ", dir, "/model.safetensors: missing '", name, "'");
       check(found->second.sizes() == parameter.sizes() &&
