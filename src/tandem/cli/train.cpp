@@ -20,11 +20,13 @@ Runner add_train_command(CLI::App& root) {
       "Config sections: model (path | config, dtype, init_std), loss (chunk_tokens, "
       "fp32_lm_head), data (path, format, tokenizer, chat_template, seq_len, micro_batch_rows, "
       "packing, overlong, max_length, last_turn_only, on_error, vocab_size, cache_dir), "
-      "training (objective: sft | eagle3, run_dir, steps, seed, lr, schedule, warmup_steps | warmup_ratio, "
+      "training (objective: sft | eagle3 | distill, run_dir, steps, seed, lr, schedule, warmup_steps | warmup_ratio, "
       "min_lr_ratio, micro_batches | docs_per_step, save_every, keep_last, log_every, export), "
       "optimizer (beta1, beta2, eps, weight_decay, max_grad_norm). EAGLE-3: target (path, dtype), "
       "draft (aux_layer_ids, ttt_length, decay, draft_vocab_size, intermediate_size, "
       "train_lm_head, dtype, init_std), data.capture (offline features from `tandem capture`). "
+      "Distillation: teacher (path, dtype), loss (divergence, beta, temperature, "
+      "hard_label_weight). "
       "Unknown keys are errors.");
   return [config_path, overrides]() {
     const Config config = Config::load(*config_path, *overrides);

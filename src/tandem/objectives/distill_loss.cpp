@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "tandem/core/error.h"
+#include "tandem/objectives/vocab_head.h"
 
 namespace tandem {
 
@@ -34,10 +35,6 @@ void check_inputs(const at::Tensor& student_hidden, const at::Tensor& student_he
   check(options.hard_label_weight >= 0 && options.hard_label_weight <= 1,
         "[distill] hard_label_weight must be in [0, 1]");
   check(options.chunk_tokens > 0, "[distill] chunk_tokens must be positive");
-}
-
-at::ScalarType reduction_dtype(const at::Tensor& hidden) {
-  return hidden.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
 }
 
 // Logits reduced in fp32 (fp64 for fp64 inputs): (n, V).
@@ -72,11 +69,6 @@ at::Tensor token_losses(const at::Tensor& student_logits, const at::Tensor& teac
   if (options.hard_label_weight == 0.0) return divergence;
   const at::Tensor ce = -log_s.gather(1, labels.unsqueeze(1)).squeeze(1);
   return (1 - options.hard_label_weight) * divergence + options.hard_label_weight * ce;
-}
-
-// Labels that carry no weight may be anything (e.g. -100); point them at class 0.
-at::Tensor safe_labels(const at::Tensor& labels, const at::Tensor& weights) {
-  return at::where(weights != 0, labels, at::zeros_like(labels));
 }
 
 class FusedDistillation : public torch::autograd::Function<FusedDistillation> {
@@ -174,7 +166,7 @@ at::Tensor fused_distillation_loss(const at::Tensor& student_hidden, const at::T
                                    const DistillLossOptions& options) {
   check_inputs(student_hidden, student_head, teacher_hidden, teacher_head, labels, weights, options);
   return FusedDistillation::apply(student_hidden, student_head, teacher_hidden.detach(),
-                                  teacher_head.detach(), safe_labels(labels, weights), weights,
+                                  teacher_head.detach(), safe_targets(labels, weights), weights,
                                   options);
 }
 
@@ -192,7 +184,7 @@ at::Tensor unfused_distillation_loss(const at::Tensor& student_hidden,
   }
   const at::Tensor losses =
       token_losses(head_logits(student_hidden, student_head, options.fp32_head), teacher_logits,
-                   safe_labels(labels, weights), options);
+                   safe_targets(labels, weights), options);
   return (losses * weights.to(reduce)).sum();
 }
 

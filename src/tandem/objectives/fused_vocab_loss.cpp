@@ -4,6 +4,7 @@
 #include <torch/autograd.h>
 
 #include "tandem/core/error.h"
+#include "tandem/objectives/vocab_head.h"
 
 namespace tandem {
 
@@ -26,16 +27,6 @@ at::Tensor chunk_logits(const at::Tensor& hidden, const at::Tensor& lm_head, boo
   if (fp32_head && hidden.scalar_type() != at::kDouble)
     return at::linear(hidden.to(at::kFloat), lm_head.to(at::kFloat));
   return at::linear(hidden, lm_head);
-}
-
-// Softmax and sums run in fp32 (fp64 for fp64 inputs, which the gradient checks use).
-at::ScalarType reduction_dtype(const at::Tensor& hidden) {
-  return hidden.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
-}
-
-// Targets that carry no weight may be anything (e.g. -100 padding); point them at class 0.
-at::Tensor safe_targets(const at::Tensor& targets, const at::Tensor& weights) {
-  return at::where(weights != 0, targets, at::zeros_like(targets));
 }
 
 class FusedLinearCrossEntropy : public torch::autograd::Function<FusedLinearCrossEntropy> {

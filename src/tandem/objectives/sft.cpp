@@ -41,24 +41,33 @@ at::Tensor next_token_targets(const PackedBatch& batch) {
   return same_document.logical_and(trained).logical_and(real);  // (B, T-1)
 }
 
-SftObjective::SftObjective(const SftOptions& options) : options_(options) {
-  const at::TensorOptions tensor_options = at::TensorOptions().dtype(options.dtype);
-  if (!options.model_path.empty()) {
-    model_ = load_causal_lm(options.model_path, options.dtype, at::kCPU);
-  } else {
-    std::ifstream in(options.model_config);
-    check(in.good(), "[sft] ", options.model_config, ": cannot open model config");
-    nlohmann::json json;
-    try {
-      json = nlohmann::json::parse(in);
-    } catch (const nlohmann::json::exception& e) {
-      throw Error("[sft] ", options.model_config, ": invalid JSON: ", e.what());
-    }
-    model_ = CausalLM(DecoderConfig::from_json(json, options.model_config), tensor_options);
-    init_normal_(*model_, options.init_std, options.seed);
+DecoderConfig student_decoder_config(const SftOptions& options) {
+  if (!options.model_path.empty()) return DecoderConfig::from_dir(options.model_path);
+  std::ifstream in(options.model_config);
+  check(in.good(), "[sft] ", options.model_config, ": cannot open model config");
+  nlohmann::json json;
+  try {
+    json = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    throw Error("[sft] ", options.model_config, ": invalid JSON: ", e.what());
   }
-  for (auto& parameter : model_->parameters()) parameter.set_requires_grad(true);
+  return DecoderConfig::from_json(json, options.model_config);
 }
+
+CausalLM make_causal_lm(const SftOptions& options) {
+  CausalLM model{nullptr};
+  if (!options.model_path.empty()) {
+    model = load_causal_lm(options.model_path, options.dtype, at::kCPU);
+  } else {
+    model = CausalLM(student_decoder_config(options), at::TensorOptions().dtype(options.dtype));
+    init_normal_(*model, options.init_std, options.seed);
+  }
+  for (auto& parameter : model->parameters()) parameter.set_requires_grad(true);
+  return model;
+}
+
+SftObjective::SftObjective(const SftOptions& options)
+    : options_(options), model_(make_causal_lm(options)) {}
 
 StepTotals SftObjective::count(const PackedBatch& batch) const {
   return {next_token_targets(batch).sum().item<int64_t>(), batch.total_documents()};

@@ -21,6 +21,12 @@ struct SftOptions {
 /// Reads `model.*` and `loss.*` of the config.
 SftOptions sft_options(const Config& config);
 
+/// The architecture `options` describe: model.path's config.json, or model.config.
+DecoderConfig student_decoder_config(const SftOptions& options);
+/// The trained causal LM of `options`: loaded from model.path, or fresh from model.config with
+/// N(0, init_std) weights; every parameter requires grad.
+CausalLM make_causal_lm(const SftOptions& options);
+
 /// The position-t target is the next token of the same document, counted when that token's
 /// loss_mask is 1. (B, T) -> mask (B, T-1) of positions that carry a target.
 at::Tensor next_token_targets(const PackedBatch& batch);

@@ -1,0 +1,63 @@
+#include "tandem/objectives/distill.h"
+
+#include <ATen/ATen.h>
+
+#include "tandem/core/config.h"
+#include "tandem/core/dtype.h"
+#include "tandem/core/error.h"
+
+namespace tandem {
+
+DistillOptions distill_options(const Config& config) {
+  DistillOptions options;
+  options.student = sft_options(config);
+  const Config teacher = config.section("teacher");
+  options.teacher_path = teacher.get_string("path");
+  options.teacher_dtype =
+      parse_compute_dtype(teacher.get_string("dtype", "fp32"), teacher.where("dtype"));
+  const Config loss = config.section("loss");
+  options.loss.divergence = parse_divergence(
+      loss.get_choice("divergence", {"forward_kl", "reverse_kl", "jsd"}, "forward_kl"));
+  options.loss.beta = loss.get_double("beta", 0.5);
+  options.loss.temperature = loss.get_double("temperature", 1.0);
+  options.loss.hard_label_weight = loss.get_double("hard_label_weight", 0.0);
+  options.loss.chunk_tokens = options.student.loss.chunk_tokens;
+  options.loss.fp32_head = options.student.loss.fp32_head;
+  return options;
+}
+
+DistillObjective::DistillObjective(const DistillOptions& options) : options_(options) {
+  const DecoderConfig teacher_config = DecoderConfig::from_dir(options.teacher_path);
+  const DecoderConfig student_config = student_decoder_config(options.student);
+  check(teacher_config.vocab_size == student_config.vocab_size, "[distill] the teacher ",
+        options.teacher_path, " has a vocab of ", teacher_config.vocab_size, " tokens, the student (",
+        options.student.model_path.empty() ? options.student.model_config : options.student.model_path,
+        ") ", student_config.vocab_size, ": distillation needs the same vocabulary");
+  student_ = make_causal_lm(options.student);
+  teacher_.emplace(FrozenModel::load(options.teacher_path, options.teacher_dtype, at::kCPU));
+}
+
+StepTotals DistillObjective::count(const PackedBatch& batch) const {
+  return {next_token_targets(batch).sum().item<int64_t>(), batch.total_documents(), {}};
+}
+
+ObjectiveOutput DistillObjective::compute(const PackedBatch& batch, const StepTotals& totals) {
+  check(totals.loss_tokens > 0, "[distill] the step has no loss tokens");
+  const int64_t length = batch.seq_len();
+  const at::Tensor targets_mask = next_token_targets(batch);  // (B, T-1)
+  const at::Tensor student_hidden = student_->forward_hidden(batch.input_ids, batch.layout());
+  const at::Tensor teacher_hidden =
+      teacher_->forward(batch.input_ids, batch.layout(), {}, /*with_logits=*/false).final_hidden;
+  auto targets_of = [&](const at::Tensor& hidden) {  // (B, T, H) -> (N, H)
+    return hidden.narrow(1, 0, length - 1).index({targets_mask});
+  };
+  const at::Tensor labels = batch.input_ids.narrow(1, 1, length - 1).index({targets_mask});
+  const at::Tensor weights =
+      at::full({labels.size(0)}, 1.0 / static_cast<double>(totals.loss_tokens), at::kFloat);
+  at::Tensor loss = fused_distillation_loss(targets_of(student_hidden), student_->lm_head_weight(),
+                                            targets_of(teacher_hidden), teacher_->lm_head_weight(),
+                                            labels, weights, options_.loss);
+  return {loss, {{"loss", loss.item<double>()}}};
+}
+
+}  // namespace tandem

@@ -1,0 +1,45 @@
+#pragma once
+// Knowledge distillation (SPEC §6 "Distillation"): a student causal LM (trained, configured like
+// SFT's `model`) learns the next-token distributions of a frozen teacher (`teacher`) on the same
+// batch, through objectives/distill_loss.h (both LM heads fused into a chunked loss). Normalised
+// by the loss-masked next-token targets of the step. Exports the student as an HF checkpoint.
+#include <string>
+
+#include "tandem/models/frozen.h"
+#include "tandem/objectives/distill_loss.h"
+#include "tandem/objectives/objective.h"
+#include "tandem/objectives/sft.h"
+
+namespace tandem {
+
+struct DistillOptions {
+  SftOptions student;  // model.* (path or fresh config), loss.chunk_tokens, loss.fp32_lm_head
+  std::string teacher_path;
+  c10::ScalarType teacher_dtype = c10::ScalarType::Float;
+  DistillLossOptions loss;
+};
+
+/// Reads `model.*`, `teacher.*` and `loss.*` (divergence, beta, temperature, hard_label_weight).
+DistillOptions distill_options(const Config& config);
+
+class DistillObjective : public Objective {
+ public:
+  /// Loads the teacher frozen; errors before loading anything if the vocab sizes differ.
+  explicit DistillObjective(const DistillOptions& options);
+  std::string name() const override { return "distill"; }
+  std::vector<std::string> frozen_models() const override { return {"teacher"}; }
+  torch::nn::Module& trainable() override { return *student_; }
+  StepTotals count(const PackedBatch& batch) const override;
+  ObjectiveOutput compute(const PackedBatch& batch, const StepTotals& totals) override;
+  void export_model(const std::string& dir) const override { export_causal_lm(student_, dir); }
+
+  CausalLM& student() { return student_; }
+  const FrozenModel& teacher() const { return *teacher_; }
+
+ private:
+  DistillOptions options_;
+  CausalLM student_{nullptr};
+  std::optional<FrozenModel> teacher_;
+};
+
+}  // namespace tandem
