@@ -34,10 +34,8 @@ Run (from the repository root):
 """
 
 import argparse
-import json
 import math
 import os
-import struct
 import sys
 
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
@@ -51,7 +49,7 @@ import safetensors  # noqa: E402
 import transformers  # noqa: E402
 from torch import nn  # noqa: E402
 from transformers import AutoModelForCausalLM, LlamaConfig  # noqa: E402
-from safetensors import safe_open  # noqa: E402
+from fixture_safetensors import write_safetensors  # noqa: E402
 from transformers.models.llama.modeling_llama import (  # noqa: E402
     LlamaMLP, LlamaRMSNorm, LlamaRotaryEmbedding, apply_rotary_pos_emb, repeat_kv)
 
@@ -65,30 +63,6 @@ TTT, TTT_LONG, DECAY = 4, 7, 0.8
 WARMUP_STEPS, WARMUP_LR = 15, 3e-3   # Adam steps on the batch: acc_i neither 0 nor the in-vocab share
 L7_GRADS = ["fc.weight", "midlayer.self_attn.q_proj.weight", "midlayer.self_attn.k_proj.weight",
             "midlayer.hidden_norm.weight", "norm.weight", "lm_head.weight"]
-
-
-def write_safetensors(path, tensors, metadata):
-    """Deterministic writer (as in make_model_fixtures.py, plus U8/BOOL): sorted names, contiguous
-    offsets, sorted __metadata__, header padded with spaces to a multiple of 8; round-trip checked."""
-    dtypes = {torch.float32: "F32", torch.int64: "I64", torch.uint8: "U8", torch.bool: "BOOL"}
-    header = {"__metadata__": {k: metadata[k] for k in sorted(metadata)}}
-    blobs, off = [], 0
-    for name in sorted(tensors):
-        a = tensors[name].detach().contiguous().cpu().numpy()
-        data = a.astype(a.dtype.newbyteorder("<")).tobytes()
-        header[name] = {"dtype": dtypes[tensors[name].dtype], "shape": list(a.shape),
-                        "data_offsets": [off, off + len(data)]}
-        blobs.append(data)
-        off += len(data)
-    hb = json.dumps(header, separators=(",", ":"), ensure_ascii=True).encode()
-    hb += b" " * (-len(hb) % 8)
-    with open(path + ".tmp", "wb") as f:
-        f.write(struct.pack("<Q", len(hb)) + hb + b"".join(blobs))
-    os.replace(path + ".tmp", path)
-    with safe_open(path, "pt") as f:
-        assert sorted(f.keys()) == sorted(tensors) and f.metadata() == header["__metadata__"]
-        for name in tensors:
-            assert torch.equal(f.get_tensor(name), tensors[name]), name
 
 
 def make_batch(gen, vocab):

@@ -17,11 +17,9 @@ Run (from the repository root):
 """
 
 import argparse
-import json
 import math
 import os
 import shutil
-import struct
 import sys
 
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
@@ -34,6 +32,7 @@ torch.use_deterministic_algorithms(True)
 import safetensors  # noqa: E402
 import transformers  # noqa: E402
 from safetensors import safe_open  # noqa: E402
+from fixture_safetensors import write_safetensors  # noqa: E402
 from transformers import (  # noqa: E402
     AutoModelForCausalLM,
     LlamaConfig,
@@ -168,40 +167,6 @@ def reinit_(model, gen, embed_std=1.0, linear_gain=1.0, lm_head_gain=2.0, bias_s
             else:
                 raise RuntimeError(f"unexpected parameter {name} {shape}")
             p.copy_(v.to(p.dtype))
-
-
-def write_safetensors(path, tensors, metadata):
-    """Deterministic safetensors writer (safetensors' own save_file orders __metadata__ keys
-    through a hash map, so its bytes change from run to run).  Tensors are laid out in sorted
-    name order, offsets contiguous from 0, header JSON padded with spaces to a multiple of 8."""
-    dtypes = {torch.float32: "F32", torch.int64: "I64", torch.bfloat16: "BF16"}
-    header = {"__metadata__": {k: metadata[k] for k in sorted(metadata)}}
-    blobs = []
-    off = 0
-    for name in sorted(tensors):
-        t = tensors[name].detach().contiguous().cpu()
-        if t.dtype == torch.bfloat16:
-            data = t.view(torch.int16).numpy().astype("<i2").tobytes()
-        else:
-            data = t.numpy().astype(t.numpy().dtype.newbyteorder("<")).tobytes()
-        header[name] = {"dtype": dtypes[t.dtype], "shape": list(t.shape), "data_offsets": [off, off + len(data)]}
-        blobs.append(data)
-        off += len(data)
-    hb = json.dumps(header, separators=(",", ":"), ensure_ascii=True).encode()
-    hb += b" " * (-len(hb) % 8)
-    tmp = path + ".tmp"
-    with open(tmp, "wb") as f:
-        f.write(struct.pack("<Q", len(hb)))
-        f.write(hb)
-        for b in blobs:
-            f.write(b)
-    os.replace(tmp, path)
-    # round-trip through the reference reader
-    with safe_open(path, "pt") as f:
-        assert sorted(f.keys()) == sorted(tensors)
-        assert f.metadata() == header["__metadata__"]
-        for name in tensors:
-            assert torch.equal(f.get_tensor(name), tensors[name])
 
 
 def make_input_ids(seed, vocab):

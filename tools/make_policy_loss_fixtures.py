@@ -151,10 +151,8 @@ Run (from the repository root):
 """
 
 import argparse
-import json
 import math
 import os
-import struct
 import sys
 
 import torch
@@ -164,7 +162,7 @@ torch.use_deterministic_algorithms(True)
 
 import safetensors  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
-from safetensors import safe_open  # noqa: E402
+from fixture_safetensors import write_safetensors  # noqa: E402
 
 GENERATOR = "tools/make_policy_loss_fixtures.py"
 V = 64
@@ -191,34 +189,6 @@ KINK = 1e-3
 
 # ------------------------------------------------------------------------------------------------
 # I/O
-
-def write_safetensors(path, tensors, metadata):
-    """Deterministic writer (as in make_model_fixtures.py, plus U8): sorted names, contiguous
-    offsets, sorted __metadata__, header padded with spaces to a multiple of 8; round-trip checked."""
-    dtypes = {torch.float32: "F32", torch.int64: "I64", torch.uint8: "U8", torch.bfloat16: "BF16"}
-    header = {"__metadata__": {k: metadata[k] for k in sorted(metadata)}}
-    blobs, off = [], 0
-    for name in sorted(tensors):
-        t = tensors[name].detach().contiguous().cpu()
-        if t.dtype == torch.bfloat16:
-            data = t.view(torch.int16).numpy().astype("<i2").tobytes()
-        else:
-            a = t.numpy()
-            data = a.astype(a.dtype.newbyteorder("<")).tobytes()
-        header[name] = {"dtype": dtypes[t.dtype], "shape": list(t.shape),
-                        "data_offsets": [off, off + len(data)]}
-        blobs.append(data)
-        off += len(data)
-    hb = json.dumps(header, separators=(",", ":"), ensure_ascii=True).encode()
-    hb += b" " * (-len(hb) % 8)
-    with open(path + ".tmp", "wb") as f:
-        f.write(struct.pack("<Q", len(hb)) + hb + b"".join(blobs))
-    os.replace(path + ".tmp", path)
-    with safe_open(path, "pt") as f:
-        assert sorted(f.keys()) == sorted(tensors) and f.metadata() == header["__metadata__"]
-        for name in tensors:
-            assert torch.equal(f.get_tensor(name), tensors[name]), name
-
 
 def base_metadata(seed, notes):
     return {"generator": GENERATOR, "seed": str(seed), "torch_version": torch.__version__,

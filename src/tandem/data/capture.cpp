@@ -5,13 +5,13 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <iostream>
 #include <map>
 
 #include "tandem/core/dtype.h"
 #include "tandem/core/error.h"
 #include "tandem/core/file_io.h"
+#include "tandem/core/json_file.h"
 #include "tandem/data/packing.h"
 #include "tandem/data/token_cache.h"
 #include "tandem/io/tensor_io.h"
@@ -28,16 +28,6 @@ std::string shard_name(int64_t index) {
   char name[64];
   std::snprintf(name, sizeof(name), "shard-%05lld.safetensors", static_cast<long long>(index));
   return name;
-}
-
-nlohmann::json read_json(const std::string& path) {
-  std::ifstream in(path);
-  check(in.good(), "[capture] ", path, ": cannot open");
-  try {
-    return nlohmann::json::parse(in);
-  } catch (const nlohmann::json::exception& e) {
-    throw Error("[capture] ", path, ": invalid JSON: ", e.what());
-  }
 }
 
 struct Manifest {
@@ -60,7 +50,7 @@ struct Manifest {
             {"complete", complete}};
   }
   static Manifest read(const std::string& path) {
-    const nlohmann::json json = read_json(path);
+    const nlohmann::json json = read_json_file(path, "capture");
     Manifest manifest;
     try {
       check(json.at("format").get<std::string>() == kFormat, "[capture] ", path,
@@ -151,18 +141,19 @@ CaptureProgress capture_features(const FrozenModel& target, const TokenizedDatas
   for (int64_t first = progress.documents_done; first < settings.num_documents;
        first += options.documents_per_shard) {
     const int64_t count = std::min(options.documents_per_shard, settings.num_documents - first);
+    std::vector<TokenizedDocument> shard_documents;
+    for (int64_t i = 0; i < count; ++i) shard_documents.push_back(dataset.document(first + i));
     // Per document: its chunks' features by first token.
     std::vector<std::map<int64_t, std::pair<at::Tensor, at::Tensor>>> chunks(count);
     for (int64_t next = 0; next < count;) {
-      std::vector<TokenizedDocument> documents;
-      for (int64_t i = next; i < count && static_cast<int64_t>(documents.size()) < options.rows * 4; ++i)
-        documents.push_back(dataset.document(first + i));
+      const std::vector<TokenizedDocument> documents(
+          shard_documents.begin() + next,
+          shard_documents.begin() + std::min(count, next + options.rows * 4));
       PackedBatch batch = pack_documents(documents, packing);
       if (batch.documents_consumed == 0) {  // one document longer than `rows` rows: alone
         PackingOptions alone = packing;
         alone.max_rows = 0;
-        documents.resize(1);
-        batch = pack_documents(documents, alone);
+        batch = pack_documents({documents.front()}, alone);
       }
       const FrozenModel::Output out =
           target.forward(batch.input_ids, batch.layout(), layers, /*with_logits=*/false);
@@ -178,7 +169,7 @@ CaptureProgress capture_features(const FrozenModel& target, const TokenizedDatas
     }
     std::vector<std::pair<std::string, at::Tensor>> tensors;
     for (int64_t i = 0; i < count; ++i) {
-      const TokenizedDocument document = dataset.document(first + i);
+      const TokenizedDocument& document = shard_documents[i];
       std::vector<at::Tensor> aux, last;
       for (const auto& [begin, features] : chunks[i]) {
         aux.push_back(features.first);

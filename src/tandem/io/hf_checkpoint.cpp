@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tandem/core/error.h"
+#include "tandem/core/json_file.h"
 #include "tandem/io/tensor_io.h"
 
 namespace tandem {
@@ -18,16 +19,6 @@ namespace {
 bool file_exists(const std::string& path) {
   struct stat st;
   return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
-}
-
-json read_json(const std::string& path, const char* component) {
-  std::ifstream in(path);
-  check(in.good(), "[", component, "] ", path, ": cannot open");
-  try {
-    return json::parse(in);
-  } catch (const json::exception& e) {
-    throw Error("[", component, "] ", path, ": invalid JSON: ", e.what());
-  }
 }
 
 std::string shard_name(size_t index, size_t count) {
@@ -44,7 +35,7 @@ HfCheckpoint HfCheckpoint::open(const std::string& dir) {
   const std::string single = dir + "/model.safetensors";
   const std::string index_path = dir + "/model.safetensors.index.json";
   if (file_exists(index_path)) {
-    const json index = read_json(index_path, "checkpoint");
+    const json index = read_json_file(index_path, "checkpoint");
     check(index.is_object() && index.contains("weight_map") && index["weight_map"].is_object(),
           "[checkpoint] ", index_path, ": missing 'weight_map' object");
     std::map<std::string, size_t> file_slot;  // shard file name -> index into files_

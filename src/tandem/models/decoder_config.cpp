@@ -1,10 +1,10 @@
 #include "tandem/models/decoder_config.h"
 
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
 
 #include "tandem/core/error.h"
+#include "tandem/core/json_file.h"
 
 namespace tandem {
 
@@ -273,15 +273,8 @@ void DecoderConfig::validate(const std::string& where) const {
 
 DecoderConfig DecoderConfig::from_dir(const std::string& dir) {
   const std::string path = dir + "/config.json";
-  std::ifstream in(path);
-  check(in.good(), "[config] ", path, ": cannot open (is '", dir, "' an HF checkpoint directory?)");
-  json config;
-  try {
-    config = json::parse(in);
-  } catch (const json::exception& e) {
-    throw Error("[config] ", path, ": invalid JSON: ", e.what());
-  }
-  return from_json(config, path);
+  return from_json(
+      read_json_file(path, "config", " (is '" + dir + "' an HF checkpoint directory?)"), path);
 }
 
 json DecoderConfig::to_json() const {

@@ -38,7 +38,7 @@ DistillObjective::DistillObjective(const DistillOptions& options) : options_(opt
 }
 
 StepTotals DistillObjective::count(const PackedBatch& batch) const {
-  return {next_token_targets(batch).sum().item<int64_t>(), batch.total_documents(), {}};
+  return next_token_totals(batch);
 }
 
 ObjectiveOutput DistillObjective::compute(const PackedBatch& batch, const StepTotals& totals) {

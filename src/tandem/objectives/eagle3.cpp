@@ -238,6 +238,7 @@ Eagle3Result Eagle3Objective::unroll(const PackedBatch& batch, const TargetFeatu
     {
       at::NoGradGuard no_grad;
       const at::Tensor predicted = draft_ids.index({logits.argmax(-1)});
+      result.targets.push_back(valid.sum().item<int64_t>());
       result.correct.push_back(
           predicted.eq(target_argmax).logical_and(valid).sum().item<int64_t>());
       result.loss_positions.push_back(loss_positions.sum().item<int64_t>());
@@ -256,13 +257,12 @@ ObjectiveOutput Eagle3Objective::compute(const PackedBatch& batch, const StepTot
   ObjectiveOutput output;
   output.loss = result.loss;
   output.metrics.emplace_back("loss", result.loss.item<double>());
-  int64_t out_of_vocab = 0;
   for (int64_t i = 0; i < options_.ttt_length; ++i) {
     const double count = static_cast<double>(std::max<int64_t>(totals.unroll_tokens[i], 1));
     output.metrics.emplace_back("acc_" + std::to_string(i), result.correct[i] / count);
     output.metrics.emplace_back("loss_" + std::to_string(i), result.step_losses[i].item<double>());
-    if (i == 0) out_of_vocab = eagle3_step_targets(batch, 0).sum().item<int64_t>() - result.loss_positions[0];
   }
+  const int64_t out_of_vocab = result.targets[0] - result.loss_positions[0];
   output.metrics.emplace_back("target_out_of_draft_vocab",
                               out_of_vocab / static_cast<double>(std::max<int64_t>(totals.unroll_tokens[0], 1)));
   return output;

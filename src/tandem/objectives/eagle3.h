@@ -66,8 +66,9 @@ struct Eagle3Result {
   at::Tensor loss;                        // 0-dim: sum_i decay^i * loss_i
   std::vector<at::Tensor> step_losses;    // loss_i, 0-dim, already normalised
   std::vector<at::Tensor> step_logits;    // (B, T, D) per step
-  std::vector<int64_t> correct;           // positions whose mapped draft argmax = target argmax
-  std::vector<int64_t> loss_positions;    // positions in loss_i (targets in the draft vocab)
+  std::vector<int64_t> targets;           // positions with a target (this micro-batch)
+  std::vector<int64_t> correct;           // of those, whose mapped draft argmax = target argmax
+  std::vector<int64_t> loss_positions;    // of those, in loss_i (target argmax in the draft vocab)
 };
 
 class Eagle3Objective : public Objective {

@@ -3,10 +3,10 @@
 #include <ATen/ATen.h>
 
 #include <filesystem>
-#include <fstream>
 
 #include "tandem/core/error.h"
 #include "tandem/core/file_io.h"
+#include "tandem/core/json_file.h"
 #include "tandem/data/vocab_map.h"
 #include "tandem/io/hf_checkpoint.h"
 #include "tandem/models/load.h"
@@ -125,14 +125,7 @@ void write_eagle3_exports(const Eagle3DraftImpl& draft, const std::string& dir,
 
 Eagle3Draft load_eagle3_export(const std::string& dir, c10::ScalarType dtype) {
   const std::string path = dir + "/config.json";
-  std::ifstream in(path);
-  check(in.good(), "[eagle3] ", path, ": cannot open (is ", dir, " an EAGLE-3 export?)");
-  nlohmann::json json;
-  try {
-    json = nlohmann::json::parse(in);
-  } catch (const nlohmann::json::exception& e) {
-    throw Error("[eagle3] ", path, ": invalid JSON: ", e.what());
-  }
+  const nlohmann::json json = read_json_file(path, "eagle3", " (is " + dir + " an EAGLE-3 export?)");
   check(json.value("architectures", nlohmann::json::array()) ==
             nlohmann::json::array({"LlamaForCausalLMEagle3"}),
         "[eagle3] ", path, ": architectures must be [\"LlamaForCausalLMEagle3\"] (the sglang "

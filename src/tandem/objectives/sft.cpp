@@ -3,13 +3,13 @@
 #include <ATen/ATen.h>
 
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "tandem/core/config.h"
 #include "tandem/core/dtype.h"
 #include "tandem/core/error.h"
 #include "tandem/core/file_io.h"
+#include "tandem/core/json_file.h"
 #include "tandem/io/hf_checkpoint.h"
 #include "tandem/models/load.h"
 
@@ -43,15 +43,8 @@ at::Tensor next_token_targets(const PackedBatch& batch) {
 
 DecoderConfig student_decoder_config(const SftOptions& options) {
   if (!options.model_path.empty()) return DecoderConfig::from_dir(options.model_path);
-  std::ifstream in(options.model_config);
-  check(in.good(), "[sft] ", options.model_config, ": cannot open model config");
-  nlohmann::json json;
-  try {
-    json = nlohmann::json::parse(in);
-  } catch (const nlohmann::json::exception& e) {
-    throw Error("[sft] ", options.model_config, ": invalid JSON: ", e.what());
-  }
-  return DecoderConfig::from_json(json, options.model_config);
+  return DecoderConfig::from_json(
+      read_json_file(options.model_config, "sft", " model config"), options.model_config);
 }
 
 CausalLM make_causal_lm(const SftOptions& options) {
@@ -69,9 +62,14 @@ CausalLM make_causal_lm(const SftOptions& options) {
 SftObjective::SftObjective(const SftOptions& options)
     : options_(options), model_(make_causal_lm(options)) {}
 
-StepTotals SftObjective::count(const PackedBatch& batch) const {
-  return {next_token_targets(batch).sum().item<int64_t>(), batch.total_documents()};
+StepTotals next_token_totals(const PackedBatch& batch) {
+  StepTotals totals;
+  totals.loss_tokens = next_token_targets(batch).sum().item<int64_t>();
+  totals.documents = batch.total_documents();
+  return totals;
 }
+
+StepTotals SftObjective::count(const PackedBatch& batch) const { return next_token_totals(batch); }
 
 ObjectiveOutput SftObjective::compute(const PackedBatch& batch, const StepTotals& totals) {
   check(totals.loss_tokens > 0, "[sft] the step has no loss tokens");

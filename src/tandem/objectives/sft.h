@@ -30,6 +30,8 @@ CausalLM make_causal_lm(const SftOptions& options);
 /// The position-t target is the next token of the same document, counted when that token's
 /// loss_mask is 1. (B, T) -> mask (B, T-1) of positions that carry a target.
 at::Tensor next_token_targets(const PackedBatch& batch);
+/// StepTotals of a next-token objective (SFT, distillation): its targets and documents.
+StepTotals next_token_totals(const PackedBatch& batch);
 
 class SftObjective : public Objective {
  public:
