@@ -127,4 +127,29 @@ TEST(Optimizer, RejectsFrozenOrDuplicateParameters) {
   EXPECT_THROW(MixedPrecisionAdamW({{"a", live}, {"b", live}}, {}), tandem::Error);
 }
 
+// A bf16 weight's micro-batch gradients are summed in fp32: 1 + 64 tiny gradients of 2^-10
+// each would vanish one by one in bf16 (8 bits of mantissa), but not in the fp32 sum.
+TEST(Optimizer, Bf16GradientsAccumulateInFp32AcrossMicroBatches) {
+  at::Tensor weight = at::zeros({1}, at::kBFloat16).requires_grad_();
+  AdamWOptions options;
+  options.max_grad_norm = 0;
+  MixedPrecisionAdamW optimizer({{"w", weight}}, options);
+  const auto backward_with = [&](double value) {
+    (weight.to(at::kFloat) * value).sum().backward();
+    optimizer.accumulate_gradients();
+  };
+  backward_with(1.0);
+  for (int micro = 0; micro < 64; ++micro) backward_with(std::ldexp(1.0, -10));
+  EXPECT_FALSE(weight.grad().defined());
+  const double norm = optimizer.step(0.0);
+  EXPECT_DOUBLE_EQ(norm, 1.0 + 64 * std::ldexp(1.0, -10));
+  // Plain autograd accumulation in bf16 loses every small addend.
+  at::Tensor plain = at::zeros({1}, at::kBFloat16).requires_grad_();
+  (plain.to(at::kFloat) * 1.0).sum().backward();
+  for (int micro = 0; micro < 64; ++micro) (plain.to(at::kFloat) * std::ldexp(1.0, -10)).sum().backward();
+  EXPECT_EQ(plain.grad().item<float>(), 1.0f);
+  optimizer.zero_grad();
+  EXPECT_DOUBLE_EQ(optimizer.step(0.0), 0.0);
+}
+
 }  // namespace

@@ -14,4 +14,15 @@ inline at::Tensor safe_targets(const at::Tensor& targets, const at::Tensor& weig
   return at::where(weights != 0, targets, at::zeros_like(targets));
 }
 
+/// The dtype the projection runs in: the inputs', or fp32 with the fp32 head (SPEC §3).
+inline at::ScalarType head_compute_dtype(const at::Tensor& hidden, bool fp32_head) {
+  return fp32_head && hidden.scalar_type() != at::kDouble ? at::kFloat : hidden.scalar_type();
+}
+
+/// Logits hidden (n, H) @ head (V, H)^T in the head's compute dtype: (n, V).
+inline at::Tensor project_to_vocab(const at::Tensor& hidden, const at::Tensor& head, bool fp32_head) {
+  const at::ScalarType compute = head_compute_dtype(hidden, fp32_head);
+  return at::linear(hidden.to(compute), head.to(compute));
+}
+
 }  // namespace tandem

@@ -33,6 +33,21 @@ MixedPrecisionAdamW::MixedPrecisionAdamW(NamedTensors parameters, AdamWOptions o
 
 void MixedPrecisionAdamW::zero_grad() {
   for (auto& entry : parameters_) entry.second.mutable_grad() = at::Tensor();
+  for (Slot& slot : slots_) slot.grad_sum = at::Tensor();
+}
+
+void MixedPrecisionAdamW::accumulate_gradients() {
+  at::NoGradGuard no_grad;
+  for (size_t i = 0; i < parameters_.size(); ++i) {
+    at::Tensor& parameter = parameters_[i].second;
+    if (parameter.scalar_type() == at::kFloat || !parameter.grad().defined()) continue;
+    Slot& slot = slots_[i];
+    if (slot.grad_sum.defined())
+      slot.grad_sum.add_(parameter.grad().to(at::kFloat));
+    else
+      slot.grad_sum = parameter.grad().to(at::kFloat);
+    parameter.mutable_grad() = at::Tensor();
+  }
 }
 
 double MixedPrecisionAdamW::step(double lr) {
@@ -42,8 +57,9 @@ double MixedPrecisionAdamW::step(double lr) {
   at::Tensor norm_sq;
   for (size_t i = 0; i < parameters_.size(); ++i) {
     const at::Tensor& grad = parameters_[i].second.grad();
-    if (!grad.defined()) continue;
-    grads[i] = grad.to(at::kFloat);
+    const at::Tensor& sum = slots_[i].grad_sum;
+    if (!grad.defined() && !sum.defined()) continue;
+    grads[i] = sum.defined() ? (grad.defined() ? sum + grad.to(at::kFloat) : sum) : grad.to(at::kFloat);
     const at::Tensor part = grads[i].pow(2).sum();
     norm_sq = norm_sq.defined() ? norm_sq + part : part;
   }

@@ -36,7 +36,12 @@ class MixedPrecisionAdamW {
   /// One update with learning rate `lr`. Returns the global gradient norm before clipping.
   /// Parameters without a gradient are skipped (their moments do not advance).
   double step(double lr);
-  /// Drops every parameter's gradient.
+  /// Moves the gradients of non-fp32 parameters into fp32 sums and clears them: called after
+  /// each micro-batch's backward, so a bf16 weight's gradient is summed over micro-batches in
+  /// fp32 and rounded never (autograd alone would accumulate it in bf16). fp32 parameters keep
+  /// accumulating in place. step() uses the sums.
+  void accumulate_gradients();
+  /// Drops every parameter's gradient and fp32 sum.
   void zero_grad();
 
   int64_t steps_taken() const { return step_count_; }
@@ -54,6 +59,7 @@ class MixedPrecisionAdamW {
     at::Tensor master;      // fp32 copy of the parameter (the parameter itself when fp32)
     at::Tensor exp_avg;     // fp32 first moment
     at::Tensor exp_avg_sq;  // fp32 second moment
+    at::Tensor grad_sum;    // fp32 sum of a non-fp32 parameter's micro-batch gradients, or undefined
     bool decay;
   };
   NamedTensors parameters_;
