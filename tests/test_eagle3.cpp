@@ -229,13 +229,13 @@ TEST(Eagle3Fixture, OfflineFromACaptureGivesTheOnlineLoss) {
   offline_options.capture_dir = dir / "capture";
   tandem::Eagle3Objective offline(offline_options);
   EXPECT_TRUE(offline.offline());
-  offline.attach_data({dataset, dir / "cache", 24});  // checks the capture matches the data
+  offline.attach_data({&dataset, nullptr, dir / "cache", 24});  // checks the capture matches the data
   load_fixture_draft(offline);
   const double offline_loss = offline.compute(batch, totals).loss.item<double>();
   EXPECT_NEAR(offline_loss, online_loss, 1e-5 * std::abs(online_loss));
   EXPECT_NEAR(online_loss, reference().at("loss_total").item<double>(), 1e-5);
 
-  EXPECT_NE(tandem::testing::error_of([&] { offline.attach_data({dataset, dir / "cache", 32}); })
+  EXPECT_NE(tandem::testing::error_of([&] { offline.attach_data({&dataset, nullptr, dir / "cache", 32}); })
                 .find("captured with seq_len 24, training uses 32"),
             std::string::npos);
 }

@@ -5,6 +5,7 @@
 #include "tandem/cli/commands.h"
 #include "tandem/core/config.h"
 #include "tandem/core/dtype.h"
+#include "tandem/core/error.h"
 #include "tandem/core/hash.h"
 #include "tandem/data/capture.h"
 #include "tandem/models/eagle3.h"
@@ -40,6 +41,8 @@ Runner add_capture_command(CLI::App& root) {
     const Config config = Config::load(options->config_path, options->overrides);
     const Eagle3Options eagle3 = eagle3_options(config);
     const TrainingData data = read_training_data(config);
+    check(data.dataset.has_value(), "[capture] ", options->config_path,
+          ": capture reads document data, not rollouts");
     const FrozenModel target =
         FrozenModel::load(eagle3.target_path, eagle3.target_dtype, at::Device(at::kCPU));
     CaptureSettings settings;

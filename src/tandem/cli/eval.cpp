@@ -26,16 +26,6 @@ struct EvalOptions {
   bool greedy_check = true;
 };
 
-// The prompt of a document: the tokens before its first trained token (for a conversation: up
-// to and including the assistant header); for plain text, its first `prompt_tokens` tokens.
-std::vector<int64_t> prompt_of(const TokenizedDocument& document, int64_t prompt_tokens) {
-  size_t end = 0;
-  while (end < document.ids.size() && !document.loss_mask[end]) ++end;
-  if (end == 0 || end == document.ids.size())
-    end = std::min(document.ids.size(), static_cast<size_t>(prompt_tokens));
-  return std::vector<int64_t>(document.ids.begin(), document.ids.begin() + end);
-}
-
 std::string resolve_draft_dir(const std::string& dir) {
   const std::string nested = dir + "/sglang";
   return std::filesystem::exists(nested + "/config.json") ? nested : dir;

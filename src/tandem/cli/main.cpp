@@ -24,6 +24,8 @@ int main(int argc, char** argv) {
   runners["export"] = tandem::cli::add_export_command(root);
   runners["eval"] = tandem::cli::add_eval_command(root);
   runners["capture"] = tandem::cli::add_capture_command(root);
+  runners["reference-logprobs"] = tandem::cli::add_reference_logprobs_command(root);
+  runners["rollout"] = tandem::cli::add_rollout_command(root);
 
   try {
     root.parse(argc, argv);

@@ -1,5 +1,7 @@
 #include "tandem/data/datasets.h"
 
+#include <algorithm>
+
 #include <cmath>
 #include <limits>
 #include <map>
@@ -127,6 +129,14 @@ std::vector<ChatMessage> parse_conversation(const json& line) {
   std::vector<ChatMessage> messages = parse_messages(line[key], key);
   if (messages.empty()) bad(BadInput::empty, "empty conversation");
   return messages;
+}
+
+std::vector<int64_t> prompt_of(const TokenizedDocument& document, int64_t fallback_tokens) {
+  size_t end = 0;
+  while (end < document.ids.size() && !document.loss_mask[end]) ++end;
+  if (end == 0 || end == document.ids.size())
+    end = std::min(document.ids.size(), static_cast<size_t>(std::max<int64_t>(fallback_tokens, 0)));
+  return std::vector<int64_t>(document.ids.begin(), document.ids.begin() + end);
 }
 
 void validate_document(const TokenizedDocument& document, const DatasetOptions& options) {

@@ -75,6 +75,11 @@ struct RolloutSample {
 /// The messages of one conversations line; throws BadLine (unknown_role, wrong_type, empty).
 std::vector<ChatMessage> parse_conversation(const nlohmann::json& line);
 
+/// The prompt of a document: the tokens before its first trained token (for a conversation: up
+/// to and including the assistant header); for a document trained from its start or not at
+/// all, its first `fallback_tokens` tokens. (prompt length,)
+std::vector<int64_t> prompt_of(const TokenizedDocument& document, int64_t fallback_tokens);
+
 /// Checks one document against the options (empty, id range, max_length, no trained token);
 /// throws BadLine.
 void validate_document(const TokenizedDocument& document, const DatasetOptions& options);

@@ -116,23 +116,24 @@ void Eagle3Objective::use_capture(const std::string& dir) {
 }
 
 void Eagle3Objective::attach_data(const DataContext& data) {
+  const TokenizedDataset& dataset = data.documents("eagle3");
   const int64_t vocab = target_config_.vocab_size;
-  const std::string fingerprint = hex64(data.dataset.key());
+  const std::string fingerprint = hex64(dataset.key());
   const CachedVocabMap cached = cached_vocab_map(
       data.cache_dir.empty() ? default_data_cache_dir() : data.cache_dir, fingerprint, vocab,
       draft_->config().draft_vocab_size, [&] {
         TokenCounter counter(vocab);
-        for (int64_t i = 0; i < data.dataset.size(); ++i) counter.add(data.dataset.document(i));
+        for (int64_t i = 0; i < dataset.size(); ++i) counter.add(dataset.document(i));
         return counter.counts();
       });
   set_vocab_map(cached.map);
   if (capture_) {
     const CaptureSettings& settings = capture_->settings();
     check(settings.dataset_key == fingerprint &&
-              settings.num_documents == data.dataset.size(),
+              settings.num_documents == dataset.size(),
           "[eagle3] ", capture_->dir(), ": captured from other data (dataset key ",
           settings.dataset_key, ", ", settings.num_documents, " documents) than ",
-          data.dataset.source_path(), " (key ", fingerprint, ", ", data.dataset.size(),
+          dataset.source_path(), " (key ", fingerprint, ", ", dataset.size(),
           " documents); rerun `tandem capture` on this data");
     check(settings.seq_len == data.seq_len, "[eagle3] ", capture_->dir(),
           ": captured with seq_len ", settings.seq_len, ", training uses ", data.seq_len,

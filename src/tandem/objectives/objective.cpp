@@ -14,3 +14,13 @@ void StepTotals::add(const StepTotals& other) {
 }
 
 }  // namespace tandem
+
+namespace tandem {
+
+const TokenizedDataset& DataContext::documents(const std::string& objective) const {
+  check(dataset != nullptr, "[", objective, "] trains on documents (conversations, text, "
+        "pretokenized or preference data), not on rollouts: set data.format accordingly");
+  return *dataset;
+}
+
+}  // namespace tandem

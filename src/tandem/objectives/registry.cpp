@@ -2,11 +2,15 @@
 #include "tandem/core/config.h"
 #include "tandem/core/error.h"
 #include "tandem/objectives/distill.h"
+#include "tandem/objectives/dpo.h"
 #include "tandem/objectives/eagle3.h"
 #include "tandem/objectives/objective.h"
+#include "tandem/objectives/policy.h"
 #include "tandem/objectives/sft.h"
 
 namespace tandem {
+
+constexpr const char* kAvailable = "sft, eagle3, distill, dpo, grpo, gspo";
 
 std::unique_ptr<Objective> make_objective(const Config& config) {
   const Config training = config.section("training");
@@ -14,11 +18,13 @@ std::unique_ptr<Objective> make_objective(const Config& config) {
   if (name == "sft") return std::make_unique<SftObjective>(sft_options(config));
   if (name == "eagle3") return std::make_unique<Eagle3Objective>(eagle3_options(config));
   if (name == "distill") return std::make_unique<DistillObjective>(distill_options(config));
-  for (const char* planned : {"dflash", "dpo", "grpo", "gspo"})
-    check(name != planned, "[train] ", training.where("objective"), ": objective '", name,
-          "' is not built yet in this version of tandem (available: sft, eagle3, distill)");
+  if (name == "dpo") return std::make_unique<DpoObjective>(dpo_options(config));
+  if (name == "grpo" || name == "gspo")
+    return std::make_unique<PolicyObjective>(policy_options(config, name));
+  check(name != "dflash", "[train] ", training.where("objective"), ": objective '", name,
+        "' is not built yet in this version of tandem (available: ", kAvailable, ")");
   throw Error("[train] ", training.where("objective"), ": unknown objective '", name,
-              "' (available: sft, eagle3, distill)");
+              "' (available: ", kAvailable, ")");
 }
 
 }  // namespace tandem

@@ -177,11 +177,13 @@ TrainResult train(const Config& config) {
   TrainingData data = read_training_data(config);
   std::unique_ptr<Objective> objective = make_objective(config);
   config.check_all_used();  // every key of the file was understood, before any work
-  objective->attach_data({*data.dataset, data.cache_dir, data.packing.seq_len});
+  objective->attach_data({data.dataset ? &*data.dataset : nullptr,
+                          data.dataset ? nullptr : &data.rollouts, data.cache_dir,
+                          data.packing.seq_len});
 
   at::manual_seed(options.seed);
   SamplerOptions sampler_options;
-  sampler_options.dataset_size = data.dataset->size();
+  sampler_options.dataset_size = data.num_records();
   sampler_options.seed = options.seed;
   Sampler sampler(sampler_options);
   MixedPrecisionAdamW optimizer(trainable_parameters(objective->trainable()), options.adamw);
@@ -234,6 +236,7 @@ TrainResult train(const Config& config) {
       forward_seconds += seconds_since(forward_start);
       const auto backward_start = Clock::now();
       output.loss.backward();
+      optimizer.accumulate_gradients();
       backward_seconds += seconds_since(backward_start);
       for (const auto& [name, value] : output.metrics) {
         if (!summed.count(name)) metric_order.push_back(name);

@@ -1,12 +1,19 @@
 #pragma once
-// The `data:` section of a run: the tokenized dataset (cached), its tokenizer, how documents
-// are packed into micro-batches, and the function that draws the next micro-batch in sampler
-// order. Shared by `tandem train` and `tandem capture` so both see the same documents.
+// The `data:` section of a run: the dataset (tokenized and cached, or rollouts held in memory),
+// its tokenizer, how documents are packed into micro-batches, and the function that draws the
+// next micro-batch in sampler order. Shared by `tandem train`, `tandem capture` and
+// `tandem reference-logprobs` so all see the same documents.
+//
+// The sampler draws RECORDS: one document for most formats, a (chosen, rejected) pair for
+// preference data, one sample for rollouts. A record's documents always land in the same
+// micro-batch, so a pair's two sides meet in one loss.
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "tandem/core/config.h"
+#include "tandem/data/datasets.h"
 #include "tandem/data/packing.h"
 #include "tandem/data/sampler.h"
 #include "tandem/data/token_cache.h"
@@ -16,20 +23,38 @@ namespace tandem {
 
 struct TrainingData {
   std::optional<Tokenizer> tokenizer;
-  std::optional<TokenizedDataset> dataset;
+  std::optional<TokenizedDataset> dataset;  // every format but rollout
+  std::vector<RolloutSample> rollouts;      // rollout: the whole file, advantages computed
+  DataFormat format = DataFormat::conversations;
+  std::string path;
   std::string tokenizer_dir;
   std::string cache_dir;  // "" = the default data cache
   PackingOptions packing;
   int64_t rows = 1;  // micro_batch_rows
+
+  /// Sampler units: documents, preference pairs or rollout samples.
+  int64_t num_records() const;
+  /// Documents per record: 2 for preference data, else 1.
+  int documents_per_record() const;
+  /// Tokens of a record's documents together.
+  int64_t record_tokens(int64_t record) const;
+  /// Document `index` (for rollouts: the sample's prompt + completion, completion trained).
+  TokenizedDocument document(int64_t index) const;
 };
 
 /// Reads `data.*` (path, format, tokenizer, chat_template, seq_len, packing, ...) and opens the
-/// dataset, tokenizing it into the cache on first use.
+/// dataset, tokenizing it into the cache on first use. Rollout files are read whole; samples
+/// without an advantage get one from their group's rewards (data.scale_rewards_by_std).
 TrainingData read_training_data(const Config& config);
 
-/// The next micro-batch: documents in sampler order, packed into at most `rows` rows. The
-/// sampler advances by exactly the documents packed, so a resumed run sees the same batches.
-/// Each PackedDocument records its dataset index.
+/// The next micro-batch: records in sampler order, their documents packed into at most `rows`
+/// rows. The sampler advances by exactly the records packed, so a resumed run sees the same
+/// batches. Each PackedDocument records its document index (dataset_index).
 PackedBatch next_micro_batch(Sampler& sampler, const TrainingData& data);
+
+/// The next micro-batch of a pass over the records in file order, starting at `next_record`
+/// (advanced past the records packed): packed exactly like training batches (reference log-prob
+/// caches are computed this way).
+PackedBatch next_micro_batch_in_order(int64_t& next_record, const TrainingData& data);
 
 }  // namespace tandem

@@ -1,0 +1,173 @@
+#include "tandem/objectives/dpo.h"
+
+#include <ATen/ATen.h>
+
+#include <filesystem>
+#include <map>
+
+#include "tandem/core/config.h"
+#include "tandem/core/dtype.h"
+#include "tandem/core/error.h"
+#include "tandem/core/hash.h"
+#include "tandem/data/token_cache.h"
+
+namespace tandem {
+
+DpoOptions dpo_options(const Config& config) {
+  DpoOptions options;
+  options.policy = sft_options(config);
+  const Config reference = config.section("reference");
+  options.reference_logprobs = reference.get_string("logprobs", "");
+  options.reference_path = reference.get_string("path", "");
+  if (options.reference_path.empty()) {
+    check(!options.policy.model_path.empty() || !options.reference_logprobs.empty(), "[dpo] ",
+          reference.where("path"), ": a fresh policy (model.config) has no starting checkpoint "
+          "to serve as the reference; set reference.path or reference.logprobs");
+    options.reference_path = options.policy.model_path;  // the usual choice: the initial policy
+  }
+  options.reference_dtype =
+      parse_compute_dtype(reference.get_string("dtype", "fp32"), reference.where("dtype"));
+  const Config loss = config.section("loss");
+  options.loss_type = parse_dpo_loss_type(loss.get_choice("type", {"sigmoid", "hinge", "ipo"}, "sigmoid"));
+  options.beta = loss.get_double("beta", 0.1);
+  check(options.beta > 0, "[dpo] ", loss.where("beta"), ": must be positive");
+  return options;
+}
+
+namespace {
+
+// (B, T-1) positions with a next-token target, and their labels and global document ids.
+struct NextTokenTargets {
+  at::Tensor mask;      // (B, T-1) bool
+  at::Tensor labels;    // (N,)
+  at::Tensor document;  // (N,) global document index
+};
+
+NextTokenTargets next_token_targets_of(const PackedBatch& batch) {
+  const int64_t length = batch.seq_len();
+  NextTokenTargets out;
+  out.mask = next_token_targets(batch);
+  out.labels = batch.input_ids.narrow(1, 1, length - 1).index({out.mask});
+  out.document = batch.global_document_ids().narrow(1, 0, length - 1).index({out.mask});
+  return out;
+}
+
+}  // namespace
+
+at::Tensor document_logprobs(const at::Tensor& hidden, const at::Tensor& lm_head,
+                             const PackedBatch& batch, const FusedLossOptions& options) {
+  const NextTokenTargets targets = next_token_targets_of(batch);
+  const at::Tensor inputs = hidden.narrow(1, 0, batch.seq_len() - 1).index({targets.mask});  // (N, H)
+  const at::Tensor logprobs = fused_token_logprobs(inputs, lm_head, targets.labels, options);
+  return at::zeros({batch.total_documents()}, logprobs.options())
+      .index_add(0, targets.document, logprobs);  // (D,)
+}
+
+at::Tensor document_target_counts(const PackedBatch& batch) {
+  const NextTokenTargets targets = next_token_targets_of(batch);
+  return at::zeros({batch.total_documents()}, at::kLong)
+      .index_add(0, targets.document, at::ones_like(targets.document));
+}
+
+DpoObjective::DpoObjective(const DpoOptions& options) : options_(options) {
+  const DecoderConfig policy_config = student_decoder_config(options.policy);
+  const std::string policy_source =
+      options.policy.model_path.empty() ? options.policy.model_config : options.policy.model_path;
+  if (!options.reference_logprobs.empty()) {
+    cache_.emplace(ReferenceLogprobs::open(options.reference_logprobs));
+    check(options.reference_path.empty() ||
+              std::filesystem::weakly_canonical(options.reference_path) ==
+                  std::filesystem::weakly_canonical(cache_->info().reference),
+          "[dpo] ", options.reference_logprobs, ": computed with the reference ",
+          cache_->info().reference, ", but reference.path is ", options.reference_path,
+          "; rerun `tandem reference-logprobs` or fix reference.path");
+    check(cache_->info().vocab_size == policy_config.vocab_size, "[dpo] ",
+          options.reference_logprobs, ": computed with a reference of vocab ",
+          cache_->info().vocab_size, ", the policy (", policy_source, ") has ",
+          policy_config.vocab_size, ": DPO needs the same vocabulary");
+  } else {
+    const DecoderConfig reference_config = DecoderConfig::from_dir(options.reference_path);
+    check(reference_config.vocab_size == policy_config.vocab_size, "[dpo] the reference ",
+          options.reference_path, " has a vocab of ", reference_config.vocab_size,
+          " tokens, the policy (", policy_source, ") ", policy_config.vocab_size,
+          ": DPO needs the same vocabulary");
+  }
+  policy_ = make_causal_lm(options.policy);
+  if (cache_) return;
+  reference_.emplace(FrozenModel::load(options.reference_path, options.reference_dtype, at::kCPU));
+}
+
+std::vector<std::string> DpoObjective::frozen_models() const {
+  if (cache_) return {};
+  return {"reference"};
+}
+
+void DpoObjective::attach_data(const DataContext& data) {
+  const TokenizedDataset& dataset = data.documents("dpo");
+  check(dataset.format() == DataFormat::preference, "[dpo] ", dataset.source_path(),
+        ": DPO trains on preference pairs; set data.format: preference (this is ",
+        data_format_name(dataset.format()), " data)");
+  if (cache_)
+    cache_->check_matches(hex64(dataset.key()), dataset.size(), data.seq_len,
+                          dataset.source_path());
+}
+
+StepTotals DpoObjective::count(const PackedBatch& batch) const {
+  return next_token_totals(batch);
+}
+
+ObjectiveOutput DpoObjective::compute(const PackedBatch& batch, const StepTotals& totals) {
+  const int64_t step_pairs = totals.documents / 2;
+  check(step_pairs > 0, "[dpo] the step has no preference pairs");
+  // Pair up the batch's documents: dataset index 2r is record r's chosen side, 2r+1 its rejected.
+  const int64_t documents = batch.total_documents();
+  std::map<int64_t, std::pair<int64_t, int64_t>> sides;  // record -> (chosen, rejected) positions
+  for (int64_t d = 0; d < documents; ++d) {
+    const int64_t index = batch.documents[static_cast<size_t>(d)].dataset_index;
+    check(index >= 0, "[dpo] a batch document has no dataset index");
+    auto [it, fresh] = sides.try_emplace(index / 2, -1, -1);
+    (index % 2 == 0 ? it->second.first : it->second.second) = d;
+  }
+  std::vector<int64_t> chosen_positions, rejected_positions;
+  for (const auto& [record, positions] : sides) {
+    check(positions.first >= 0 && positions.second >= 0, "[dpo] pair ", record,
+          " is split across micro-batches (the data must be preference records)");
+    chosen_positions.push_back(positions.first);
+    rejected_positions.push_back(positions.second);
+  }
+  const at::Tensor chosen = at::tensor(chosen_positions, at::kLong);
+  const at::Tensor rejected = at::tensor(rejected_positions, at::kLong);
+
+  const at::Tensor hidden = policy_->forward_hidden(batch.input_ids, batch.layout());  // (B, T, H)
+  const at::Tensor policy = document_logprobs(hidden, policy_->lm_head_weight(), batch,
+                                              options_.policy.loss);  // (D,)
+  const at::Tensor counts = document_target_counts(batch);            // (D,)
+  at::Tensor reference;
+  if (cache_) {
+    std::vector<int64_t> indices;
+    for (const PackedDocument& document : batch.documents) indices.push_back(document.dataset_index);
+    reference = cache_->lookup(at::tensor(indices, at::kLong), counts);
+  } else {
+    at::NoGradGuard no_grad;
+    const at::Tensor reference_hidden =
+        reference_->forward(batch.input_ids, batch.layout(), {}, /*with_logits=*/false).final_hidden;
+    reference = document_logprobs(reference_hidden, reference_->lm_head_weight(), batch,
+                                  options_.policy.loss);
+  }
+  const DpoPairLogprobs pairs{policy.index_select(0, chosen),    policy.index_select(0, rejected),
+                              reference.index_select(0, chosen), reference.index_select(0, rejected),
+                              counts.index_select(0, chosen),    counts.index_select(0, rejected)};
+  const DpoPairLosses losses = dpo_pair_losses(pairs, options_.loss_type, options_.beta);
+  const double scale = 1.0 / static_cast<double>(step_pairs);
+  at::Tensor loss = losses.losses.sum() * scale;
+  const at::Tensor margins = losses.rewards_chosen - losses.rewards_rejected;
+  return {loss,
+          {{"loss", loss.item<double>()},
+           {"rewards/chosen", losses.rewards_chosen.sum().item<double>() * scale},
+           {"rewards/rejected", losses.rewards_rejected.sum().item<double>() * scale},
+           {"rewards/margin", margins.sum().item<double>() * scale},
+           {"rewards/accuracy", (margins > 0).sum().item<double>() * scale},
+           {"pairs", static_cast<double>(chosen_positions.size())}}};
+}
+
+}  // namespace tandem

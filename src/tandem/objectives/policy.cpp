@@ -1,0 +1,131 @@
+#include "tandem/objectives/policy.h"
+
+#include <ATen/ATen.h>
+
+#include "tandem/core/config.h"
+#include "tandem/core/error.h"
+#include "tandem/data/datasets.h"
+
+namespace tandem {
+
+PolicyOptions policy_options(const Config& config, const std::string& objective) {
+  PolicyOptions options;
+  options.policy = sft_options(config);
+  options.sequence_level = objective == "gspo";
+  const Config loss = config.section("loss");
+  options.clip.low = loss.get_double("epsilon_low", options.sequence_level ? 3e-4 : 0.2);
+  options.clip.high = loss.get_double("epsilon_high", options.sequence_level ? 4e-4 : 0.2);
+  check(options.clip.low >= 0 && options.clip.low < 1, "[", objective, "] ",
+        loss.where("epsilon_low"), ": must be in [0, 1)");
+  check(options.clip.high >= 0, "[", objective, "] ", loss.where("epsilon_high"),
+        ": must be >= 0");
+  return options;
+}
+
+PolicyObjective::PolicyObjective(const PolicyOptions& options)
+    : options_(options), policy_(make_causal_lm(options.policy)) {}
+
+void PolicyObjective::attach_data(const DataContext& data) {
+  check(data.rollouts != nullptr, "[", name(), "] trains on rollouts: set data.format: rollout");
+  rollouts_ = data.rollouts;
+  const int64_t vocab = policy_->config().vocab_size;
+  for (const RolloutSample& sample : *rollouts_) {
+    for (const auto* ids : {&sample.prompt_ids, &sample.completion_ids})
+      for (const int32_t id : *ids)
+        check(id >= 0 && id < vocab, "[", name(), "] ", sample.source, ": token id ", id,
+              " is outside the policy's vocabulary [0, ", vocab, ")");
+    check(sample.advantage.has_value(), "[", name(), "] ", sample.source, ": no advantage");
+  }
+}
+
+namespace {
+
+// What the loss needs at each labelled position, gathered from the batch and its rollouts.
+struct RolloutTargets {
+  at::Tensor mask;        // (B, T-1) bool: positions that predict a completion token
+  at::Tensor labels;      // (N,)
+  at::Tensor old;         // (N,) log pi_old of the label
+  at::Tensor document;    // (N,) index among the documents that have labelled tokens
+  at::Tensor advantages;  // (D,) per such document
+  std::vector<double> rewards;  // (D,) where the rollout has a reward
+};
+
+RolloutTargets rollout_targets(const PackedBatch& batch, const std::vector<RolloutSample>& rollouts) {
+  const int64_t length = batch.seq_len();
+  RolloutTargets out;
+  out.mask = next_token_targets(batch);
+  out.labels = batch.input_ids.narrow(1, 1, length - 1).index({out.mask});
+  at::Tensor old = at::zeros({batch.rows(), length - 1}, at::kFloat);
+  at::Tensor document = at::full({batch.rows(), length - 1}, -1, at::kLong);
+  std::vector<float> advantages;
+  auto old_rows = old.accessor<float, 2>();
+  auto document_rows = document.accessor<int64_t, 2>();
+  const auto mask = out.mask.accessor<bool, 2>();
+  for (const PackedDocument& packed : batch.documents) {
+    const RolloutSample& sample = rollouts.at(static_cast<size_t>(packed.dataset_index));
+    const int64_t prompt = static_cast<int64_t>(sample.prompt_ids.size());
+    // Row position begin+i predicts document token i+1, completion token i+1-prompt.
+    bool labelled = false;
+    for (int64_t i = std::max<int64_t>(prompt - 1, 0); i + 1 < packed.length; ++i) {
+      const int64_t column = packed.begin + i;
+      if (!mask[packed.row][column]) continue;
+      old_rows[packed.row][column] = sample.old_logprobs[static_cast<size_t>(i + 1 - prompt)];
+      document_rows[packed.row][column] = static_cast<int64_t>(advantages.size());
+      labelled = true;
+    }
+    if (!labelled) continue;  // its completion was truncated away
+    advantages.push_back(static_cast<float>(*sample.advantage));
+    if (sample.reward) out.rewards.push_back(*sample.reward);
+  }
+  out.old = old.index({out.mask});
+  out.document = document.index({out.mask});
+  check(out.document.numel() == 0 || out.document.min().item<int64_t>() >= 0,
+        "[policy] a labelled position outside every rollout's completion");
+  out.advantages = at::tensor(advantages, at::kFloat);
+  return out;
+}
+
+}  // namespace
+
+StepTotals PolicyObjective::count(const PackedBatch& batch) const {
+  StepTotals totals;
+  const at::Tensor mask = next_token_targets(batch);  // (B, T-1)
+  totals.loss_tokens = mask.sum().item<int64_t>();
+  const at::Tensor document = batch.global_document_ids().narrow(1, 0, batch.seq_len() - 1).index({mask});
+  totals.documents = std::get<0>(at::_unique(document)).numel();
+  return totals;
+}
+
+ObjectiveOutput PolicyObjective::compute(const PackedBatch& batch, const StepTotals& totals) {
+  check(rollouts_ != nullptr, "[", name(), "] no rollouts attached");
+  check(totals.loss_tokens > 0, "[", name(), "] the step has no completion tokens");
+  const RolloutTargets targets = rollout_targets(batch, *rollouts_);
+  const at::Tensor hidden = policy_->forward_hidden(batch.input_ids, batch.layout());  // (B, T, H)
+  const at::Tensor inputs = hidden.narrow(1, 0, batch.seq_len() - 1).index({targets.mask});
+  at::Tensor entropy;
+  const at::Tensor logprobs = fused_token_logprobs(inputs, policy_->lm_head_weight(), targets.labels,
+                                                   options_.policy.loss, &entropy);  // (N,)
+  const double per_token = 1.0 / static_cast<double>(totals.loss_tokens);
+  const double per_document = 1.0 / static_cast<double>(totals.documents);
+  const PolicyLosses losses =
+      options_.sequence_level
+          ? gspo_document_losses(logprobs, targets.old, targets.document, targets.advantages,
+                                 options_.clip)
+          : grpo_token_losses(logprobs, targets.old, targets.advantages.index_select(0, targets.document),
+                              options_.clip);
+  const double scale = options_.sequence_level ? per_document : per_token;
+  at::Tensor loss = losses.losses.sum() * scale;
+  double reward_sum = 0;
+  for (double reward : targets.rewards) reward_sum += reward;
+  std::vector<std::pair<std::string, double>> metrics = {
+      {"loss", loss.item<double>()},
+      {"ratio_mean", losses.ratio.sum().item<double>() * scale},
+      {"clipped_fraction", losses.clipped.sum().item<double>() * scale},
+      {"kl_new_old", kl_k3(logprobs, targets.old).sum().item<double>() * per_token},
+      {"entropy", entropy.sum().item<double>() * per_token},
+      {"advantage_mean", targets.advantages.sum().item<double>() * per_document}};
+  if (!targets.rewards.empty()) metrics.emplace_back("reward_mean", reward_sum * per_document);
+  return {loss, metrics};
+}
+
+}  // namespace tandem
