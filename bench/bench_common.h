@@ -76,4 +76,20 @@ inline double current_rss_mib() {
   return kib / 1024.0;
 }
 
+struct PeakAndTime {
+  double peak_mib;  // peak-RSS rise of one run
+  double seconds;   // best wall time
+};
+
+/// Runs `work` once (warm-up, outside the mark), once under a freshly reset peak-RSS mark, then
+/// `repeats` more times for the best wall time.
+inline PeakAndTime measure_peak_and_time(const std::function<void()>& work, int repeats) {
+  work();
+  reset_peak_rss();
+  const double before = current_rss_mib();
+  work();
+  const double peak = peak_rss_mark_mib() - before;
+  return {peak, best_seconds(work, repeats)};
+}
+
 }  // namespace tandem::bench

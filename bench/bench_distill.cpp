@@ -1,10 +1,11 @@
-// Distillation loss through both LM heads, fused (chunked over tokens, recomputed in backward)
-// vs unfused (full fp32 logits of student and teacher): peak-memory rise (kernel VmHWM, reset
-// before each measurement) and time of forward + backward, for N tokens x vocab V.
+// Distillation loss through both LM heads, fused (chunked over tokens, gradients formed in the
+// forward pass) vs unfused (full fp32 logits of student and teacher, plain autograd): peak-memory
+// rise (kernel VmHWM, reset before each measurement) and time of forward + backward, for N tokens
+// x vocab V.
 #include <ATen/ATen.h>
-#include <CLI/CLI.hpp>
 #include <torch/autograd.h>
 
+#include <CLI/CLI.hpp>
 #include <cstdio>
 
 #include "bench_common.h"
@@ -15,9 +16,7 @@ namespace {
 
 using namespace tandem;
 
-struct Measure {
-  double peak_mib, seconds;
-};
+using Measure = bench::PeakAndTime;
 
 Measure measure(bool fused, int64_t tokens, int64_t hidden, int64_t teacher_hidden, int64_t vocab,
                 const DistillLossOptions& options) {
@@ -29,18 +28,15 @@ Measure measure(bool fused, int64_t tokens, int64_t hidden, int64_t teacher_hidd
   const at::Tensor labels = at::randint(vocab, {tokens}, at::kLong);
   const at::Tensor weights = at::full({tokens}, 1.0 / tokens);
   auto run = [&] {
-    at::Tensor loss = fused ? fused_distillation_loss(student, head, teacher, teacher_head, labels, weights, options)
-                            : unfused_distillation_loss(student, head, teacher, teacher_head, labels, weights, options);
+    at::Tensor loss = fused ? fused_distillation_loss(student, head, teacher, teacher_head, labels,
+                                                      weights, options)
+                            : unfused_distillation_loss(student, head, teacher, teacher_head,
+                                                        labels, weights, options);
     loss.backward();
     student.mutable_grad().reset();
     head.mutable_grad().reset();
   };
-  run();  // warm-up, outside the memory mark
-  bench::reset_peak_rss();
-  const double before = bench::current_rss_mib();
-  run();
-  const double peak = bench::peak_rss_mark_mib() - before;
-  return {peak, bench::best_seconds(run, 2)};
+  return bench::measure_peak_and_time(run, 2);
 }
 
 }  // namespace
@@ -54,7 +50,8 @@ int main(int argc, char** argv) {
   app.add_option("--hidden", hidden)->capture_default_str();
   app.add_option("--teacher-hidden", teacher_hidden)->capture_default_str();
   app.add_option("--vocab", vocab)->capture_default_str();
-  app.add_option("--divergence", divergence, "forward_kl | reverse_kl | jsd")->capture_default_str();
+  app.add_option("--divergence", divergence, "forward_kl | reverse_kl | jsd")
+      ->capture_default_str();
   app.add_option("--threads", threads, "0: all usable cores")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   const int used = configure_threads(threads);
@@ -63,13 +60,15 @@ int main(int argc, char** argv) {
   options.temperature = 2.0;
   const Measure unfused = measure(false, tokens, hidden, teacher_hidden, vocab, options);
   const Measure fused = measure(true, tokens, hidden, teacher_hidden, vocab, options);
-  std::printf("bench_distill: %s, %ld tokens, vocab %ld, student hidden %ld, teacher hidden %ld, "
-              "fp32, %d threads, forward + backward\n",
-              divergence.c_str(), tokens, vocab, hidden, teacher_hidden, used);
+  std::printf(
+      "bench_distill: %s, %ld tokens, vocab %ld, student hidden %ld, teacher hidden %ld, "
+      "fp32, %d threads, forward + backward\n",
+      divergence.c_str(), tokens, vocab, hidden, teacher_hidden, used);
   std::printf("  unfused: peak +%.0f MiB, %.3f s (%.0f tokens/s)\n", unfused.peak_mib,
               unfused.seconds, tokens / unfused.seconds);
-  std::printf("  fused  : peak +%.0f MiB, %.3f s (%.0f tokens/s) | memory %.2fx, time %.2fx of unfused\n",
-              fused.peak_mib, fused.seconds, tokens / fused.seconds, fused.peak_mib / unfused.peak_mib,
-              fused.seconds / unfused.seconds);
+  std::printf(
+      "  fused  : peak +%.0f MiB, %.3f s (%.0f tokens/s) | memory %.2fx, time %.2fx of unfused\n",
+      fused.peak_mib, fused.seconds, tokens / fused.seconds, fused.peak_mib / unfused.peak_mib,
+      fused.seconds / unfused.seconds);
   return 0;
 }

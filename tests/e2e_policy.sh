@@ -61,7 +61,8 @@ python3 - "$work/dpo-live/metrics.jsonl" "$work/dpo-cached/metrics.jsonl" <<'PY'
 import json, math, sys
 live, cached = ([json.loads(l) for l in open(p)] for p in sys.argv[1:])
 assert len(live) == len(cached) == 3, (len(live), len(cached))
-assert abs(live[0]["loss"] - math.log(2)) < 1e-6, live[0]["loss"]
+# Policy = reference: Delta = 0 up to fp32 summation order over ~300-token completions.
+assert abs(live[0]["loss"] - math.log(2)) < 2e-5, live[0]["loss"]
 for a, b in zip(live, cached):
     print(f"step {a['step']}: loss live {a['loss']:.7f} cached {b['loss']:.7f}  "
           f"margin {a['rewards/margin']:+.5f}  accuracy {a['rewards/accuracy']:.3f}")

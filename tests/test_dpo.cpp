@@ -156,6 +156,38 @@ TEST(DpoObjective, PrecomputedReferenceEqualsTheLiveOneAndTheReferenceNeverChang
             std::string::npos);
 }
 
+// The pair-fused loss (chunks of 7 tokens: two passes; 4096: one pass) and the full-logits path
+// (chunk_tokens 0) give the same loss and gradients.
+TEST(DpoObjective, FusedAndFullLogitsPathsAgree) {
+  const tandem::PackedBatch batch = pack(pair_documents(), tandem::PackingMode::Packed, 64);
+  std::vector<std::pair<double, std::map<std::string, at::Tensor>>> results;
+  for (const int64_t chunk : {int64_t{0}, int64_t{7}, int64_t{4096}}) {
+    tandem::DpoOptions options = live_options();
+    options.policy.loss.chunk_tokens = chunk;
+    options.loss_type = tandem::DpoLossType::Ipo;
+    tandem::DpoObjective objective(options);
+    {
+      at::NoGradGuard no_grad;
+      at::manual_seed(3);
+      for (auto& parameter : objective.policy()->parameters())
+        parameter.add_(at::randn_like(parameter) * 0.02);
+    }
+    tandem::ObjectiveOutput output = objective.compute(batch, objective.count(batch));
+    output.loss.backward();
+    std::map<std::string, at::Tensor> grads;
+    for (const auto& parameter : objective.policy()->named_parameters())
+      grads[parameter.key()] = parameter.value().grad().clone();
+    results.emplace_back(output.loss.item<double>(), grads);
+  }
+  for (size_t i = 1; i < results.size(); ++i) {
+    EXPECT_NEAR(results[i].first, results[0].first, 1e-6 * std::abs(results[0].first));
+    for (const auto& [name, grad] : results[0].second)
+      EXPECT_LT((results[i].second.at(name) - grad).abs().max().item<double>(),
+                1e-5 * (grad.abs().max().item<double>() + 1e-12))
+          << name;
+  }
+}
+
 TEST(DpoObjective, VocabMismatchFailsAtStartUp) {
   tandem::testing::ScratchDir dir;
   std::ifstream in(tandem::testing::model_fixture("llama3") + "/config.json");

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "fixture_tensors.h"
+#include "tandem/objectives/dpo_loss.h"
 #include "tandem/objectives/fused_vocab_loss.h"
 #include "tandem/objectives/policy_loss.h"
 
@@ -85,6 +86,37 @@ TEST(Dpo, EveryLossMatchesPyTorchInValueMetricsAndGradient) {
     EXPECT_NEAR((margins > 0).to(at::kFloat).mean().item<double>(),
                 ref.at("metrics.accuracy").item<double>(), 1e-7);
   }
+}
+
+// The pair-fused loss (logits formed once per pair, gradients made in forward), in one pass
+// (pairs within a chunk) and in two (chunks of 5 tokens), equals the fixture too.
+TEST(Dpo, PairFusedLossMatchesPyTorchInOneAndTwoPasses) {
+  const auto ref = fixture_tensors("tests/fixtures/losses/dpo.safetensors");
+  const at::Tensor mask = ref.at("completion_mask").to(at::kBool);
+  const at::Tensor segment = ref.at("segment_ids").index({mask});
+  const at::Tensor labels = ref.at("labels").index({mask});
+  const at::Tensor reference =
+      at::zeros({6}).index_add(0, segment, ref.at("ref_logps").index({mask}));
+  const at::Tensor counts = at::zeros({6}, at::kLong).index_add(0, segment, at::ones_like(segment));
+  for (const char* name : {"sigmoid", "hinge", "ipo"})
+    for (const int64_t chunk : {int64_t{5}, int64_t{1000}}) {
+      SCOPED_TRACE(std::string(name) + " chunk " + std::to_string(chunk));
+      at::Tensor hidden = ref.at("policy_hidden").clone().requires_grad_(true);
+      at::Tensor head = ref.at("policy_lm_head").clone().requires_grad_(true);
+      const tandem::DpoHeadInputs inputs{hidden.index({mask}), head, labels, segment,
+                                         at::arange(0, 6, 2), at::arange(1, 6, 2), reference, counts};
+      tandem::DpoPairLosses pairs;
+      const at::Tensor loss = tandem::fused_dpo_loss(inputs, tandem::parse_dpo_loss_type(name), 0.1,
+                                                     1.0 / 3.0, chunked(chunk), &pairs);
+      (loss * 2.0).backward();  // the upstream gradient scales the stored ones
+      const std::string key = name;
+      EXPECT_NEAR(loss.item<double>(), ref.at(key + ".loss").item<double>(),
+                  1e-5 * std::abs(ref.at(key + ".loss").item<double>()));
+      EXPECT_LT(max_relative_error(pairs.losses, ref.at(key + ".losses")), 1e-5);
+      EXPECT_LT(max_relative_error(pairs.rewards_chosen, ref.at("pair.rewards_chosen")), 1e-5);
+      EXPECT_LT(max_relative_error(hidden.grad() / 2.0, ref.at(key + ".grad.policy_hidden")), 1e-5);
+      EXPECT_LT(max_relative_error(head.grad() / 2.0, ref.at(key + ".grad.policy_lm_head")), 1e-5);
+    }
 }
 
 TEST(Dpo, UnknownLossTypeNamesTheChoices) {

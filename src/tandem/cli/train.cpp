@@ -17,16 +17,19 @@ Runner add_train_command(CLI::App& root) {
   command->add_option("config", *config_path, "YAML run config (see configs/)")->required();
   command->add_option("overrides", *overrides, "dotted overrides, e.g. training.lr=3e-4");
   command->footer(
-      "Config sections: model (path | config, dtype, init_std), loss (chunk_tokens, "
-      "fp32_lm_head), data (path, format, tokenizer, chat_template, seq_len, micro_batch_rows, "
-      "packing, overlong, max_length, last_turn_only, on_error, vocab_size, cache_dir), "
-      "training (objective: sft | eagle3 | distill, run_dir, steps, seed, lr, schedule, warmup_steps | warmup_ratio, "
+      "Config sections: model (path | config, dtype, init_std), loss (chunk_tokens (0: no "
+      "chunking), fp32_lm_head), data (path, format: conversations | text | pretokenized | "
+      "preference | rollout, tokenizer, chat_template, seq_len, micro_batch_rows, packing, "
+      "overlong, max_length, last_turn_only, on_error, vocab_size, cache_dir, "
+      "scale_rewards_by_std), training (objective: sft | eagle3 | distill | dpo | grpo | gspo, run_dir, steps, seed, lr, schedule, warmup_steps | warmup_ratio, "
       "min_lr_ratio, micro_batches | docs_per_step, save_every, keep_last, log_every, export), "
       "optimizer (beta1, beta2, eps, weight_decay, max_grad_norm). EAGLE-3: target (path, dtype), "
       "draft (aux_layer_ids, ttt_length, decay, draft_vocab_size, intermediate_size, "
       "train_lm_head, dtype, init_std), data.capture (offline features from `tandem capture`). "
       "Distillation: teacher (path, dtype), loss (divergence, beta, temperature, "
-      "hard_label_weight). "
+      "hard_label_weight). DPO: reference (path, dtype, logprobs from `tandem "
+      "reference-logprobs`), loss (type: sigmoid | hinge | ipo, beta). GRPO/GSPO: loss "
+      "(epsilon_low, epsilon_high); rollouts from `tandem rollout` or any engine. "
       "Unknown keys are errors.");
   return [config_path, overrides]() {
     const Config config = Config::load(*config_path, *overrides);

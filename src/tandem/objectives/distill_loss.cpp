@@ -4,6 +4,7 @@
 #include <torch/autograd.h>
 
 #include <cmath>
+#include <utility>
 
 #include "tandem/core/error.h"
 #include "tandem/objectives/vocab_head.h"
@@ -34,14 +35,20 @@ void check_inputs(const at::Tensor& student_hidden, const at::Tensor& student_he
   check(options.beta >= 0 && options.beta <= 1, "[distill] JSD beta must be in [0, 1]");
   check(options.hard_label_weight >= 0 && options.hard_label_weight <= 1,
         "[distill] hard_label_weight must be in [0, 1]");
-  check(options.chunk_tokens > 0, "[distill] chunk_tokens must be positive");
+  check(options.chunk_tokens >= 0, "[distill] chunk_tokens must be >= 0 (0: no chunking)");
 }
 
 // Logits reduced in fp32 (fp64 for fp64 inputs): (n, V).
 at::Tensor head_logits(const at::Tensor& hidden, const at::Tensor& head, bool fp32_head) {
-  const at::ScalarType reduce = reduction_dtype(hidden);
-  if (fp32_head) return at::linear(hidden.to(reduce), head.to(reduce));
-  return at::linear(hidden, head).to(reduce);
+  return project_to_vocab(hidden, head, fp32_head).to(reduction_dtype(hidden));
+}
+
+// The form the divergence takes: JSD_0 and JSD_1 are the KL endpoints (see the header).
+Divergence divergence_form(const DistillLossOptions& options) {
+  if (options.divergence != Divergence::JSD) return options.divergence;
+  if (options.beta == 0.0) return Divergence::ForwardKL;
+  if (options.beta == 1.0) return Divergence::ReverseKL;
+  return Divergence::JSD;
 }
 
 // KL(p || q) per row from log-probabilities: sum p (log p - log q). (n, V) -> (n,)
@@ -49,105 +56,188 @@ at::Tensor kl_rows(const at::Tensor& log_p, const at::Tensor& log_q) {
   return (log_p.exp() * (log_p - log_q)).sum(1);
 }
 
-// The per-token loss of the header, from fp32 logits. (n, V), (n, V), (n,) -> (n,)
+// The per-token loss of the header by plain tensor algebra, from fp32 logits (the unfused
+// reference). (n, V), (n, V), (n,) -> (n,)
 at::Tensor token_losses(const at::Tensor& student_logits, const at::Tensor& teacher_logits,
                         const at::Tensor& labels, const DistillLossOptions& options) {
   const at::Tensor log_s = at::log_softmax(student_logits, 1);
   const at::Tensor log_t = at::log_softmax(teacher_logits / options.temperature, 1);
   at::Tensor divergence;
-  const bool jsd = options.divergence == Divergence::JSD;
-  if (options.divergence == Divergence::ForwardKL || (jsd && options.beta == 0.0)) {
-    divergence = kl_rows(log_t, log_s);
-  } else if (options.divergence == Divergence::ReverseKL || (jsd && options.beta == 1.0)) {
-    divergence = kl_rows(log_s, log_t);
-  } else {
-    const double beta = options.beta;
-    const at::Tensor log_m =
-        at::logsumexp(at::stack({log_t + std::log(beta), log_s + std::log(1 - beta)}), 0);
-    divergence = beta * kl_rows(log_t, log_m) + (1 - beta) * kl_rows(log_s, log_m);
+  switch (divergence_form(options)) {
+    case Divergence::ForwardKL:
+      divergence = kl_rows(log_t, log_s);
+      break;
+    case Divergence::ReverseKL:
+      divergence = kl_rows(log_s, log_t);
+      break;
+    case Divergence::JSD: {
+      const double beta = options.beta;
+      const at::Tensor log_m =
+          at::logsumexp(at::stack({log_t + std::log(beta), log_s + std::log(1 - beta)}), 0);
+      divergence = beta * kl_rows(log_t, log_m) + (1 - beta) * kl_rows(log_s, log_m);
+      break;
+    }
   }
   if (options.hard_label_weight == 0.0) return divergence;
   const at::Tensor ce = -log_s.gather(1, labels.unsqueeze(1)).squeeze(1);
   return (1 - options.hard_label_weight) * divergence + options.hard_label_weight * ce;
 }
 
+// In place on g (n, V): p_s * (scale * (g - expected_g) + alpha), with expected_g (n,) =
+// sum_v p_s g: the reverse-KL / JSD gradient (scaled by 1 - alpha and JSD's 1 - beta) plus the
+// p_s half of the hard-label CE gradient.
+at::Tensor softmax_jacobian_product(at::Tensor g, const at::Tensor& expected_g,
+                                    const at::Tensor& p_s, double scale, double alpha) {
+  g.sub_(expected_g.unsqueeze(1));
+  if (scale != 1.0) g.mul_(scale);
+  if (alpha != 0.0) g.add_(alpha);
+  return g.mul_(p_s);
+}
+
+struct ChunkLoss {
+  at::Tensor total;        // 0-dim: sum_t weight[t] * loss[t] over the chunk
+  at::Tensor grad_logits;  // (n, V): d total / d student logits; undefined unless asked for
+};
+
+// One chunk's loss and, with want_grad, its gradient w.r.t. the student's logits z in closed
+// form (no autograd graph, no second pass), per row with p_s = softmax(z), w = weight:
+//   forward KL   p_s - p_t
+//   reverse KL   p_s (g - sum_v p_s g),  g = log p_s - log p_t
+//   JSD_beta     p_s (g - sum_v p_s g),  g = (1 - beta)(log p_s - log m)
+//   CE           p_s - onehot(label)
+//   d loss / dz = w ((1 - alpha) d D / dz + alpha d CE / dz)
+// Both (n, V) inputs are consumed and reused in place: at most three (n, V) buffers live at once
+// (four for JSD), which is what bounds the fused loss's peak memory.
+// student_logits (n, V) reduced dtype, log_t (n, V) teacher log-probabilities, labels (n,),
+// weights (n,) reduced dtype.
+ChunkLoss chunk_loss(at::Tensor student_logits, at::Tensor log_t, const at::Tensor& labels,
+                     const at::Tensor& weights, const DistillLossOptions& options, bool want_grad) {
+  const double alpha = options.hard_label_weight;
+  at::Tensor log_s = at::log_softmax(student_logits, 1);
+  student_logits.reset();
+  const at::Tensor ce =
+      alpha > 0 ? -log_s.gather(1, labels.unsqueeze(1)).squeeze(1) : at::Tensor();  // (n,)
+  at::Tensor divergence;                                                            // (n,)
+  at::Tensor grad;  // (1 - alpha) d D / dz + alpha p_s, before the labels and weights
+  switch (divergence_form(options)) {
+    case Divergence::ForwardKL: {
+      at::Tensor log_ratio = at::sub(log_t, log_s);
+      const at::Tensor& p_t = log_t.exp_();
+      divergence = log_ratio.mul_(p_t).sum(1);
+      log_ratio.reset();
+      if (want_grad) grad = log_s.exp_().sub_(p_t, 1 - alpha);
+      break;
+    }
+    case Divergence::ReverseKL: {
+      at::Tensor log_ratio = at::sub(log_s, log_t);
+      const at::Tensor& p_s = log_s.exp_();
+      divergence = at::mul_out(log_t, p_s, log_ratio).sum(1);  // log_t's buffer as scratch
+      log_t.reset();
+      if (want_grad)
+        grad = softmax_jacobian_product(std::move(log_ratio), divergence, p_s, 1 - alpha, alpha);
+      break;
+    }
+    case Divergence::JSD: {
+      const double beta = options.beta;
+      // log m = logaddexp(log p_t + log beta, log p_s + log(1 - beta)), in one buffer.
+      at::Tensor log_m = at::add(log_t, std::log(beta) - std::log1p(-beta));
+      at::logaddexp_out(log_m, log_m, log_s);
+      log_m.add_(std::log1p(-beta));
+      at::Tensor log_ratio_s = at::sub(log_s, log_m);
+      at::sub_out(log_m, log_t, log_m);  // now log p_t - log m
+      const at::Tensor kl_t = log_m.mul_(log_t.exp_()).sum(1);
+      log_t.reset();
+      const at::Tensor& p_s = log_s.exp_();
+      const at::Tensor kl_s = at::mul_out(log_m, p_s, log_ratio_s).sum(1);
+      log_m.reset();
+      divergence = beta * kl_t + (1 - beta) * kl_s;
+      if (want_grad)
+        grad = softmax_jacobian_product(std::move(log_ratio_s), kl_s, p_s, (1 - alpha) * (1 - beta),
+                                        alpha);
+      break;
+    }
+  }
+  const at::Tensor losses = alpha > 0 ? (1 - alpha) * divergence + alpha * ce : divergence;
+  ChunkLoss out{(losses * weights).sum(), at::Tensor()};
+  if (!want_grad) return out;
+  if (alpha > 0)
+    grad.scatter_add_(1, labels.unsqueeze(1),
+                      at::full({labels.size(0), 1}, -alpha, grad.options()));
+  out.grad_logits = grad.mul_(weights.unsqueeze(1));
+  return out;
+}
+
+// The loss through both heads, chunk by chunk. When the student wants gradients they are formed
+// in the same pass (chunk_loss's closed forms, then the head's two matmuls) and saved: backward
+// only scales them by the incoming gradient, so no logits are ever recomputed.
 class FusedDistillation : public torch::autograd::Function<FusedDistillation> {
  public:
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& student_hidden,
                             const at::Tensor& student_head, const at::Tensor& teacher_hidden,
                             const at::Tensor& teacher_head, const at::Tensor& labels,
-                            const at::Tensor& weights, DistillLossOptions options) {
+                            const at::Tensor& weights, DistillLossOptions options, bool want_hidden,
+                            bool want_head) {
     at::NoGradGuard no_grad;
     const at::ScalarType reduce = reduction_dtype(student_hidden);
-    const at::Tensor weights_reduced = weights.to(reduce);
+    const at::Tensor weights_reduced = weights.to(reduce);                     // (N,)
+    const at::Tensor head = head_operand(student_head, options.fp32_head);  // (V, H)
+    const at::Tensor teacher_head_compute = head_operand(teacher_head, options.fp32_head);
+    // The head's gradient accumulates over chunks in fp32 and returns in the weight's dtype.
+    at::Tensor grad_hidden =
+        want_hidden ? at::empty(student_hidden.sizes(), student_hidden.options()) : at::Tensor();
+    at::Tensor grad_head =
+        want_head ? at::zeros(student_head.sizes(), student_head.options().dtype(reduce))
+                  : at::Tensor();
     at::Tensor total = at::zeros({}, student_hidden.options().dtype(reduce));
     for (int64_t start = 0; start < student_hidden.size(0); start += options.chunk_tokens) {
       const int64_t n = std::min(options.chunk_tokens, student_hidden.size(0) - start);
-      const at::Tensor losses = token_losses(
-          head_logits(student_hidden.narrow(0, start, n), student_head, options.fp32_head),
-          head_logits(teacher_hidden.narrow(0, start, n), teacher_head, options.fp32_head).to(reduce),
-          labels.narrow(0, start, n), options);
-      total += (losses * weights_reduced.narrow(0, start, n)).sum();
+      const at::Tensor hidden =
+          head_operand(student_hidden.narrow(0, start, n), options.fp32_head);  // (n, H)
+      at::Tensor teacher_logits =
+          at::linear(head_operand(teacher_hidden.narrow(0, start, n), options.fp32_head),
+                     teacher_head_compute)
+              .to(reduce);
+      at::Tensor log_t = at::log_softmax(teacher_logits.div_(options.temperature), 1);
+      teacher_logits.reset();
+      // Named, then moved: a temporary argument would outlive chunk_loss's release of it.
+      at::Tensor student_logits = at::linear(hidden, head).to(reduce);
+      ChunkLoss chunk =
+          chunk_loss(std::move(student_logits), std::move(log_t), labels.narrow(0, start, n),
+                     weights_reduced.narrow(0, start, n), options, want_hidden || want_head);
+      total += chunk.total;
+      if (!chunk.grad_logits.defined()) continue;
+      const at::Tensor grad_logits = chunk.grad_logits.to(head.scalar_type());  // (n, V)
+      chunk.grad_logits.reset();
+      if (want_hidden) {
+        at::Tensor grad_rows = grad_hidden.narrow(0, start, n);
+        if (grad_rows.scalar_type() == head.scalar_type()) {
+          at::mm_out(grad_rows, grad_logits, head);
+        } else {
+          grad_rows.copy_(at::mm(grad_logits, head));
+        }
+      }
+      if (want_head) {
+        if (grad_logits.scalar_type() == reduce) {
+          grad_head.addmm_(grad_logits.t(), hidden);
+        } else {
+          grad_head.add_(at::mm(grad_logits.t(), hidden));
+        }
+      }
     }
-    ctx->save_for_backward({student_hidden, student_head, teacher_hidden, teacher_head, labels,
-                            weights_reduced});
-    ctx->saved_data["divergence"] = static_cast<int64_t>(options.divergence);
-    ctx->saved_data["beta"] = options.beta;
-    ctx->saved_data["temperature"] = options.temperature;
-    ctx->saved_data["hard_label_weight"] = options.hard_label_weight;
-    ctx->saved_data["chunk_tokens"] = options.chunk_tokens;
-    ctx->saved_data["fp32_head"] = options.fp32_head;
+    ctx->save_for_backward(
+        {grad_hidden, want_head ? grad_head.to(student_head.scalar_type()) : at::Tensor()});
     return total;
   }
 
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grad_outputs) {
     const auto saved = ctx->get_saved_variables();
-    const at::Tensor &hidden = saved[0], &head = saved[1], &teacher_hidden = saved[2],
-                     &teacher_head = saved[3], &labels = saved[4], &weights = saved[5];
-    DistillLossOptions options;
-    options.divergence = static_cast<Divergence>(ctx->saved_data["divergence"].toInt());
-    options.beta = ctx->saved_data["beta"].toDouble();
-    options.temperature = ctx->saved_data["temperature"].toDouble();
-    options.hard_label_weight = ctx->saved_data["hard_label_weight"].toDouble();
-    options.chunk_tokens = ctx->saved_data["chunk_tokens"].toInt();
-    options.fp32_head = ctx->saved_data["fp32_head"].toBool();
-    const at::ScalarType reduce = reduction_dtype(hidden);
-    const at::Tensor grad_total = grad_outputs[0].to(reduce);
-    const bool want_hidden = ctx->needs_input_grad(0), want_head = ctx->needs_input_grad(1);
-    at::Tensor grad_head = want_head ? at::zeros(head.sizes(), head.options().dtype(reduce)) : at::Tensor();
-    at::Tensor grad_hidden = want_hidden ? at::empty_like(hidden) : at::Tensor();
-    const at::Tensor head_compute = options.fp32_head ? head.to(reduce) : head;
-    for (int64_t start = 0; start < hidden.size(0); start += options.chunk_tokens) {
-      const int64_t n = std::min(options.chunk_tokens, hidden.size(0) - start);
-      const at::Tensor hidden_chunk = hidden.narrow(0, start, n);
-      const at::Tensor hidden_compute = options.fp32_head ? hidden_chunk.to(reduce) : hidden_chunk;
-      at::Tensor teacher_logits;
-      {
-        at::NoGradGuard no_grad;
-        teacher_logits = head_logits(teacher_hidden.narrow(0, start, n), teacher_head,
-                                     options.fp32_head).to(reduce);
-      }
-      // d loss / d logits by autograd on the recomputed chunk (the formulas above are too many
-      // to differentiate by hand without error); the logits themselves carry no graph.
-      at::Tensor grad_logits;
-      {
-        at::AutoGradMode enable(true);
-        const at::Tensor logits =
-            at::linear(hidden_compute, head_compute).detach().to(reduce).requires_grad_(true);
-        const at::Tensor chunk_loss =
-            (token_losses(logits, teacher_logits, labels.narrow(0, start, n), options) *
-             weights.narrow(0, start, n))
-                .sum() *
-            grad_total;
-        grad_logits = torch::autograd::grad({chunk_loss}, {logits})[0];
-      }
-      const at::Tensor grad_compute = grad_logits.to(head_compute.scalar_type());
-      if (want_hidden) grad_hidden.narrow(0, start, n).copy_(at::mm(grad_compute, head_compute));
-      if (want_head) grad_head.add_(at::mm(grad_compute.t(), hidden_compute).to(reduce));
-    }
-    return {grad_hidden,  want_head ? grad_head.to(head.scalar_type()) : at::Tensor(),
-            at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+    const at::Tensor& grad_total = grad_outputs[0];  // 0-dim
+    auto scaled = [&](const at::Tensor& grad) {
+      return grad.defined() ? grad * grad_total : at::Tensor();
+    };
+    return {scaled(saved[0]), scaled(saved[1]), at::Tensor(), at::Tensor(), at::Tensor(),
+            at::Tensor(),     at::Tensor(),     at::Tensor(), at::Tensor()};
   }
 };
 
@@ -164,10 +254,18 @@ at::Tensor fused_distillation_loss(const at::Tensor& student_hidden, const at::T
                                    const at::Tensor& teacher_hidden, const at::Tensor& teacher_head,
                                    const at::Tensor& labels, const at::Tensor& weights,
                                    const DistillLossOptions& options) {
-  check_inputs(student_hidden, student_head, teacher_hidden, teacher_head, labels, weights, options);
+  check_inputs(student_hidden, student_head, teacher_hidden, teacher_head, labels, weights,
+               options);
+  if (options.chunk_tokens == 0)
+    return unfused_distillation_loss(student_hidden, student_head, teacher_hidden, teacher_head,
+                                     labels, weights, options);
+  // Gradients are formed during the forward pass, so decide here (Function::apply turns grad
+  // mode off before forward runs) whether they will be wanted at all.
+  const bool grad_mode = at::GradMode::is_enabled();
   return FusedDistillation::apply(student_hidden, student_head, teacher_hidden.detach(),
                                   teacher_head.detach(), safe_targets(labels, weights), weights,
-                                  options);
+                                  options, grad_mode && student_hidden.requires_grad(),
+                                  grad_mode && student_head.requires_grad());
 }
 
 at::Tensor unfused_distillation_loss(const at::Tensor& student_hidden,
@@ -175,7 +273,8 @@ at::Tensor unfused_distillation_loss(const at::Tensor& student_hidden,
                                      const at::Tensor& teacher_hidden,
                                      const at::Tensor& teacher_head, const at::Tensor& labels,
                                      const at::Tensor& weights, const DistillLossOptions& options) {
-  check_inputs(student_hidden, student_head, teacher_hidden, teacher_head, labels, weights, options);
+  check_inputs(student_hidden, student_head, teacher_hidden, teacher_head, labels, weights,
+               options);
   const at::ScalarType reduce = reduction_dtype(student_hidden);
   at::Tensor teacher_logits;
   {

@@ -1,7 +1,9 @@
 #pragma once
 // Distillation losses (SPEC §6 "Distillation") through both LM heads, chunked over tokens: each
-// chunk's student and teacher logits are formed, reduced and dropped, and backward recomputes
-// them chunk by chunk, so neither side's (tokens, vocab) logits exist for the whole batch.
+// chunk's student and teacher logits are formed, reduced and dropped, so neither side's
+// (tokens, vocab) logits exist for the whole batch. The student's gradients are formed in the
+// same pass, in closed form (Liger's fused linear losses), and backward only scales them: no
+// logits are recomputed.
 //
 //   p_t = softmax(teacher_logits / temperature)      (temperature on the teacher only)
 //   p_s = softmax(student_logits)
@@ -33,6 +35,8 @@ struct DistillLossOptions {
 /// student_hidden (N, H), student_head (V, H), teacher_hidden (N, Ht), teacher_head (V, Ht),
 /// labels (N,) int64, weights (N,) float. Differentiable w.r.t. the student's hidden and head
 /// (gradients in their own dtypes); the teacher never gets one. Returns a 0-dim fp32 tensor.
+/// The gradients' matmuls run here whenever grad mode is on and the student requires grad: take
+/// a value only (metrics, evaluation) under at::NoGradGuard.
 at::Tensor fused_distillation_loss(const at::Tensor& student_hidden, const at::Tensor& student_head,
                                    const at::Tensor& teacher_hidden, const at::Tensor& teacher_head,
                                    const at::Tensor& labels, const at::Tensor& weights,

@@ -10,6 +10,7 @@
 #include "tandem/core/error.h"
 #include "tandem/core/hash.h"
 #include "tandem/data/token_cache.h"
+#include "tandem/objectives/dpo_loss.h"
 
 namespace tandem {
 
@@ -139,9 +140,7 @@ ObjectiveOutput DpoObjective::compute(const PackedBatch& batch, const StepTotals
   const at::Tensor rejected = at::tensor(rejected_positions, at::kLong);
 
   const at::Tensor hidden = policy_->forward_hidden(batch.input_ids, batch.layout());  // (B, T, H)
-  const at::Tensor policy = document_logprobs(hidden, policy_->lm_head_weight(), batch,
-                                              options_.policy.loss);  // (D,)
-  const at::Tensor counts = document_target_counts(batch);            // (D,)
+  const at::Tensor counts = document_target_counts(batch);                            // (D,)
   at::Tensor reference;
   if (cache_) {
     std::vector<int64_t> indices;
@@ -154,12 +153,25 @@ ObjectiveOutput DpoObjective::compute(const PackedBatch& batch, const StepTotals
     reference = document_logprobs(reference_hidden, reference_->lm_head_weight(), batch,
                                   options_.policy.loss);
   }
-  const DpoPairLogprobs pairs{policy.index_select(0, chosen),    policy.index_select(0, rejected),
-                              reference.index_select(0, chosen), reference.index_select(0, rejected),
-                              counts.index_select(0, chosen),    counts.index_select(0, rejected)};
-  const DpoPairLosses losses = dpo_pair_losses(pairs, options_.loss_type, options_.beta);
   const double scale = 1.0 / static_cast<double>(step_pairs);
-  at::Tensor loss = losses.losses.sum() * scale;
+  at::Tensor loss;
+  DpoPairLosses losses;
+  if (options_.policy.loss.chunk_tokens > 0) {  // fused per pair (objectives/dpo_loss.h)
+    const NextTokenTargets targets = next_token_targets_of(batch);
+    const DpoHeadInputs inputs{
+        hidden.narrow(1, 0, batch.seq_len() - 1).index({targets.mask}), policy_->lm_head_weight(),
+        targets.labels, targets.document, chosen, rejected, reference, counts};
+    loss = fused_dpo_loss(inputs, options_.loss_type, options_.beta, scale, options_.policy.loss,
+                          &losses);
+  } else {  // full logits
+    const at::Tensor policy =
+        document_logprobs(hidden, policy_->lm_head_weight(), batch, options_.policy.loss);
+    losses = dpo_pair_losses({policy.index_select(0, chosen), policy.index_select(0, rejected),
+                              reference.index_select(0, chosen), reference.index_select(0, rejected),
+                              counts.index_select(0, chosen), counts.index_select(0, rejected)},
+                             options_.loss_type, options_.beta);
+    loss = losses.losses.sum() * scale;
+  }
   const at::Tensor margins = losses.rewards_chosen - losses.rewards_rejected;
   return {loss,
           {{"loss", loss.item<double>()},

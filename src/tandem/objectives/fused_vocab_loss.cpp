@@ -94,7 +94,14 @@ at::Tensor fused_token_logprobs(const at::Tensor& hidden, const at::Tensor& lm_h
                                 const at::Tensor& labels, const FusedLossOptions& options,
                                 at::Tensor* entropy) {
   check_inputs(hidden, lm_head, labels);
-  check(options.chunk_tokens > 0, "[loss] chunk_tokens must be positive");
+  check(options.chunk_tokens >= 0, "[loss] chunk_tokens must be >= 0 (0: no chunking)");
+  if (options.chunk_tokens == 0) {  // the plain path: full logits, autograd through them
+    const at::Tensor logits =
+        project_to_vocab(hidden, lm_head, options.fp32_head).to(reduction_dtype(hidden));
+    const at::Tensor log_probs = at::log_softmax(logits, 1);
+    if (entropy) *entropy = -(log_probs.exp() * log_probs).sum(1).detach();
+    return log_probs.gather(1, labels.unsqueeze(1)).squeeze(1);
+  }
   auto outputs = FusedTokenLogprobs::apply(hidden, lm_head, labels, options.chunk_tokens,
                                            options.fp32_head, entropy != nullptr);
   if (entropy) *entropy = outputs[1];
@@ -103,9 +110,10 @@ at::Tensor fused_token_logprobs(const at::Tensor& hidden, const at::Tensor& lm_h
 
 at::Tensor unfused_token_logprobs(const at::Tensor& hidden, const at::Tensor& lm_head,
                                   const at::Tensor& labels, bool fp32_head) {
-  check_inputs(hidden, lm_head, labels);
-  const at::Tensor logits = project_to_vocab(hidden, lm_head, fp32_head).to(reduction_dtype(hidden));
-  return at::log_softmax(logits, 1).gather(1, labels.unsqueeze(1)).squeeze(1);
+  FusedLossOptions options;
+  options.chunk_tokens = 0;
+  options.fp32_head = fp32_head;
+  return fused_token_logprobs(hidden, lm_head, labels, options);
 }
 
 namespace {

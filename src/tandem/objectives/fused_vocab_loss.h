@@ -11,7 +11,8 @@
 namespace tandem {
 
 struct FusedLossOptions {
-  int64_t chunk_tokens = 1024;  // tokens per chunk: peak extra memory ~ chunk_tokens * vocab * 4 B
+  int64_t chunk_tokens = 1024;  // tokens per chunk: peak extra memory ~ chunk_tokens * vocab * 4 B;
+                                // 0: no chunking (full logits, autograd; faster, far more memory)
   bool fp32_head = false;  // project with hidden and weight upcast to fp32 (vLLM's fp32 last layer)
 };
 

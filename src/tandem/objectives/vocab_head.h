@@ -19,10 +19,14 @@ inline at::ScalarType head_compute_dtype(const at::Tensor& hidden, bool fp32_hea
   return fp32_head && hidden.scalar_type() != at::kDouble ? at::kFloat : hidden.scalar_type();
 }
 
+/// `tensor` (a hidden state or a head weight) in the dtype the projection runs in.
+inline at::Tensor head_operand(const at::Tensor& tensor, bool fp32_head) {
+  return tensor.to(head_compute_dtype(tensor, fp32_head));
+}
+
 /// Logits hidden (n, H) @ head (V, H)^T in the head's compute dtype: (n, V).
 inline at::Tensor project_to_vocab(const at::Tensor& hidden, const at::Tensor& head, bool fp32_head) {
-  const at::ScalarType compute = head_compute_dtype(hidden, fp32_head);
-  return at::linear(hidden.to(compute), head.to(compute));
+  return at::linear(head_operand(hidden, fp32_head), head_operand(head, fp32_head));
 }
 
 }  // namespace tandem

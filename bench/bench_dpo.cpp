@@ -1,0 +1,171 @@
+// DPO through the policy's and the frozen reference's LM heads, fused (token log-probs chunked
+// over tokens, recomputed in backward) vs unfused (full fp32 logits of both):
+// 1. the loss alone: peak-memory rise (kernel VmHWM, reset before each measurement) and time of
+//    forward + backward, for P pairs of documents over N tokens x vocab V (fused: the pair-fused
+//    loss of objectives/dpo_loss.h, the reference's sums chunked over tokens);
+// 2. a whole DPO step of the objective (policy forward + backward, reference forward) on a random
+//    Llama-style policy/reference checkpoint: the same, with tokens/s and model FLOP utilisation
+//    against the fp32 matmul peak measured in the same run (model FLOPs = 3 x policy forward +
+//    1 x reference forward).
+#include <ATen/ATen.h>
+#include <CLI/CLI.hpp>
+#include <torch/autograd.h>
+
+#include <cstdio>
+
+#include <filesystem>
+
+#include "bench_common.h"
+#include "bench_model.h"
+#include "tandem/core/threads.h"
+#include "tandem/data/packing.h"
+#include "tandem/objectives/dpo.h"
+#include "tandem/objectives/dpo_loss.h"
+#include "tandem/objectives/fused_vocab_loss.h"
+#include "tandem/objectives/policy_loss.h"
+
+namespace {
+
+using namespace tandem;
+
+using Measure = bench::PeakAndTime;
+
+Measure measure(bool fused, int64_t tokens, int64_t hidden, int64_t vocab, int64_t pairs,
+                const FusedLossOptions& options) {
+  at::manual_seed(0);
+  at::Tensor policy = at::randn({tokens, hidden}).requires_grad_();
+  at::Tensor head = (at::randn({vocab, hidden}) * 0.02).requires_grad_();
+  const at::Tensor reference = at::randn({tokens, hidden});
+  const at::Tensor reference_head = at::randn({vocab, hidden}) * 0.02;
+  const at::Tensor labels = at::randint(vocab, {tokens}, at::kLong);
+  // Documents of equal length, alternately chosen and rejected.
+  const at::Tensor document = at::div(at::arange(tokens, at::kLong), tokens / (2 * pairs), "floor");
+  const at::Tensor even = at::arange(0, 2 * pairs, 2), odd = at::arange(1, 2 * pairs, 2);
+  const at::Tensor lengths = at::full({2 * pairs}, tokens / (2 * pairs), at::kLong);
+  auto run = [&] {
+    at::Tensor reference_sums;
+    {
+      at::NoGradGuard no_grad;
+      reference_sums = at::zeros({2 * pairs}).index_add(
+          0, document, fused ? fused_token_logprobs(reference, reference_head, labels, options)
+                             : unfused_token_logprobs(reference, reference_head, labels));
+    }
+    at::Tensor loss;
+    if (fused) {  // what the objective runs: the pair-fused loss (objectives/dpo_loss.h)
+      loss = fused_dpo_loss({policy, head, labels, document, even, odd, reference_sums, lengths},
+                            DpoLossType::Sigmoid, 0.1, 1.0 / pairs, options);
+    } else {
+      const at::Tensor policy_sums =
+          at::zeros({2 * pairs}).index_add(0, document, unfused_token_logprobs(policy, head, labels));
+      loss = dpo_pair_losses({policy_sums.index({even}), policy_sums.index({odd}),
+                              reference_sums.index({even}), reference_sums.index({odd}),
+                              lengths.index({even}), lengths.index({odd})},
+                             DpoLossType::Sigmoid, 0.1)
+                 .losses.mean();
+    }
+    loss.backward();
+    policy.mutable_grad().reset();
+    head.mutable_grad().reset();
+  };
+  return bench::measure_peak_and_time(run, 2);
+}
+
+// A whole DPO micro-batch step: `rows` rows of `seq_len` tokens, two documents (one pair) per row.
+Measure measure_step(int64_t chunk_tokens, const std::string& checkpoint, int64_t rows,
+                     int64_t seq_len) {
+  DpoOptions options;
+  options.policy.model_path = checkpoint;
+  options.reference_path = checkpoint;
+  options.policy.loss.chunk_tokens = chunk_tokens;
+  DpoObjective objective(options);
+  const int64_t vocab = objective.policy()->config().vocab_size;
+  std::vector<TokenizedDocument> documents;
+  at::manual_seed(1);
+  for (int64_t d = 0; d < 2 * rows; ++d) {
+    const at::Tensor ids = at::randint(vocab, {seq_len / 2}, at::kInt);
+    TokenizedDocument document;
+    document.ids.assign(ids.data_ptr<int32_t>(), ids.data_ptr<int32_t>() + ids.numel());
+    document.loss_mask.assign(document.ids.size(), 1);
+    std::fill(document.loss_mask.begin(), document.loss_mask.begin() + seq_len / 16, 0);  // prompt
+    documents.push_back(document);
+  }
+  PackingOptions packing;
+  packing.seq_len = seq_len;
+  PackedBatch batch = pack_documents(documents, packing);
+  for (auto& document : batch.documents) document.dataset_index = document.source_index;
+  const StepTotals totals = objective.count(batch);
+  auto run = [&] {
+    ObjectiveOutput output = objective.compute(batch, totals);
+    output.loss.backward();
+    for (auto& parameter : objective.policy()->parameters()) parameter.mutable_grad().reset();
+  };
+  return bench::measure_peak_and_time(run, 1);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"bench_dpo: DPO loss memory and time through both LM heads, fused vs unfused"};
+  int64_t tokens = 4096, hidden = 512, vocab = 32000, pairs = 4, chunk = 1024;
+  int threads = 0;
+  bench::ModelShape shape;
+  shape.hidden = 512;
+  shape.layers = 4;
+  shape.heads = 8;
+  shape.kv_heads = 4;
+  shape.intermediate = 1536;
+  int64_t step_rows = 4, step_seq_len = 1024;
+  bool skip_step = false;
+  bench::add_shape_options(app, shape);
+  app.add_option("--step-rows", step_rows, "DPO step: rows (one pair each)")->capture_default_str();
+  app.add_option("--step-seq-len", step_seq_len, "DPO step: tokens per row")->capture_default_str();
+  app.add_flag("--no-step", skip_step, "only the loss, not the whole DPO step");
+  app.add_option("--tokens", tokens)->capture_default_str();
+  app.add_option("--pairs", pairs, "preference pairs (2 documents each) over the tokens")->capture_default_str();
+  app.add_option("--chunk-tokens", chunk)->capture_default_str();
+  app.add_option("--threads", threads, "0: all usable cores")->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+  const int used = configure_threads(threads);
+  FusedLossOptions options;
+  options.chunk_tokens = chunk;
+  hidden = shape.hidden;
+  vocab = shape.vocab;
+  const Measure unfused = measure(false, tokens, hidden, vocab, pairs, options);
+  const Measure fused = measure(true, tokens, hidden, vocab, pairs, options);
+  std::printf("bench_dpo: sigmoid, %ld tokens in %ld pairs, vocab %ld, hidden %ld, chunk %ld, fp32, "
+              "%d threads, policy forward + backward, reference forward\n",
+              tokens, pairs, vocab, hidden, chunk, used);
+  std::printf("  unfused: peak +%.0f MiB, %.3f s (%.0f tokens/s)\n", unfused.peak_mib,
+              unfused.seconds, tokens / unfused.seconds);
+  std::printf("  fused  : peak +%.0f MiB, %.3f s (%.0f tokens/s) | memory %.2fx, time %.2fx of unfused\n",
+              fused.peak_mib, fused.seconds, tokens / fused.seconds, fused.peak_mib / unfused.peak_mib,
+              fused.seconds / unfused.seconds);
+  if (skip_step) return 0;
+
+  const double peak_flops = bench::matmul_peak_flops(at::kFloat);
+  const std::string dir = (std::filesystem::temp_directory_path() / "tandem-bench-dpo").string();
+  std::filesystem::remove_all(dir);
+  {
+    CausalLM model(bench::llama_config(shape), at::TensorOptions().dtype(at::kFloat));
+    init_normal_(*model, 0.02, 0);
+    export_causal_lm(model, dir);
+  }
+  const DecoderConfig config = bench::llama_config(shape);
+  const double step_flops = 4.0 * bench::forward_flops(config, step_seq_len, step_rows);
+  const int64_t step_tokens = step_rows * step_seq_len;
+  const Measure step_unfused = measure_step(0, dir, step_rows, step_seq_len);
+  const Measure step_fused = measure_step(chunk, dir, step_rows, step_seq_len);
+  std::filesystem::remove_all(dir);
+  std::printf("bench_dpo step: policy = reference = random Llama (hidden %ld, %ld layers, %ld/%ld heads, "
+              "intermediate %ld, vocab %ld), %ld rows x %ld tokens (one pair per row), matmul peak "
+              "%.1f GFLOP/s\n",
+              shape.hidden, shape.layers, shape.heads, shape.kv_heads, shape.intermediate, shape.vocab,
+              step_rows, step_seq_len, peak_flops / 1e9);
+  for (const auto& [name, m] : {std::pair<const char*, Measure>{"unfused", step_unfused},
+                                std::pair<const char*, Measure>{"fused  ", step_fused}})
+    std::printf("  %s: peak +%.0f MiB, %.3f s, %.0f tokens/s, MFU %.1f%%\n", name, m.peak_mib,
+                m.seconds, step_tokens / m.seconds, 100.0 * step_flops / m.seconds / peak_flops);
+  std::printf("  fused/unfused: memory %.2fx, time %.2fx\n", step_fused.peak_mib / step_unfused.peak_mib,
+              step_fused.seconds / step_unfused.seconds);
+  return 0;
+}
