@@ -1,15 +1,22 @@
-// Distillation loss through both LM heads, fused (chunked over tokens, gradients formed in the
+// 1. Distillation loss through both LM heads, fused (chunked over tokens, gradients formed in the
 // forward pass) vs unfused (full fp32 logits of student and teacher, plain autograd): peak-memory
 // rise (kernel VmHWM, reset before each measurement) and time of forward + backward, for N tokens
 // x vocab V.
+// 2. A whole distillation step of the objective (student forward + backward, teacher forward) on
+// random Llama checkpoints, fused vs unfused (loss.chunk_tokens 0), with tokens/s and model FLOP
+// utilisation against the fp32 matmul peak measured in the same run.
 #include <ATen/ATen.h>
 #include <torch/autograd.h>
 
 #include <CLI/CLI.hpp>
 #include <cstdio>
 
+#include <filesystem>
+
 #include "bench_common.h"
+#include "bench_objective.h"
 #include "tandem/core/threads.h"
+#include "tandem/objectives/distill.h"
 #include "tandem/objectives/distill_loss.h"
 
 namespace {
@@ -39,6 +46,19 @@ Measure measure(bool fused, int64_t tokens, int64_t hidden, int64_t teacher_hidd
   return bench::measure_peak_and_time(run, 2);
 }
 
+// A whole distillation micro-batch step (student forward + backward, teacher forward).
+Measure measure_step(int64_t chunk_tokens, const DistillLossOptions& loss, const std::string& student,
+                     const std::string& teacher, int64_t rows, int64_t seq_len) {
+  DistillOptions options;
+  options.student.model_path = student;
+  options.teacher_path = teacher;
+  options.loss = loss;
+  options.loss.chunk_tokens = chunk_tokens;
+  DistillObjective objective(options);
+  return bench::measure_objective_step(
+      objective, bench::random_batch(objective.student()->config().vocab_size, rows, seq_len, 2));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -53,6 +73,16 @@ int main(int argc, char** argv) {
   app.add_option("--divergence", divergence, "forward_kl | reverse_kl | jsd")
       ->capture_default_str();
   app.add_option("--threads", threads, "0: all usable cores")->capture_default_str();
+  bench::ModelShape student_shape, teacher_shape;
+  student_shape.hidden = 512, student_shape.layers = 4, student_shape.heads = 8;
+  student_shape.kv_heads = 4, student_shape.intermediate = 1536;
+  teacher_shape.hidden = 1024, teacher_shape.layers = 4, teacher_shape.heads = 16;
+  teacher_shape.kv_heads = 8, teacher_shape.intermediate = 2816;
+  int64_t step_rows = 4, step_seq_len = 1024;
+  bool skip_step = false;
+  app.add_option("--step-rows", step_rows, "distillation step: rows")->capture_default_str();
+  app.add_option("--step-seq-len", step_seq_len, "distillation step: tokens per row")->capture_default_str();
+  app.add_flag("--no-step", skip_step, "only the loss, not the whole distillation step");
   CLI11_PARSE(app, argc, argv);
   const int used = configure_threads(threads);
   DistillLossOptions options;
@@ -70,5 +100,31 @@ int main(int argc, char** argv) {
       "  fused  : peak +%.0f MiB, %.3f s (%.0f tokens/s) | memory %.2fx, time %.2fx of unfused\n",
       fused.peak_mib, fused.seconds, tokens / fused.seconds, fused.peak_mib / unfused.peak_mib,
       fused.seconds / unfused.seconds);
+  if (skip_step) return 0;
+
+  // The step: random student (hidden 512, 4 layers) and teacher (hidden 1024, 4 layers), the
+  // --vocab given; model FLOPs = 3 x student forward + teacher forward.
+  student_shape.vocab = teacher_shape.vocab = vocab;
+  const double peak_flops = bench::matmul_peak_flops(at::kFloat);
+  const auto scratch = std::filesystem::temp_directory_path() / "tandem-bench-distill";
+  std::filesystem::remove_all(scratch);
+  const std::string student = bench::write_random_llama(student_shape, (scratch / "student").string(), 1);
+  const std::string teacher = bench::write_random_llama(teacher_shape, (scratch / "teacher").string(), 2);
+  const double step_flops =
+      3.0 * bench::forward_flops(bench::llama_config(student_shape), step_seq_len, step_rows) +
+      bench::forward_flops(bench::llama_config(teacher_shape), step_seq_len, step_rows);
+  const int64_t step_tokens = step_rows * step_seq_len;
+  const Measure step_unfused = measure_step(0, options, student, teacher, step_rows, step_seq_len);
+  const Measure step_fused = measure_step(1024, options, student, teacher, step_rows, step_seq_len);
+  std::filesystem::remove_all(scratch);
+  std::printf("bench_distill step: student Llama hidden 512 x 4 layers, teacher hidden 1024 x 4 "
+              "layers, vocab %ld, %ld rows x %ld tokens, matmul peak %.1f GFLOP/s\n",
+              vocab, step_rows, step_seq_len, peak_flops / 1e9);
+  for (const auto& [name, m] : {std::pair<const char*, Measure>{"unfused", step_unfused},
+                                std::pair<const char*, Measure>{"fused  ", step_fused}})
+    std::printf("  %s: peak +%.0f MiB, %.3f s, %.0f tokens/s, MFU %.1f%%\n", name, m.peak_mib,
+                m.seconds, step_tokens / m.seconds, 100.0 * step_flops / m.seconds / peak_flops);
+  std::printf("  fused/unfused: memory %.2fx, time %.2fx\n", step_fused.peak_mib / step_unfused.peak_mib,
+              step_fused.seconds / step_unfused.seconds);
   return 0;
 }

@@ -17,6 +17,7 @@
 
 #include "bench_common.h"
 #include "bench_model.h"
+#include "bench_objective.h"
 #include "tandem/core/threads.h"
 #include "tandem/data/packing.h"
 #include "tandem/objectives/dpo.h"
@@ -78,28 +79,9 @@ Measure measure_step(int64_t chunk_tokens, const std::string& checkpoint, int64_
   options.reference_path = checkpoint;
   options.policy.loss.chunk_tokens = chunk_tokens;
   DpoObjective objective(options);
-  const int64_t vocab = objective.policy()->config().vocab_size;
-  std::vector<TokenizedDocument> documents;
-  at::manual_seed(1);
-  for (int64_t d = 0; d < 2 * rows; ++d) {
-    const at::Tensor ids = at::randint(vocab, {seq_len / 2}, at::kInt);
-    TokenizedDocument document;
-    document.ids.assign(ids.data_ptr<int32_t>(), ids.data_ptr<int32_t>() + ids.numel());
-    document.loss_mask.assign(document.ids.size(), 1);
-    std::fill(document.loss_mask.begin(), document.loss_mask.begin() + seq_len / 16, 0);  // prompt
-    documents.push_back(document);
-  }
-  PackingOptions packing;
-  packing.seq_len = seq_len;
-  PackedBatch batch = pack_documents(documents, packing);
-  for (auto& document : batch.documents) document.dataset_index = document.source_index;
-  const StepTotals totals = objective.count(batch);
-  auto run = [&] {
-    ObjectiveOutput output = objective.compute(batch, totals);
-    output.loss.backward();
-    for (auto& parameter : objective.policy()->parameters()) parameter.mutable_grad().reset();
-  };
-  return bench::measure_peak_and_time(run, 1);
+  const PackedBatch batch =
+      bench::random_batch(objective.policy()->config().vocab_size, rows, seq_len, 2);
+  return bench::measure_objective_step(objective, batch);
 }
 
 }  // namespace
@@ -145,11 +127,7 @@ int main(int argc, char** argv) {
   const double peak_flops = bench::matmul_peak_flops(at::kFloat);
   const std::string dir = (std::filesystem::temp_directory_path() / "tandem-bench-dpo").string();
   std::filesystem::remove_all(dir);
-  {
-    CausalLM model(bench::llama_config(shape), at::TensorOptions().dtype(at::kFloat));
-    init_normal_(*model, 0.02, 0);
-    export_causal_lm(model, dir);
-  }
+  bench::write_random_llama(shape, dir);
   const DecoderConfig config = bench::llama_config(shape);
   const double step_flops = 4.0 * bench::forward_flops(config, step_seq_len, step_rows);
   const int64_t step_tokens = step_rows * step_seq_len;

@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "bench_common.h"
+#include "bench_objective.h"
 #include "bench_model.h"
 #include "tandem/core/threads.h"
 #include "tandem/data/packing.h"
@@ -49,20 +50,12 @@ double draft_forward_flops(const Eagle3Config& c, int64_t seq, int64_t rows, int
   return steps * per_step + 2 * tokens * 3 * c.target_hidden_size * h;
 }
 
-// A random target of `shape` written as an HF checkpoint under `dir`.
-std::string write_random_target(const bench::ModelShape& shape, const std::string& dir) {
-  CausalLM model(bench::llama_config(shape), at::TensorOptions().dtype(at::kFloat));
-  init_normal_(*model, 0.02, 0);
-  export_causal_lm(model, dir);
-  return dir;
-}
-
 void run_case(const Case& c, const std::string& given_target, int64_t ttt_length, int repeats,
               double peak) {
   const std::string scratch =
       (std::filesystem::temp_directory_path() / ("tandem-bench-eagle3-" + std::to_string(::getpid()))).string();
   const std::string target_dir =
-      given_target.empty() ? write_random_target(c.target, scratch) : given_target;
+      given_target.empty() ? bench::write_random_llama(c.target, scratch) : given_target;
   Eagle3Options options;
   options.target_path = target_dir;
   options.ttt_length = ttt_length;
