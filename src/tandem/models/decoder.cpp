@@ -47,17 +47,20 @@ AttentionImpl::AttentionImpl(const DecoderConfig& config, int64_t layer_index,
   }
 }
 
-QueryKeyValue AttentionImpl::project(const at::Tensor& x, const RopeTables& rope) const {
+QueryKeyValue AttentionImpl::project_key_value(const at::Tensor& x, const RopeTables& rope) const {
   const int64_t batch = x.size(0), length = x.size(1);
-  at::Tensor q = q_proj->forward(x).view({batch, length, num_heads, head_dim});
   at::Tensor k = k_proj->forward(x).view({batch, length, num_kv_heads, head_dim});
-  at::Tensor v = v_proj->forward(x).view({batch, length, num_kv_heads, head_dim});
-  if (q_norm) {  // Qwen3 normalises each head before RoPE
-    q = q_norm->forward(q);
-    k = k_norm->forward(k);
-  }
-  return {apply_rope(q.transpose(1, 2), rope), apply_rope(k.transpose(1, 2), rope),
-          v.transpose(1, 2)};
+  const at::Tensor v = v_proj->forward(x).view({batch, length, num_kv_heads, head_dim});
+  if (k_norm) k = k_norm->forward(k);  // Qwen3 normalises each head before RoPE
+  return {at::Tensor(), apply_rope(k.transpose(1, 2), rope), v.transpose(1, 2)};
+}
+
+QueryKeyValue AttentionImpl::project(const at::Tensor& x, const RopeTables& rope) const {
+  QueryKeyValue qkv = project_key_value(x, rope);
+  at::Tensor q = q_proj->forward(x).view({x.size(0), x.size(1), num_heads, head_dim});
+  if (q_norm) q = q_norm->forward(q);
+  qkv.q = apply_rope(q.transpose(1, 2), rope);
+  return qkv;
 }
 
 at::Tensor AttentionImpl::output(const at::Tensor& attended) const {

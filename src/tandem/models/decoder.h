@@ -42,6 +42,9 @@ class AttentionImpl : public torch::nn::Module {
   at::Tensor forward(const at::Tensor& x, const RopeTables& rope, const at::Tensor& mask) const;
   /// x (B, T, input_size) -> q, k, v with q/k norms (Qwen3) and RoPE applied.
   QueryKeyValue project(const at::Tensor& x, const RopeTables& rope) const;
+  /// The same without the query (left undefined): keys and values of tokens that ask nothing
+  /// (the DFlash draft's context).
+  QueryKeyValue project_key_value(const at::Tensor& x, const RopeTables& rope) const;
   /// Attention output (B, heads, T, head_dim) -> (B, T, H) through o_proj.
   at::Tensor output(const at::Tensor& attended) const;
   Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};

@@ -1,0 +1,33 @@
+#pragma once
+// The attention of the DFlash draft (SPEC §6). A micro-batch carries A blocks per row, each of
+// block_size (bs) slots laid side by side (Q = A * bs queries). A query of block i sees
+//   - the context keys j its block may see (context_mask[b, i, j]: same document, real token,
+//     strictly before the anchor; see models/dflash.h),
+//   - and the bs keys of its own block, in both directions;
+// never another block. The dense form of this mask is (B, Q, S + Q), almost all of it the empty
+// block-to-block part; here the scores are one (Q, S) context part plus a (bs, bs) part per
+// block, with one softmax over both: never a (Q, Q) score or mask tensor.
+//
+// An invalid block (a padded anchor slot) sees nothing: its output is 0, never NaN. Its own-block
+// scores keep every softmax row finite; the probabilities are then zeroed.
+#include <ATen/core/Tensor.h>
+
+namespace tandem {
+
+/// q (B, heads, Q, d) block queries; context_k/context_v (B, kv_heads, S, d); block_k/block_v
+/// (B, kv_heads, Q, d), slot k of block i at column i * bs + k; context_mask (B, A, S) bool
+/// (true = may attend); block_valid (B, A) bool. heads must be a multiple of kv_heads and Q of A.
+/// Returns (B, heads, Q, d) in q's dtype. Softmax in fp32 (fp64 for fp64 inputs), scale
+/// 1/sqrt(d).
+at::Tensor dflash_attention(const at::Tensor& q, const at::Tensor& context_k,
+                            const at::Tensor& context_v, const at::Tensor& block_k,
+                            const at::Tensor& block_v, const at::Tensor& context_mask,
+                            const at::Tensor& block_valid);
+
+/// The same visibility as one dense boolean mask over [context | all blocks]:
+/// (B, A * bs, S + A * bs), query slot k of block i at row i * bs + k, key slot k' of block i' at
+/// column S + i' * bs + k'. For tests and inspection; the attention never builds it.
+at::Tensor dflash_dense_mask(const at::Tensor& context_mask, const at::Tensor& block_valid,
+                             int64_t block_size);
+
+}  // namespace tandem

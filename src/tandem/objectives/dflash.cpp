@@ -1,0 +1,364 @@
+#include "tandem/objectives/dflash.h"
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+
+#include "tandem/core/config.h"
+#include "tandem/core/dtype.h"
+#include "tandem/core/error.h"
+#include "tandem/core/hash.h"
+#include "tandem/core/json_file.h"
+#include "tandem/objectives/vocab_head.h"
+#include "tandem/text/tokenizer.h"
+
+namespace tandem {
+
+namespace {
+
+// SplitMix64 (Steele, Lea, Flood): a small, fully specified generator, so anchor draws are the
+// same on every platform and library version.
+uint64_t splitmix64(uint64_t& state) {
+  uint64_t z = (state += 0x9E3779B97F4A7C15ULL);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+  return z ^ (z >> 31);
+}
+
+// `count` of `candidates` drawn without replacement (partial Fisher-Yates), ascending.
+std::vector<int64_t> draw_sorted(std::vector<int64_t> candidates, int64_t count, uint64_t seed) {
+  const int64_t total = static_cast<int64_t>(candidates.size());
+  if (count < total) {
+    uint64_t state = seed;
+    for (int64_t i = 0; i < count; ++i) {
+      const int64_t j =
+          i + static_cast<int64_t>(splitmix64(state) % static_cast<uint64_t>(total - i));
+      std::swap(candidates[i], candidates[j]);
+    }
+    candidates.resize(count);
+  }
+  std::sort(candidates.begin(), candidates.end());
+  return candidates;
+}
+
+// The tokenizer facts mask-token resolution needs, from `dir`/tokenizer.json and, when present,
+// the `mask_token` its tokenizer_config.json declares (a string or {"content": ...}).
+TokenizerVocab read_tokenizer_vocab(const std::string& dir) {
+  TokenizerVocab vocab = tokenizer_vocab(Tokenizer::from_dir(dir));
+  const std::string config_path = dir + "/tokenizer_config.json";
+  if (std::filesystem::exists(config_path)) {
+    const nlohmann::json config = read_json_file(config_path, "dflash");
+    if (config.contains("mask_token") && !config["mask_token"].is_null()) {
+      const nlohmann::json& mask = config["mask_token"];
+      vocab.declared_mask_token =
+          mask.is_string() ? mask.get<std::string>() : mask.at("content").get<std::string>();
+    }
+  }
+  return vocab;
+}
+
+MaskTokenChoice resolve_dflash_mask_token(const DFlashOptions& options, int64_t vocab_size) {
+  if (options.mask_token_id) return resolve_mask_token(options.mask_token_id, vocab_size, {});
+  std::string dir = options.tokenizer_dir;
+  if (dir.empty() && std::filesystem::exists(options.target_path + "/tokenizer.json"))
+    dir = options.target_path;
+  check(!dir.empty(),
+        "[dflash] no mask token: set draft.mask_token_id, or data.tokenizer so one "
+        "can be chosen from the tokenizer (",
+        options.target_path, " has no tokenizer.json)");
+  return resolve_mask_token(std::nullopt, vocab_size, read_tokenizer_vocab(dir));
+}
+
+// Argmax of hidden (N, H) @ head (V, H)^T, `chunk` rows at a time: never (N, V) logits. (N,)
+at::Tensor chunked_argmax(const at::Tensor& hidden, const at::Tensor& head,
+                          const FusedLossOptions& options) {
+  at::NoGradGuard no_grad;
+  const int64_t total = hidden.size(0);
+  const int64_t chunk =
+      options.chunk_tokens > 0 ? options.chunk_tokens : std::max<int64_t>(1, total);
+  std::vector<at::Tensor> parts;
+  for (int64_t begin = 0; begin < total; begin += chunk)
+    parts.push_back(project_to_vocab(hidden.narrow(0, begin, std::min(chunk, total - begin)), head,
+                                     options.fp32_head)
+                        .argmax(-1));
+  return parts.empty() ? at::zeros({0}, hidden.options().dtype(at::kLong)) : at::cat(parts);
+}
+
+std::vector<int64_t> to_vector(const at::Tensor& tensor) {
+  const at::Tensor values = tensor.to(at::kCPU, at::kLong).contiguous();
+  return {values.data_ptr<int64_t>(), values.data_ptr<int64_t>() + values.numel()};
+}
+
+}  // namespace
+
+DFlashOptions dflash_options(const Config& config) {
+  DFlashOptions options;
+  const Config target = config.section("target");
+  options.target_path = target.get_string("path");
+  options.target_dtype =
+      parse_compute_dtype(target.get_string("dtype", "fp32"), target.where("dtype"));
+  const Config draft = config.section("draft");
+  options.draft_dtype =
+      parse_compute_dtype(draft.get_string("dtype", "fp32"), draft.where("dtype"));
+  options.dims.num_layers = draft.get_int("num_layers", 5);
+  check(options.dims.num_layers >= 1, "[dflash] ", draft.where("num_layers"), ": must be >= 1");
+  options.dims.intermediate_size = draft.get_int("intermediate_size", 0);
+  options.dims.num_attention_heads = draft.get_int("num_attention_heads", 0);
+  options.dims.num_key_value_heads = draft.get_int("num_key_value_heads", 0);
+  options.dims.head_dim = draft.get_int("head_dim", 0);
+  options.target_layer_ids = draft.get_int_list("target_layer_ids", std::vector<int64_t>{});
+  options.block_size = draft.get_int("block_size", 16);
+  check(options.block_size >= 2, "[dflash] ", draft.where("block_size"), ": must be >= 2");
+  if (draft.has("mask_token_id")) options.mask_token_id = draft.get_int("mask_token_id");
+  if (draft.has("rope_theta")) options.rope_theta = draft.get_double("rope_theta");
+  options.init_std = draft.get_double("init_std", 0.02);
+  const Config data = config.section("data");
+  options.tokenizer_dir = data.get_string("tokenizer", "");
+  check(data.get_string("capture", "").empty(), "[dflash] ", data.where("capture"),
+        ": offline DFlash training from a capture is not built yet; remove it to train online");
+  options.seed = static_cast<uint64_t>(config.section("training").get_int("seed", 0));
+  const Config loss = config.section("loss");
+  options.gamma = loss.get_double("gamma", dflash_default_gamma(options.block_size));
+  check(options.gamma > 0, "[dflash] ", loss.where("gamma"), ": must be positive");
+  options.max_anchors = loss.get_int("max_anchors", 512);
+  check(options.max_anchors >= 1, "[dflash] ", loss.where("max_anchors"), ": must be >= 1");
+  options.loss.chunk_tokens = loss.get_int("chunk_tokens", 1024);
+  options.loss.fp32_head = loss.get_bool("fp32_lm_head", false);
+  return options;
+}
+
+double dflash_default_gamma(int64_t block_size) {
+  const double bs = static_cast<double>(block_size);
+  return block_size <= 10 ? bs / 2 : 5.0 + (bs - 10.0) / 3.0;
+}
+
+at::Tensor dflash_slot_weights(int64_t block_size, double gamma) {
+  const at::Tensor slots = at::arange(block_size, at::kFloat);
+  return at::exp(-(slots - 1) / gamma).index_put_({slots == 0}, 0.0);
+}
+
+DFlashAnchors sample_dflash_anchors(const PackedBatch& batch, int64_t block_size,
+                                    int64_t max_anchors, uint64_t seed) {
+  const at::Tensor loss_mask = batch.loss_mask.to(at::kCPU, at::kByte).contiguous();
+  const auto trained = loss_mask.accessor<uint8_t, 2>();
+  const int64_t rows = batch.rows();
+  std::vector<std::vector<int64_t>> candidates(static_cast<size_t>(rows));
+  std::vector<Hasher> row_seeds(static_cast<size_t>(rows), Hasher(seed));
+  DFlashAnchors out;
+  for (const PackedDocument& document : batch.documents) {
+    // The document's identity: its dataset index (or input index) and where this chunk starts.
+    row_seeds[document.row]
+        .update_u64(static_cast<uint64_t>(document.dataset_index >= 0 ? document.dataset_index
+                                                                      : document.source_index))
+        .update_u64(static_cast<uint64_t>(document.source_begin));
+    int64_t loss_tokens = 0;
+    for (int64_t t = document.begin; t < document.begin + document.length; ++t)
+      loss_tokens += trained[document.row][t];
+    if (loss_tokens < 2 * block_size) {
+      ++out.skipped_documents;
+      continue;
+    }
+    // The whole block inside the document: a + bs - 1 <= its last column.
+    for (int64_t a = document.begin; a <= document.begin + document.length - block_size; ++a)
+      if (trained[document.row][a]) candidates[document.row].push_back(a);
+  }
+  std::vector<std::vector<int64_t>> chosen;
+  int64_t width = 1;
+  for (int64_t b = 0; b < rows; ++b) {
+    chosen.push_back(draw_sorted(std::move(candidates[b]), max_anchors, row_seeds[b].digest()));
+    width = std::max<int64_t>(width, static_cast<int64_t>(chosen.back().size()));
+  }
+  at::Tensor anchors = at::zeros({rows, width}, at::kLong);
+  at::Tensor valid = at::zeros({rows, width}, at::kBool);
+  for (int64_t b = 0; b < rows; ++b)
+    for (size_t i = 0; i < chosen[b].size(); ++i) {
+      anchors[b][static_cast<int64_t>(i)] = chosen[b][i];
+      valid[b][static_cast<int64_t>(i)] = true;
+    }
+  const at::Device device = batch.input_ids.device();
+  out.blocks = {block_size, anchors.to(device), valid.to(device)};
+  return out;
+}
+
+DFlashTargets dflash_targets(const PackedBatch& batch, const DFlashBlocks& blocks) {
+  const int64_t rows = batch.rows(), length = batch.seq_len(), count = blocks.num_anchors();
+  const at::Tensor slots = at::arange(blocks.block_size, blocks.anchors.options()).view({1, 1, -1});
+  const at::Tensor columns = blocks.anchors.unsqueeze(2) + slots;  // (B, A, bs): a + k
+  const at::Tensor inside = columns < length;
+  const at::Tensor gather_index =
+      columns.clamp_max(length - 1).view({rows, count * blocks.block_size});
+  const auto at_label = [&](const at::Tensor& x) {  // x[b, a + k] as (B, A, bs)
+    return x.gather(1, gather_index).view({rows, count, blocks.block_size});
+  };
+  const at::Tensor anchor_document = batch.document_ids.gather(1, blocks.anchors).unsqueeze(2);
+  const at::Tensor anchor_valid = blocks.anchor_valid.unsqueeze(2);
+  DFlashTargets targets;
+  targets.valid = (slots >= 1)
+                      .logical_and(inside)
+                      .logical_and(anchor_valid)
+                      .logical_and(at_label(batch.document_ids) == anchor_document)
+                      .logical_and(at_label(batch.padding_mask).to(at::kBool))
+                      .logical_and(at_label(batch.loss_mask).to(at::kBool));
+  targets.labels = at::where(inside.logical_and(anchor_valid), at_label(batch.input_ids),
+                             at::zeros_like(columns));
+  return targets;
+}
+
+DFlashObjective::DFlashObjective(const DFlashOptions& options) : options_(options) {
+  const at::Device cpu(at::kCPU);
+  target_config_ = DecoderConfig::from_dir(options.target_path);
+  target_.emplace(FrozenModel::load(options.target_path, options.target_dtype, cpu));
+  head_ = std::make_unique<FrozenHead>(target_->head());
+  gamma_ = options.gamma > 0 ? options.gamma : dflash_default_gamma(options.block_size);
+
+  mask_token_ = resolve_dflash_mask_token(options, target_config_.vocab_size);
+  input_embedding_ = head_->embed_tokens();
+  if (mask_token_.grow_embedding)  // a copy with one more row; the target's stays untouched
+    input_embedding_ = grow_embedding(input_embedding_, mean_embedding_row(input_embedding_));
+
+  DFlashConfig config = DFlashConfig::for_target(
+      target_config_, options.dims, options.target_layer_ids, options.block_size, mask_token_.id);
+  if (options.rope_theta) {
+    config.layer.rope_theta = *options.rope_theta;
+    config.layer.rope_scaling = RopeScaling{};
+  }
+  const int64_t last_layer = target_config_.num_hidden_layers - 1;
+  for (int64_t layer : config.target_layer_ids)
+    // Serving engines capture layer inputs (the output of layer i = the input of layer i + 1),
+    // so the last layer's output is never available at inference.
+    check(layer >= 0 && layer < last_layer, "[dflash] target layer ", layer,
+          " cannot be read: ", options.target_path, " has layers 0..", last_layer,
+          " and serving engines expose the outputs of layers 0..", last_layer - 1, " only");
+  draft_ = DFlashDraft(config, at::TensorOptions().dtype(options.draft_dtype));
+  init_normal_(*draft_, options.init_std, options.seed);
+  for (auto& parameter : draft_->parameters()) parameter.set_requires_grad(true);
+}
+
+DFlashAnchors DFlashObjective::anchors(const PackedBatch& batch) const {
+  return sample_dflash_anchors(batch, options_.block_size, options_.max_anchors, options_.seed);
+}
+
+StepTotals DFlashObjective::totals(const PackedBatch& batch, const DFlashBlocks& blocks) const {
+  StepTotals totals;
+  totals.documents = batch.total_documents();
+  totals.unroll_tokens = to_vector(dflash_targets(batch, blocks).valid.sum({0, 1}));  // (bs)
+  for (int64_t count : totals.unroll_tokens) totals.loss_tokens += count;
+  return totals;
+}
+
+StepTotals DFlashObjective::count(const PackedBatch& batch) const {
+  return totals(batch, anchors(batch).blocks);
+}
+
+at::Tensor DFlashObjective::features(const PackedBatch& batch) const {
+  const std::vector<int64_t>& layers = draft_->config().target_layer_ids;
+  const FrozenModel::Output out =
+      target_->forward(batch.input_ids, batch.layout(), layers, /*with_logits=*/false);
+  std::vector<at::Tensor> parts;
+  for (int64_t layer : layers) parts.push_back(out.hidden.at(layer));
+  return at::cat(parts, -1);  // (B, S, k * H_t)
+}
+
+DFlashResult DFlashObjective::run(const PackedBatch& batch, const at::Tensor& features,
+                                  const DFlashBlocks& blocks, const StepTotals& totals) const {
+  const int64_t block_size = blocks.block_size;
+  check(static_cast<int64_t>(totals.unroll_tokens.size()) == block_size,
+        "[dflash] step totals carry ", totals.unroll_tokens.size(), " block slots, the blocks ",
+        block_size);
+  const at::Tensor slot_weights = dflash_slot_weights(block_size, gamma_);  // (bs)
+  double weight_total = 0;
+  for (int64_t k = 0; k < block_size; ++k)
+    weight_total += slot_weights[k].item<double>() * static_cast<double>(totals.unroll_tokens[k]);
+  check(weight_total > 0,
+        "[dflash] the step has no block slot with a label (every document "
+        "shorter than 2 * block_size loss tokens, or no loss-masked anchors)");
+
+  const c10::ScalarType dtype = options_.draft_dtype;
+  at::Tensor block_embeds;
+  {
+    at::NoGradGuard no_grad;
+    block_embeds =
+        at::embedding(input_embedding_, dflash_block_ids(batch.input_ids, blocks, mask_token_.id))
+            .to(dtype);  // (B, A * bs, H)
+  }
+  const at::Tensor context = draft_->context(features.to(dtype));  // (B, S, H)
+  DFlashResult result;
+  result.hidden = draft_->forward(
+      block_embeds, context, batch.position_ids, dflash_block_positions(batch.position_ids, blocks),
+      dflash_context_mask(batch.document_ids, batch.padding_mask, blocks), blocks.anchor_valid);
+  result.targets = dflash_targets(batch, blocks);
+
+  // Only the labelled slots go through the lm_head.
+  const int64_t hidden_size = result.hidden.size(2);
+  const at::Tensor labelled = result.targets.valid.reshape(-1).nonzero().squeeze(1);  // (N,)
+  const at::Tensor slots = labelled.remainder(block_size);                            // (N,)
+  // In the lm_head's dtype (the target's): a bf16 draft may train against an fp32 target.
+  const at::Tensor hidden = result.hidden.reshape({-1, hidden_size})
+                                .index_select(0, labelled)
+                                .to(head_->lm_head().scalar_type());  // (N, H)
+  const at::Tensor labels = result.targets.labels.reshape(-1).index_select(0, labelled);
+  if (labelled.numel() == 0) {
+    result.loss = result.hidden.sum() * 0.0;  // keeps the graph: the step's other batches count
+  } else {
+    const at::Tensor logprobs =
+        fused_token_logprobs(hidden, head_->lm_head(), labels, options_.loss);
+    const at::Tensor weights = slot_weights.to(logprobs.device()).index_select(0, slots);
+    result.loss = -(logprobs * weights).sum() / weight_total;
+    at::NoGradGuard no_grad;
+    const at::Tensor per_slot =
+        at::zeros({block_size}, at::kDouble)
+            .index_add_(0, slots.cpu(), -logprobs.detach().cpu().to(at::kDouble));
+    result.loss_sums.assign(per_slot.data_ptr<double>(), per_slot.data_ptr<double>() + block_size);
+  }
+  result.loss_sums.resize(static_cast<size_t>(block_size), 0.0);
+  const at::Tensor hits =
+      chunked_argmax(hidden.detach(), head_->lm_head(), options_.loss).eq(labels);
+  result.correct = to_vector(
+      at::zeros({block_size}, at::kLong).index_add_(0, slots.cpu(), hits.cpu().to(at::kLong)));
+  result.counts = to_vector(at::bincount(slots.cpu(), {}, block_size));
+  return result;
+}
+
+ObjectiveOutput DFlashObjective::compute(const PackedBatch& batch, const StepTotals& totals) {
+  const DFlashAnchors drawn = anchors(batch);
+  at::Tensor target_features;
+  {
+    at::NoGradGuard no_grad;
+    target_features = features(batch);
+  }
+  const DFlashResult result = run(batch, target_features, drawn.blocks, totals);
+  ObjectiveOutput output;
+  output.loss = result.loss;
+  output.metrics.emplace_back("loss", result.loss.item<double>());
+  for (int64_t k = 1; k < options_.block_size; ++k) {
+    const double count = static_cast<double>(std::max<int64_t>(totals.unroll_tokens[k], 1));
+    output.metrics.emplace_back("acc_" + std::to_string(k), result.correct[k] / count);
+    output.metrics.emplace_back("loss_" + std::to_string(k), result.loss_sums[k] / count);
+  }
+  output.metrics.emplace_back("anchors", drawn.blocks.anchor_valid.sum().item<double>());
+  output.metrics.emplace_back("skipped_documents", static_cast<double>(drawn.skipped_documents));
+  return output;
+}
+
+void DFlashObjective::finish_metrics(std::vector<std::pair<std::string, double>>& metrics) const {
+  // Simulated acceptance length: sum_k prod_{i<=k} acc_i over the predicted slots 1..bs-1.
+  double product = 1.0, accepted = 0.0;
+  for (int64_t k = 1; k < options_.block_size; ++k) {
+    const std::string name = "acc_" + std::to_string(k);
+    for (const auto& [key, value] : metrics)
+      if (key == name) product *= value;
+    accepted += product;
+  }
+  metrics.emplace_back("sim_accept_length", accepted);
+}
+
+void DFlashObjective::export_model(const std::string& dir) const {
+  throw Error(
+      "[dflash] exporting the draft (z-lab DFlashDraftModel format) is not built yet; "
+      "cannot write ",
+      dir, " (set training.export: false for now)");
+}
+
+}  // namespace tandem

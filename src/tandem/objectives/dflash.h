@@ -1,0 +1,135 @@
+#pragma once
+// DFlash block-diffusion draft training (SPEC §6) against a frozen target, online: the target
+// runs on every micro-batch (no autograd) and its layer outputs become the draft's context.
+//
+// Anchors: per row, up to max_anchors positions a, drawn without replacement among the loss-masked
+// positions whose whole block fits in their document (a + bs - 1 <= the document's last column),
+// then sorted; documents with fewer than 2 * bs loss tokens give none (counted as skipped). The
+// draw is seeded by the training seed and the identities of the row's documents (dataset index,
+// first token), so count() and compute() pick the same anchors for a micro-batch, a resumed run
+// picks the same ones again, and a row's anchors do not depend on the rows batched with it.
+//
+// Labels (same-position prediction, as at inference): block slot k >= 1 of anchor a predicts
+// input_ids[a + k], counted iff a + k is in a's document, real and loss-masked. Slot 0 (the anchor
+// itself) has no loss. Weight w_k = exp(-(k - 1) / gamma).
+// Loss: sum over labels of w_k * CE(target_lm_head(draft hidden), label), divided by the STEP's
+// total weight sum_k w_k * count_k (SPEC §5: every micro-batch loss is divided by step totals;
+// StepTotals.unroll_tokens[k] = count_k). For a one-micro-batch step this is SpecForge's
+// sum(w * CE) / sum(w). CE runs chunked through the frozen lm_head (fused_vocab_loss.h).
+// Metrics per slot k >= 1: acc_k (argmax through the target lm_head == label), loss_k (mean CE),
+// each over the step's count_k; skipped_documents, anchors; sim_accept_length = sum_k prod_{i<=k}
+// acc_i (expected accepted draft tokens per block, the bonus token not included).
+//
+// Not built yet: offline training from a `tandem capture` directory (data.capture), the z-lab
+// export (export_model throws) and speculative decoding, so `training.objective: dflash` is still
+// refused by objectives/registry.cpp; tests build the objective directly.
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "tandem/data/mask_token.h"
+#include "tandem/models/dflash.h"
+#include "tandem/models/frozen.h"
+#include "tandem/objectives/fused_vocab_loss.h"
+#include "tandem/objectives/objective.h"
+
+namespace tandem {
+
+struct DFlashOptions {
+  std::string target_path;
+  c10::ScalarType target_dtype = c10::ScalarType::Float;
+  c10::ScalarType draft_dtype = c10::ScalarType::Float;
+  DFlashDims dims;                        // draft.num_layers, sizes (0: the target's)
+  std::vector<int64_t> target_layer_ids;  // empty: DFlashConfig::default_target_layers
+  int64_t block_size = 16;
+  std::optional<int64_t> mask_token_id;  // unset: resolved from the tokenizer (SPEC §4)
+  std::string tokenizer_dir;             // data.tokenizer; "" = the target dir's, if it has one
+  std::optional<double> rope_theta;      // set: unscaled RoPE with this theta; else the target's
+  double init_std = 0.02;
+  uint64_t seed = 0;
+  double gamma = 0;  // 0: dflash_default_gamma(block_size)
+  int64_t max_anchors = 512;
+  FusedLossOptions loss;
+};
+
+/// Reads `target.*`, `draft.*`, `loss.*`, `data.tokenizer` and `training.seed` of the config.
+DFlashOptions dflash_options(const Config& config);
+
+/// SpecForge's suggested decay, piecewise linear through (8, 4), (10, 5), (16, 7) and extended
+/// along the nearest segment: bs / 2 up to 10, 5 + (bs - 10) / 3 above (4 -> 2, 32 -> 12.33).
+double dflash_default_gamma(int64_t block_size);
+
+/// (bs,) fp32: w_0 = 0 (the anchor slot), w_k = exp(-(k - 1) / gamma).
+at::Tensor dflash_slot_weights(int64_t block_size, double gamma);
+
+/// The anchors of one micro-batch and the documents that gave none.
+struct DFlashAnchors {
+  DFlashBlocks blocks;  // A = the most anchors of any row (at least 1); rows pad with invalid slots
+  int64_t skipped_documents = 0;  // fewer than 2 * block_size loss tokens
+};
+
+/// Draws the anchors of `batch` (see the top of this file). Deterministic in its arguments and
+/// the identities of each row's documents.
+DFlashAnchors sample_dflash_anchors(const PackedBatch& batch, int64_t block_size,
+                                    int64_t max_anchors, uint64_t seed);
+
+/// What each block slot predicts.
+struct DFlashTargets {
+  at::Tensor labels;  // (B, A, bs) int64: input_ids[a + k]; 0 where a + k >= S or a is invalid
+  at::Tensor valid;   // (B, A, bs) bool: the label counts (k >= 1, same document, real, trained)
+};
+DFlashTargets dflash_targets(const PackedBatch& batch, const DFlashBlocks& blocks);
+
+/// One micro-batch's forward (tensors kept for tests).
+struct DFlashResult {
+  at::Tensor loss;    // 0-dim: this micro-batch's share of the step loss
+  at::Tensor hidden;  // (B, A * bs, H) the draft's normed output, zeros on invalid blocks
+  DFlashTargets targets;
+  std::vector<double> loss_sums;  // (bs) sum of CE over this micro-batch's labels at slot k
+  std::vector<int64_t> correct;   // (bs) of those, target-lm_head argmax == label
+  std::vector<int64_t> counts;    // (bs) labels at slot k
+};
+
+class DFlashObjective : public Objective {
+ public:
+  explicit DFlashObjective(const DFlashOptions& options);
+  std::string name() const override { return "dflash"; }
+  std::vector<std::string> frozen_models() const override { return {"target"}; }
+  torch::nn::Module& trainable() override { return *draft_; }
+  StepTotals count(const PackedBatch& batch) const override;
+  ObjectiveOutput compute(const PackedBatch& batch, const StepTotals& totals) override;
+  /// Not built yet: throws.
+  void export_model(const std::string& dir) const override;
+  void finish_metrics(std::vector<std::pair<std::string, double>>& step_metrics) const override;
+
+  /// The anchors of `batch` under this objective's seed, block size and max_anchors.
+  DFlashAnchors anchors(const PackedBatch& batch) const;
+  /// StepTotals of `batch` with the given blocks: unroll_tokens[k] = labels at slot k.
+  StepTotals totals(const PackedBatch& batch, const DFlashBlocks& blocks) const;
+  /// The target's layer outputs cat(target_layer_ids): (B, S, k * H_t), no autograd.
+  at::Tensor features(const PackedBatch& batch) const;
+  /// The draft and its loss on given features and blocks; `totals` are the step's.
+  DFlashResult run(const PackedBatch& batch, const at::Tensor& features, const DFlashBlocks& blocks,
+                   const StepTotals& totals) const;
+
+  DFlashDraft& draft() { return draft_; }
+  const FrozenModel& target() const { return *target_; }
+  const DFlashOptions& options() const { return options_; }
+  const MaskTokenChoice& mask_token() const { return mask_token_; }
+  double gamma() const { return gamma_; }
+  /// The (V, H) (or (V + 1, H) when the mask token was grown) embedding the blocks read.
+  const at::Tensor& input_embedding() const { return input_embedding_; }
+
+ private:
+  DFlashOptions options_;
+  std::optional<FrozenModel> target_;
+  std::unique_ptr<FrozenHead> head_;
+  DecoderConfig target_config_;
+  MaskTokenChoice mask_token_;
+  at::Tensor input_embedding_;  // the target's embed_tokens, shared; a grown copy if rule Grown
+  double gamma_ = 0;
+  DFlashDraft draft_{nullptr};
+};
+
+}  // namespace tandem
