@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <functional>
+#include <utility>
 
 namespace tandem::bench {
 
@@ -90,6 +91,28 @@ inline PeakAndTime measure_peak_and_time(const std::function<void()>& work, int 
   work();
   const double peak = peak_rss_mark_mib() - before;
   return {peak, best_seconds(work, repeats)};
+}
+
+/// Prints the loss-level lines every fused-vs-unfused benchmark shares.
+inline void print_loss_comparison(const PeakAndTime& unfused, const PeakAndTime& fused,
+                                  int64_t tokens) {
+  std::printf("  unfused: peak +%.0f MiB, %.3f s (%.0f tokens/s)\n", unfused.peak_mib,
+              unfused.seconds, tokens / unfused.seconds);
+  std::printf(
+      "  fused  : peak +%.0f MiB, %.3f s (%.0f tokens/s) | memory %.2fx, time %.2fx of unfused\n",
+      fused.peak_mib, fused.seconds, tokens / fused.seconds, fused.peak_mib / unfused.peak_mib,
+      fused.seconds / unfused.seconds);
+}
+
+/// Prints a whole-step comparison: memory, time, tokens/s and MFU against `peak_flops`.
+inline void print_step_comparison(const PeakAndTime& unfused, const PeakAndTime& fused,
+                                  int64_t tokens, double step_flops, double peak_flops) {
+  for (const auto& [name, m] : {std::pair<const char*, PeakAndTime>{"unfused", unfused},
+                                std::pair<const char*, PeakAndTime>{"fused  ", fused}})
+    std::printf("  %s: peak +%.0f MiB, %.3f s, %.0f tokens/s, MFU %.1f%%\n", name, m.peak_mib,
+                m.seconds, tokens / m.seconds, 100.0 * step_flops / m.seconds / peak_flops);
+  std::printf("  fused/unfused: memory %.2fx, time %.2fx\n", fused.peak_mib / unfused.peak_mib,
+              fused.seconds / unfused.seconds);
 }
 
 }  // namespace tandem::bench

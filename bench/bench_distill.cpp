@@ -94,12 +94,7 @@ int main(int argc, char** argv) {
       "bench_distill: %s, %ld tokens, vocab %ld, student hidden %ld, teacher hidden %ld, "
       "fp32, %d threads, forward + backward\n",
       divergence.c_str(), tokens, vocab, hidden, teacher_hidden, used);
-  std::printf("  unfused: peak +%.0f MiB, %.3f s (%.0f tokens/s)\n", unfused.peak_mib,
-              unfused.seconds, tokens / unfused.seconds);
-  std::printf(
-      "  fused  : peak +%.0f MiB, %.3f s (%.0f tokens/s) | memory %.2fx, time %.2fx of unfused\n",
-      fused.peak_mib, fused.seconds, tokens / fused.seconds, fused.peak_mib / unfused.peak_mib,
-      fused.seconds / unfused.seconds);
+  bench::print_loss_comparison(unfused, fused, tokens);
   if (skip_step) return 0;
 
   // The step: random student (hidden 512, 4 layers) and teacher (hidden 1024, 4 layers), the
@@ -120,11 +115,6 @@ int main(int argc, char** argv) {
   std::printf("bench_distill step: student Llama hidden 512 x 4 layers, teacher hidden 1024 x 4 "
               "layers, vocab %ld, %ld rows x %ld tokens, matmul peak %.1f GFLOP/s\n",
               vocab, step_rows, step_seq_len, peak_flops / 1e9);
-  for (const auto& [name, m] : {std::pair<const char*, Measure>{"unfused", step_unfused},
-                                std::pair<const char*, Measure>{"fused  ", step_fused}})
-    std::printf("  %s: peak +%.0f MiB, %.3f s, %.0f tokens/s, MFU %.1f%%\n", name, m.peak_mib,
-                m.seconds, step_tokens / m.seconds, 100.0 * step_flops / m.seconds / peak_flops);
-  std::printf("  fused/unfused: memory %.2fx, time %.2fx\n", step_fused.peak_mib / step_unfused.peak_mib,
-              step_fused.seconds / step_unfused.seconds);
+  bench::print_step_comparison(step_unfused, step_fused, step_tokens, step_flops, peak_flops);
   return 0;
 }

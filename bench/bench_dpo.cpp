@@ -117,11 +117,7 @@ int main(int argc, char** argv) {
   std::printf("bench_dpo: sigmoid, %ld tokens in %ld pairs, vocab %ld, hidden %ld, chunk %ld, fp32, "
               "%d threads, policy forward + backward, reference forward\n",
               tokens, pairs, vocab, hidden, chunk, used);
-  std::printf("  unfused: peak +%.0f MiB, %.3f s (%.0f tokens/s)\n", unfused.peak_mib,
-              unfused.seconds, tokens / unfused.seconds);
-  std::printf("  fused  : peak +%.0f MiB, %.3f s (%.0f tokens/s) | memory %.2fx, time %.2fx of unfused\n",
-              fused.peak_mib, fused.seconds, tokens / fused.seconds, fused.peak_mib / unfused.peak_mib,
-              fused.seconds / unfused.seconds);
+  bench::print_loss_comparison(unfused, fused, tokens);
   if (skip_step) return 0;
 
   const double peak_flops = bench::matmul_peak_flops(at::kFloat);
@@ -139,11 +135,6 @@ int main(int argc, char** argv) {
               "%.1f GFLOP/s\n",
               shape.hidden, shape.layers, shape.heads, shape.kv_heads, shape.intermediate, shape.vocab,
               step_rows, step_seq_len, peak_flops / 1e9);
-  for (const auto& [name, m] : {std::pair<const char*, Measure>{"unfused", step_unfused},
-                                std::pair<const char*, Measure>{"fused  ", step_fused}})
-    std::printf("  %s: peak +%.0f MiB, %.3f s, %.0f tokens/s, MFU %.1f%%\n", name, m.peak_mib,
-                m.seconds, step_tokens / m.seconds, 100.0 * step_flops / m.seconds / peak_flops);
-  std::printf("  fused/unfused: memory %.2fx, time %.2fx\n", step_fused.peak_mib / step_unfused.peak_mib,
-              step_fused.seconds / step_unfused.seconds);
+  bench::print_step_comparison(step_unfused, step_fused, step_tokens, step_flops, peak_flops);
   return 0;
 }
