@@ -11,7 +11,7 @@
 #include "tandem/io/hf_checkpoint.h"
 #include "tandem/eval/speculative.h"
 #include "tandem/objectives/eagle3.h"
-#include "tandem/train/optimizer.h"
+#include "overfit.h"
 #include "test_util.h"
 
 namespace {
@@ -74,25 +74,11 @@ TEST(Eagle3Overfit, DraftTrainedOnAFewSamplesReachesMaximumAcceptanceLength) {
   packing.mode = tandem::PackingMode::Padded;
   const tandem::PackedBatch batch = tandem::pack_documents(documents, packing);
 
-  tandem::AdamWOptions adamw;
-  adamw.beta2 = 0.99;
-  adamw.max_grad_norm = 1.0;
-  tandem::MixedPrecisionAdamW optimizer(tandem::trainable_parameters(*objective.draft()), adamw);
-  const tandem::StepTotals totals = objective.count(batch);
-  double accuracy = 0;
-  int steps = 0, steps_at_full_accuracy = 0;
-  // Train until every position is right, then some more so the margins are not razor thin.
-  for (; steps < 700 && steps_at_full_accuracy < 100; ++steps) {
-    steps_at_full_accuracy = accuracy == 1.0 ? steps_at_full_accuracy + 1 : 0;
-    tandem::ObjectiveOutput output = objective.compute(batch, totals);
-    output.loss.backward();
-    optimizer.step(steps < 250 ? 5e-3 : 1e-3);
-    optimizer.zero_grad();
-    accuracy = 1.0;
-    for (const auto& [name, value] : output.metrics)
-      if (name.rfind("acc_", 0) == 0) accuracy = std::min(accuracy, value);
-  }
-  ASSERT_EQ(accuracy, 1.0) << "training accuracy did not converge in " << steps << " steps";
+  // Train until every position is right, then some more for margin.
+  const tandem::testing::OverfitResult trained =
+      tandem::testing::overfit_one_batch(objective, batch, {700, 100, 250});
+  ASSERT_EQ(trained.accuracy, 1.0) << "training accuracy did not converge in " << trained.steps
+                                   << " steps";
 
   at::NoGradGuard no_grad;
   tandem::AcceptanceStats stats(ttt_length);
@@ -103,7 +89,7 @@ TEST(Eagle3Overfit, DraftTrainedOnAFewSamplesReachesMaximumAcceptanceLength) {
     EXPECT_EQ(output.accepted.size(), static_cast<size_t>(verify_steps));
     stats.add(output);
   }
-  EXPECT_DOUBLE_EQ(stats.tau(), ttt_length + 1.0) << "steps trained: " << steps;
+  EXPECT_DOUBLE_EQ(stats.tau(), ttt_length + 1.0) << "steps trained: " << trained.steps;
   for (double rate : stats.conditional_acceptance()) EXPECT_DOUBLE_EQ(rate, 1.0);
 }
 

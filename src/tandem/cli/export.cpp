@@ -16,7 +16,7 @@ Runner add_export_command(CLI::App& root) {
       "export",
       "export the trained model of a run's checkpoint: an HF checkpoint (sft), or an EAGLE-3 "
       "draft in both SGLang (LlamaForCausalLMEagle3) and vLLM speculators (Eagle3DraftModel) "
-      "formats");
+      "formats, or a DFlash draft in z-lab's DFlashDraftModel format (SGLang and vLLM)");
   command->add_option("run_dir", options->run_dir, "the run directory (training.run_dir)")
       ->required();
   command->add_option("--step", options->step, "checkpoint step (default: the newest valid one)");

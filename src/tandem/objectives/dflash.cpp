@@ -11,6 +11,7 @@
 #include "tandem/core/error.h"
 #include "tandem/core/hash.h"
 #include "tandem/core/json_file.h"
+#include "tandem/objectives/dflash_export.h"
 #include "tandem/objectives/vocab_head.h"
 #include "tandem/text/tokenizer.h"
 
@@ -355,10 +356,14 @@ void DFlashObjective::finish_metrics(std::vector<std::pair<std::string, double>>
 }
 
 void DFlashObjective::export_model(const std::string& dir) const {
-  throw Error(
-      "[dflash] exporting the draft (z-lab DFlashDraftModel format) is not built yet; "
-      "cannot write ",
-      dir, " (set training.export: false for now)");
+  DFlashExportInfo info;
+  info.num_target_layers = target_config_.num_hidden_layers;
+  info.mask_token = mask_token_.content;
+  if (mask_token_.grow_embedding) {
+    info.mask_embedding = input_embedding_[mask_token_.id];
+    info.serving_note = mask_token_.serving_note;
+  }
+  write_dflash_export(*draft_, dir, info);
 }
 
 }  // namespace tandem

@@ -20,9 +20,10 @@
 // each over the step's count_k; skipped_documents, anchors; sim_accept_length = sum_k prod_{i<=k}
 // acc_i (expected accepted draft tokens per block, the bonus token not included).
 //
-// Not built yet: offline training from a `tandem capture` directory (data.capture), the z-lab
-// export (export_model throws) and speculative decoding, so `training.objective: dflash` is still
-// refused by objectives/registry.cpp; tests build the objective directly.
+// Export: the z-lab DFlashDraftModel format (objectives/dflash_export.h), at every checkpoint;
+// speculative decoding with it: eval/dflash_decode.h. Not built yet: offline training from a
+// `tandem capture` directory (data.capture); `training.objective: dflash` is still refused by
+// objectives/registry.cpp, so tests build the objective directly.
 #include <memory>
 #include <optional>
 #include <string>
@@ -99,8 +100,10 @@ class DFlashObjective : public Objective {
   torch::nn::Module& trainable() override { return *draft_; }
   StepTotals count(const PackedBatch& batch) const override;
   ObjectiveOutput compute(const PackedBatch& batch, const StepTotals& totals) override;
-  /// Not built yet: throws.
+  /// Writes the z-lab DFlashDraftModel export into `dir` (objectives/dflash_export.h), with the
+  /// grown mask row beside it when the mask token was grown.
   void export_model(const std::string& dir) const override;
+  bool export_at_checkpoints() const override { return true; }
   void finish_metrics(std::vector<std::pair<std::string, double>>& step_metrics) const override;
 
   /// The anchors of `batch` under this objective's seed, block size and max_anchors.
