@@ -2,7 +2,7 @@
 // dense [context | blocks] mask, float64 cross-checks): target features, block inputs, the mask,
 // labels, draft logits, loss, per-slot accuracy and every gradient, for block sizes 4 and 8; the
 // two published bugs; the factored attention against a dense masked one; anchor sampling; mask
-// token resolution; a short training run against the frozen fixture target.
+// token resolution; offline from a capture equals online; a short training run against the frozen fixture target.
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
@@ -10,10 +10,14 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "fixture_tensors.h"
 #include "tandem/core/config.h"
+#include "tandem/core/hash.h"
+#include "tandem/data/capture.h"
 #include "tandem/data/packing.h"
+#include "tandem/data/token_cache.h"
 #include "tandem/io/hf_checkpoint.h"
 #include "tandem/models/dflash.h"
 #include "tandem/models/dflash_attention.h"
@@ -218,6 +222,79 @@ TEST(DFlashFixture, BlockSize8LossAccuracyAndGradientsMatchPyTorch) {
 // anchors one column right (a + 1 stays in a's document, since the block fits in it): labels at
 // a + 1 + k (shifted labels), or context j < a + 1, i.e. j <= a (the anchor's own hidden state
 // leaks in). The fixture's losses of both differ from the correct one, which this code gives.
+TEST(DFlashFixture, OfflineFromACaptureGivesTheOnlineLossAndGradients) {
+  ScratchDir dir;
+  {
+    std::ofstream out(dir / "docs.jsonl");
+    for (const auto& document : fixture_documents()) {
+      nlohmann::json line;
+      line["input_ids"] = document.ids;
+      line["loss_mask"] = document.loss_mask;
+      out << line.dump() << "\n";
+    }
+  }
+  tandem::CacheOptions cache;
+  cache.dir = dir / "cache";
+  const tandem::TokenizedDataset dataset = tandem::TokenizedDataset::open(
+      dir / "docs.jsonl", tandem::DataFormat::pretokenized, {}, cache);
+  const tandem::PackedBatch batch = fixture_batch();
+
+  tandem::DFlashObjective online(fixture_options(4, 2.0));
+  load_fixture_draft(online);
+  const tandem::StepTotals totals = online.count(batch);
+  const tandem::ObjectiveOutput online_output = online.compute(batch, totals);
+  online_output.loss.backward();
+
+  tandem::CaptureSettings settings;
+  settings.target = tandem::testing::model_fixture("llama3");
+  settings.layer_ids = {0, 2};
+  settings.dtype = "fp32";
+  settings.seq_len = 24;
+  settings.dataset_key = tandem::hex64(dataset.key());
+  settings.num_documents = dataset.size();
+  settings.hidden_size = 64;
+  settings.last_hidden = false;  // DFlash reads its target layers only
+  tandem::CaptureOptions capture_options;
+  capture_options.quiet = true;
+  {
+    const tandem::FrozenModel target =
+        tandem::FrozenModel::load(settings.target, at::kFloat, at::Device(at::kCPU));
+    tandem::capture_features(target, dataset, settings, dir / "capture", capture_options);
+  }
+  std::set<std::string> stored;
+  const auto shard = tandem::safetensors::File::open(dir / "capture/shard-00000.safetensors");
+  for (const auto& info : shard.header().tensors) stored.insert(info.name);
+  EXPECT_EQ(stored.count("aux.0"), 1u);
+  EXPECT_EQ(stored.count("last.0"), 0u) << "a DFlash capture stores no last hidden states";
+
+  tandem::DFlashOptions offline_options = fixture_options(4, 2.0);
+  offline_options.capture_dir = dir / "capture";
+  tandem::DFlashObjective offline(offline_options);
+  EXPECT_TRUE(offline.offline());
+  offline.attach_data({&dataset, nullptr, dir / "cache", 24});
+  load_fixture_draft(offline);
+  const tandem::ObjectiveOutput offline_output = offline.compute(batch, totals);
+  EXPECT_NEAR(offline_output.loss.item<double>(), online_output.loss.item<double>(),
+              1e-6 * online_output.loss.item<double>());
+  offline_output.loss.backward();
+  const auto online_parameters = online.draft()->named_parameters();
+  for (const auto& parameter : offline.draft()->named_parameters())
+    EXPECT_LT(max_abs_diff(parameter.value().grad(), online_parameters[parameter.key()].grad()),
+              1e-6)
+        << parameter.key();
+
+  // The capture must match the draft's layers and the data.
+  tandem::DFlashOptions other_layers = offline_options;
+  other_layers.target_layer_ids = {0, 1};
+  EXPECT_NE(tandem::testing::error_of([&] { tandem::DFlashObjective bad(other_layers); })
+                .find("the capture holds target layers [0, 2] but the draft reads [0, 1]"),
+            std::string::npos);
+  EXPECT_NE(tandem::testing::error_of([&] {
+              offline.attach_data({&dataset, nullptr, dir / "cache", 32});
+            }).find("captured with seq_len 24, training uses 32"),
+            std::string::npos);
+}
+
 TEST(DFlashFixture, PublishedBugsGiveTheReferenceBugLossesAndTheCodeAvoidsBoth) {
   const auto& ref = reference();
   const tandem::PackedBatch batch = fixture_batch();
@@ -470,11 +547,10 @@ TEST(DFlashObjective, ConfigKeysMaskTokenAndMetrics) {
               tandem::DFlashObjective o(bare);
             }).find("set draft.mask_token_id"),
             std::string::npos);
-  EXPECT_NE(tandem::testing::error_of([&] {
-              tandem::dflash_options(tandem::Config::parse(
-                  "target: {path: x}\ndata: {capture: runs/c}\n", "run.yaml"));
-            }).find("offline DFlash training from a capture is not built yet"),
-            std::string::npos);
+  EXPECT_EQ(tandem::dflash_options(tandem::Config::parse(
+                "target: {path: x}\ndata: {capture: runs/c}\n", "run.yaml"))
+                .capture_dir,
+            "runs/c");
 }
 
 // A minimal tokenizer.json with `size` model tokens and the given added tokens.

@@ -1,5 +1,6 @@
 // tandem capture CONFIG.yaml --out DIR: run the frozen target once over a run's training data
-// and store the hidden states an EAGLE-3 draft reads, for offline training (data.capture).
+// and store the hidden states an EAGLE-3 or DFlash draft reads, for offline training
+// (data.capture).
 #include <iostream>
 
 #include "tandem/cli/commands.h"
@@ -8,8 +9,10 @@
 #include "tandem/core/error.h"
 #include "tandem/core/hash.h"
 #include "tandem/data/capture.h"
+#include "tandem/models/dflash.h"
 #include "tandem/models/eagle3.h"
 #include "tandem/models/frozen.h"
+#include "tandem/objectives/dflash.h"
 #include "tandem/objectives/eagle3.h"
 #include "tandem/train/training_data.h"
 
@@ -24,10 +27,12 @@ Runner add_capture_command(CLI::App& root) {
   auto options = std::make_shared<Options>();
   CLI::App* command = root.add_subcommand(
       "capture",
-      "run the frozen target once over the training data of an EAGLE-3 config and store its aux "
-      "and last hidden states (safetensors shards + manifest; resumable) for offline training "
-      "with data.capture=DIR");
-  command->add_option("config", options->config_path, "the EAGLE-3 training config (YAML)")
+      "run the frozen target once over the training data of an EAGLE-3 or DFlash config and store "
+      "the hidden states its draft reads (EAGLE-3: aux layers and the last layer; DFlash: its "
+      "target layers) as safetensors shards + manifest, resumable, for offline training with "
+      "data.capture=DIR");
+  command->add_option("config", options->config_path,
+                      "the EAGLE-3 or DFlash training config (YAML)")
       ->required();
   command->add_option("overrides", options->overrides, "dotted overrides, e.g. data.seq_len=512");
   command->add_option("--out", options->out, "output directory")->required();
@@ -39,18 +44,38 @@ Runner add_capture_command(CLI::App& root) {
                       "rows of data.seq_len per target forward (default: data.micro_batch_rows)");
   return [options]() {
     const Config config = Config::load(options->config_path, options->overrides);
-    const Eagle3Options eagle3 = eagle3_options(config);
+    const std::string objective =
+        config.section("training").get_string("objective", "sft");
+    check(objective == "eagle3" || objective == "dflash", "[capture] ", options->config_path,
+          ": training.objective is '", objective, "'; capture serves eagle3 and dflash drafts");
+    std::string target_path;
+    c10::ScalarType target_dtype;
+    std::vector<int64_t> layer_ids;
+    if (objective == "eagle3") {
+      const Eagle3Options eagle3 = eagle3_options(config);
+      target_path = eagle3.target_path;
+      target_dtype = eagle3.target_dtype;
+      layer_ids = eagle3.aux_layer_ids;
+    } else {
+      const DFlashOptions dflash = dflash_options(config);
+      target_path = dflash.target_path;
+      target_dtype = dflash.target_dtype;
+      layer_ids = dflash.target_layer_ids;
+      if (layer_ids.empty())
+        layer_ids = DFlashConfig::default_target_layers(
+            DecoderConfig::from_dir(target_path).num_hidden_layers, dflash.dims.num_layers);
+    }
     const TrainingData data = read_training_data(config);
     check(data.dataset.has_value(), "[capture] ", options->config_path,
           ": capture reads document data, not rollouts");
-    const FrozenModel target =
-        FrozenModel::load(eagle3.target_path, eagle3.target_dtype, at::Device(at::kCPU));
+    const FrozenModel target = FrozenModel::load(target_path, target_dtype, at::Device(at::kCPU));
     CaptureSettings settings;
-    settings.target = eagle3.target_path;
-    settings.layer_ids = eagle3.aux_layer_ids.empty()
-                             ? Eagle3Config::default_aux_layers(target.config().num_hidden_layers)
-                             : eagle3.aux_layer_ids;
-    settings.dtype = options->dtype.empty() ? compute_dtype_name(eagle3.target_dtype)
+    settings.target = target_path;
+    settings.layer_ids = !layer_ids.empty() ? layer_ids
+                                            : Eagle3Config::default_aux_layers(
+                                                  target.config().num_hidden_layers);
+    settings.last_hidden = objective == "eagle3";  // EAGLE-3's teacher reads the last layer
+    settings.dtype = options->dtype.empty() ? compute_dtype_name(target_dtype)
                                             : compute_dtype_name(parse_compute_dtype(
                                                   options->dtype, "--dtype"));
     settings.seq_len = data.packing.seq_len;

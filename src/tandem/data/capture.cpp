@@ -11,6 +11,7 @@
 #include "tandem/core/dtype.h"
 #include "tandem/core/error.h"
 #include "tandem/core/file_io.h"
+#include "tandem/core/hash.h"
 #include "tandem/core/json_file.h"
 #include "tandem/data/packing.h"
 #include "tandem/data/token_cache.h"
@@ -82,7 +83,7 @@ struct Manifest {
 nlohmann::json CaptureSettings::to_json() const {
   return {{"target", target},       {"layer_ids", layer_ids},         {"dtype", dtype},
           {"seq_len", seq_len},     {"dataset_key", dataset_key},     {"num_documents", num_documents},
-          {"hidden_size", hidden_size}};
+          {"hidden_size", hidden_size}, {"last_hidden", last_hidden}};
 }
 
 CaptureSettings CaptureSettings::from_json(const nlohmann::json& json, const std::string& where) {
@@ -95,6 +96,7 @@ CaptureSettings CaptureSettings::from_json(const nlohmann::json& json, const std
     settings.dataset_key = json.at("dataset_key").get<std::string>();
     settings.num_documents = json.at("num_documents").get<int64_t>();
     settings.hidden_size = json.at("hidden_size").get<int64_t>();
+    settings.last_hidden = json.value("last_hidden", true);  // captures before the key: EAGLE-3's
   } catch (const nlohmann::json::exception& e) {
     throw Error("[capture] ", where, ": malformed settings: ", e.what());
   }
@@ -131,7 +133,7 @@ CaptureProgress capture_features(const FrozenModel& target, const TokenizedDatas
   const c10::ScalarType dtype = parse_compute_dtype(settings.dtype, "capture dtype");
   const int64_t last_layer = target.config().num_hidden_layers - 1;
   std::vector<int64_t> layers = settings.layer_ids;
-  layers.push_back(last_layer);
+  if (settings.last_hidden) layers.push_back(last_layer);
   PackingOptions packing;
   packing.seq_len = settings.seq_len;
   packing.mode = PackingMode::Packed;
@@ -160,11 +162,12 @@ CaptureProgress capture_features(const FrozenModel& target, const TokenizedDatas
       std::vector<at::Tensor> aux_parts;
       for (int64_t layer : settings.layer_ids) aux_parts.push_back(out.hidden.at(layer));
       const at::Tensor aux = at::cat(aux_parts, -1).to(dtype);  // (B, T, k*H)
-      const at::Tensor last = out.hidden.at(last_layer).to(dtype);  // (B, T, H)
+      const at::Tensor last =
+          settings.last_hidden ? out.hidden.at(last_layer).to(dtype) : at::Tensor();  // (B, T, H)
       for (const PackedDocument& piece : batch.documents)
         chunks[next + piece.source_index][piece.source_begin] = {
             aux[piece.row].narrow(0, piece.begin, piece.length),
-            last[piece.row].narrow(0, piece.begin, piece.length)};
+            last.defined() ? last[piece.row].narrow(0, piece.begin, piece.length) : at::Tensor()};
       next += batch.documents_consumed;
     }
     std::vector<std::pair<std::string, at::Tensor>> tensors;
@@ -178,7 +181,7 @@ CaptureProgress capture_features(const FrozenModel& target, const TokenizedDatas
       const std::string j = std::to_string(first + i);
       const int64_t length = static_cast<int64_t>(document.ids.size());
       tensors.emplace_back("aux." + j, at::cat(aux, 0));
-      tensors.emplace_back("last." + j, at::cat(last, 0));
+      if (settings.last_hidden) tensors.emplace_back("last." + j, at::cat(last, 0));
       tensors.emplace_back("input_ids." + j,
                            at::from_blob(const_cast<int32_t*>(document.ids.data()), {length},
                                          at::kInt).clone());
@@ -237,8 +240,57 @@ CaptureStore::Slice CaptureStore::read(int64_t index, int64_t begin, int64_t len
         " holds other tokens than the training data: the capture was made from another dataset");
   Slice slice;
   slice.aux = read_tensor(file, file.info("aux." + j)).narrow(0, begin, length);
-  slice.last = read_tensor(file, file.info("last." + j)).narrow(0, begin, length);
+  if (settings_.last_hidden)
+    slice.last = read_tensor(file, file.info("last." + j)).narrow(0, begin, length);
   return slice;
+}
+
+void check_capture_features(const CaptureStore& capture, const std::vector<int64_t>& layer_ids,
+                            int64_t hidden_size, bool needs_last_hidden, const std::string& who) {
+  const CaptureSettings& settings = capture.settings();
+  check(settings.layer_ids == layer_ids, who, " ", capture.dir(),
+        ": the capture holds target layers ", at::IntArrayRef(settings.layer_ids),
+        " but the draft reads ", at::IntArrayRef(layer_ids));
+  check(settings.hidden_size == hidden_size, who, " ", capture.dir(), ": captured hidden size ",
+        settings.hidden_size, " != the target's ", hidden_size);
+  check(settings.last_hidden || !needs_last_hidden, who, " ", capture.dir(),
+        ": the capture has no last hidden states (it was made for a DFlash draft); rerun "
+        "`tandem capture` with this config");
+}
+
+void check_capture_matches_data(const CaptureStore& capture, const TokenizedDataset& dataset,
+                                int64_t seq_len, const std::string& who) {
+  const CaptureSettings& settings = capture.settings();
+  const std::string fingerprint = hex64(dataset.key());
+  check(settings.dataset_key == fingerprint && settings.num_documents == dataset.size(), who, " ",
+        capture.dir(), ": captured from other data (dataset key ", settings.dataset_key, ", ",
+        settings.num_documents, " documents) than ", dataset.source_path(), " (key ", fingerprint,
+        ", ", dataset.size(), " documents); rerun `tandem capture` on this data");
+  check(settings.seq_len == seq_len, who, " ", capture.dir(), ": captured with seq_len ",
+        settings.seq_len, ", training uses ", seq_len,
+        " (long documents are split at seq_len, so the two must agree)");
+}
+
+CapturedBatch read_captured_batch(const CaptureStore& capture, const PackedBatch& batch,
+                                  c10::ScalarType dtype, const std::string& who) {
+  const CaptureSettings& settings = capture.settings();
+  const at::TensorOptions options = at::TensorOptions().dtype(dtype);
+  const int64_t hidden = settings.hidden_size;
+  const int64_t features = static_cast<int64_t>(settings.layer_ids.size()) * hidden;
+  CapturedBatch out;
+  out.aux = at::zeros({batch.rows(), batch.seq_len(), features}, options);
+  if (settings.last_hidden) out.last = at::zeros({batch.rows(), batch.seq_len(), hidden}, options);
+  for (const PackedDocument& document : batch.documents) {
+    check(document.dataset_index >= 0, who,
+          " offline training needs batches that know their dataset documents");
+    const at::Tensor ids = batch.input_ids[document.row].narrow(0, document.begin, document.length);
+    const CaptureStore::Slice slice =
+        capture.read(document.dataset_index, document.source_begin, document.length, ids);
+    out.aux[document.row].narrow(0, document.begin, document.length).copy_(slice.aux);
+    if (out.last.defined())
+      out.last[document.row].narrow(0, document.begin, document.length).copy_(slice.last);
+  }
+  return out;
 }
 
 }  // namespace tandem

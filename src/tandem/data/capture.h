@@ -7,7 +7,8 @@
 //   manifest.json             settings + the list of finished shards (rewritten atomically)
 //   shard-00000.safetensors   documents [first, first + count) of the dataset, per document j:
 //       aux.{j}        (L, k*H) captured layers side by side, in `layer_ids` order
-//       last.{j}       (L, H)   raw output of the target's last decoder layer (before its norm)
+//       last.{j}       (L, H)   raw output of the target's last decoder layer (before its norm);
+//                               EAGLE-3 captures only (its teacher), DFlash drafts read aux alone
 //       input_ids.{j}  (L,) int32, loss_mask.{j} (L,) uint8: the document as captured
 // Documents longer than seq_len are run in chunks of seq_len with positions restarting, exactly
 // as training splits them, so row r of a document holds its token r as training sees it.
@@ -29,6 +30,7 @@ namespace tandem {
 
 class FrozenModel;
 class TokenizedDataset;
+struct PackedBatch;
 
 struct CaptureSettings {
   std::string target;              // the target checkpoint directory
@@ -38,6 +40,7 @@ struct CaptureSettings {
   std::string dataset_key;         // TokenizedDataset::key() as 16 hex digits
   int64_t num_documents = 0;
   int64_t hidden_size = 0;
+  bool last_hidden = true;         // last.{j} stored too (EAGLE-3's teacher; DFlash needs none)
 
   nlohmann::json to_json() const;
   static CaptureSettings from_json(const nlohmann::json& json, const std::string& where);
@@ -74,7 +77,7 @@ class CaptureStore {
 
   struct Slice {
     at::Tensor aux;   // (length, k*H) in the stored dtype
-    at::Tensor last;  // (length, H)
+    at::Tensor last;  // (length, H); undefined when the capture has no last hidden states
   };
   /// Rows [begin, begin + length) of document `index`; `ids` (length,) int64 must equal the
   /// captured ids there (a capture of other data is an error naming the document).
@@ -86,5 +89,23 @@ class CaptureStore {
   std::vector<std::shared_ptr<safetensors::File>> shards_;
   std::vector<int64_t> shard_first_;  // first document of each shard
 };
+
+/// Checks that `capture` was made from `dataset` split at `seq_len` (offline training reads the
+/// features by dataset document); `who` ("[eagle3]", ...) starts the error.
+void check_capture_matches_data(const CaptureStore& capture, const TokenizedDataset& dataset,
+                                int64_t seq_len, const std::string& who);
+
+/// Checks that `capture` holds the target layers `layer_ids` of hidden size `hidden_size` (and the
+/// last hidden states when `needs_last_hidden`); `who` ("[eagle3]", ...) starts the error.
+void check_capture_features(const CaptureStore& capture, const std::vector<int64_t>& layer_ids,
+                            int64_t hidden_size, bool needs_last_hidden, const std::string& who);
+
+/// The captured features of every document of `batch`, laid out as the batch (zeros on padding).
+struct CapturedBatch {
+  at::Tensor aux;   // (B, S, k*H)
+  at::Tensor last;  // (B, S, H); undefined when the capture has none
+};
+CapturedBatch read_captured_batch(const CaptureStore& capture, const PackedBatch& batch,
+                                  c10::ScalarType dtype, const std::string& who);
 
 }  // namespace tandem

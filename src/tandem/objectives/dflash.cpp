@@ -117,8 +117,7 @@ DFlashOptions dflash_options(const Config& config) {
   options.init_std = draft.get_double("init_std", 0.02);
   const Config data = config.section("data");
   options.tokenizer_dir = data.get_string("tokenizer", "");
-  check(data.get_string("capture", "").empty(), "[dflash] ", data.where("capture"),
-        ": offline DFlash training from a capture is not built yet; remove it to train online");
+  options.capture_dir = data.get_string("capture", "");
   options.seed = static_cast<uint64_t>(config.section("training").get_int("seed", 0));
   const Config loss = config.section("loss");
   options.gamma = loss.get_double("gamma", dflash_default_gamma(options.block_size));
@@ -210,8 +209,13 @@ DFlashTargets dflash_targets(const PackedBatch& batch, const DFlashBlocks& block
 DFlashObjective::DFlashObjective(const DFlashOptions& options) : options_(options) {
   const at::Device cpu(at::kCPU);
   target_config_ = DecoderConfig::from_dir(options.target_path);
-  target_.emplace(FrozenModel::load(options.target_path, options.target_dtype, cpu));
-  head_ = std::make_unique<FrozenHead>(target_->head());
+  if (options.capture_dir.empty()) {
+    target_.emplace(FrozenModel::load(options.target_path, options.target_dtype, cpu));
+    head_ = std::make_unique<FrozenHead>(target_->head());
+  } else {
+    head_ = std::make_unique<FrozenHead>(
+        FrozenHead::load(options.target_path, options.target_dtype, cpu));
+  }
   gamma_ = options.gamma > 0 ? options.gamma : dflash_default_gamma(options.block_size);
 
   mask_token_ = resolve_dflash_mask_token(options, target_config_.vocab_size);
@@ -235,6 +239,16 @@ DFlashObjective::DFlashObjective(const DFlashOptions& options) : options_(option
   draft_ = DFlashDraft(config, at::TensorOptions().dtype(options.draft_dtype));
   init_normal_(*draft_, options.init_std, options.seed);
   for (auto& parameter : draft_->parameters()) parameter.set_requires_grad(true);
+  if (!options.capture_dir.empty()) {
+    capture_.emplace(CaptureStore::open(options.capture_dir));
+    check_capture_features(*capture_, config.target_layer_ids, target_config_.hidden_size,
+                           /*needs_last_hidden=*/false, "[dflash]");
+  }
+}
+
+void DFlashObjective::attach_data(const DataContext& data) {
+  if (capture_)
+    check_capture_matches_data(*capture_, data.documents("dflash"), data.seq_len, "[dflash]");
 }
 
 DFlashAnchors DFlashObjective::anchors(const PackedBatch& batch) const {
@@ -254,6 +268,7 @@ StepTotals DFlashObjective::count(const PackedBatch& batch) const {
 }
 
 at::Tensor DFlashObjective::features(const PackedBatch& batch) const {
+  if (capture_) return read_captured_batch(*capture_, batch, options_.target_dtype, "[dflash]").aux;
   const std::vector<int64_t>& layers = draft_->config().target_layer_ids;
   const FrozenModel::Output out =
       target_->forward(batch.input_ids, batch.layout(), layers, /*with_logits=*/false);

@@ -1,6 +1,8 @@
 #pragma once
-// DFlash block-diffusion draft training (SPEC §6) against a frozen target, online: the target
-// runs on every micro-batch (no autograd) and its layer outputs become the draft's context.
+// DFlash block-diffusion draft training (SPEC §6) against a frozen target. Online, the target
+// runs on every micro-batch (no autograd) and its layer outputs become the draft's context;
+// offline (data.capture), they are read from a `tandem capture` directory and only the target's
+// embedding and lm_head are loaded.
 //
 // Anchors: per row, up to max_anchors positions a, drawn without replacement among the loss-masked
 // positions whose whole block fits in their document (a + bs - 1 <= the document's last column),
@@ -21,14 +23,13 @@
 // acc_i (expected accepted draft tokens per block, the bonus token not included).
 //
 // Export: the z-lab DFlashDraftModel format (objectives/dflash_export.h), at every checkpoint;
-// speculative decoding with it: eval/dflash_decode.h. Not built yet: offline training from a
-// `tandem capture` directory (data.capture); `training.objective: dflash` is still refused by
-// objectives/registry.cpp, so tests build the objective directly.
+// speculative decoding with it: eval/dflash_decode.h.
 #include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "tandem/data/capture.h"
 #include "tandem/data/mask_token.h"
 #include "tandem/models/dflash.h"
 #include "tandem/models/frozen.h"
@@ -52,9 +53,10 @@ struct DFlashOptions {
   double gamma = 0;  // 0: dflash_default_gamma(block_size)
   int64_t max_anchors = 512;
   FusedLossOptions loss;
+  std::string capture_dir;  // offline mode when set
 };
 
-/// Reads `target.*`, `draft.*`, `loss.*`, `data.tokenizer` and `training.seed` of the config.
+/// Reads `target.*`, `draft.*`, `loss.*`, `data.tokenizer`, `data.capture` and `training.seed`.
 DFlashOptions dflash_options(const Config& config);
 
 /// SpecForge's suggested decay, piecewise linear through (8, 4), (10, 5), (16, 7) and extended
@@ -105,19 +107,23 @@ class DFlashObjective : public Objective {
   void export_model(const std::string& dir) const override;
   bool export_at_checkpoints() const override { return true; }
   void finish_metrics(std::vector<std::pair<std::string, double>>& step_metrics) const override;
+  /// Offline: checks the capture was made from this data at this seq_len.
+  void attach_data(const DataContext& data) override;
 
   /// The anchors of `batch` under this objective's seed, block size and max_anchors.
   DFlashAnchors anchors(const PackedBatch& batch) const;
   /// StepTotals of `batch` with the given blocks: unroll_tokens[k] = labels at slot k.
   StepTotals totals(const PackedBatch& batch, const DFlashBlocks& blocks) const;
-  /// The target's layer outputs cat(target_layer_ids): (B, S, k * H_t), no autograd.
+  /// The target's layer outputs cat(target_layer_ids): (B, S, k * H_t), no autograd; from the
+  /// target (online) or the capture (offline).
   at::Tensor features(const PackedBatch& batch) const;
   /// The draft and its loss on given features and blocks; `totals` are the step's.
   DFlashResult run(const PackedBatch& batch, const at::Tensor& features, const DFlashBlocks& blocks,
                    const StepTotals& totals) const;
 
   DFlashDraft& draft() { return draft_; }
-  const FrozenModel& target() const { return *target_; }
+  const FrozenModel& target() const { return *target_; }  // online only
+  bool offline() const { return capture_.has_value(); }
   const DFlashOptions& options() const { return options_; }
   const MaskTokenChoice& mask_token() const { return mask_token_; }
   double gamma() const { return gamma_; }
@@ -126,7 +132,8 @@ class DFlashObjective : public Objective {
 
  private:
   DFlashOptions options_;
-  std::optional<FrozenModel> target_;
+  std::optional<FrozenModel> target_;        // online only
+  std::optional<CaptureStore> capture_;      // offline only
   std::unique_ptr<FrozenHead> head_;
   DecoderConfig target_config_;
   MaskTokenChoice mask_token_;

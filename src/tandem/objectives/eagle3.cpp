@@ -106,13 +106,8 @@ void Eagle3Objective::set_vocab_map(const VocabMap& map) {
 
 void Eagle3Objective::use_capture(const std::string& dir) {
   capture_.emplace(CaptureStore::open(dir));
-  const CaptureSettings& settings = capture_->settings();
-  check(settings.layer_ids == draft_->config().aux_layer_ids, "[eagle3] ", dir,
-        ": the capture holds target layers ", at::IntArrayRef(settings.layer_ids),
-        " but the draft reads ", at::IntArrayRef(draft_->config().aux_layer_ids));
-  check(settings.hidden_size == target_config_.hidden_size, "[eagle3] ", dir,
-        ": captured hidden size ", settings.hidden_size, " != the target's ",
-        target_config_.hidden_size);
+  check_capture_features(*capture_, draft_->config().aux_layer_ids, target_config_.hidden_size,
+                         /*needs_last_hidden=*/true, "[eagle3]");
 }
 
 void Eagle3Objective::attach_data(const DataContext& data) {
@@ -127,18 +122,7 @@ void Eagle3Objective::attach_data(const DataContext& data) {
         return counter.counts();
       });
   set_vocab_map(cached.map);
-  if (capture_) {
-    const CaptureSettings& settings = capture_->settings();
-    check(settings.dataset_key == fingerprint &&
-              settings.num_documents == dataset.size(),
-          "[eagle3] ", capture_->dir(), ": captured from other data (dataset key ",
-          settings.dataset_key, ", ", settings.num_documents, " documents) than ",
-          dataset.source_path(), " (key ", fingerprint, ", ", dataset.size(),
-          " documents); rerun `tandem capture` on this data");
-    check(settings.seq_len == data.seq_len, "[eagle3] ", capture_->dir(),
-          ": captured with seq_len ", settings.seq_len, ", training uses ", data.seq_len,
-          " (long documents are split at seq_len, so the two must agree)");
-  }
+  if (capture_) check_capture_matches_data(*capture_, dataset, data.seq_len, "[eagle3]");
 }
 
 StepTotals Eagle3Objective::count(const PackedBatch& batch) const {
@@ -165,19 +149,10 @@ TargetFeatures Eagle3Objective::features(const PackedBatch& batch) const {
     features.last = out.hidden.at(last_layer);
     return features;
   }
-  const int64_t hidden = target_config_.hidden_size;
-  const at::TensorOptions options = at::TensorOptions().dtype(options_.target_dtype);
-  features.aux = at::zeros({batch.rows(), batch.seq_len(), 3 * hidden}, options);
-  features.last = at::zeros({batch.rows(), batch.seq_len(), hidden}, options);
-  for (const PackedDocument& document : batch.documents) {
-    check(document.dataset_index >= 0,
-          "[eagle3] offline training needs batches that know their dataset documents");
-    const at::Tensor ids = batch.input_ids[document.row].narrow(0, document.begin, document.length);
-    const CaptureStore::Slice slice =
-        capture_->read(document.dataset_index, document.source_begin, document.length, ids);
-    features.aux[document.row].narrow(0, document.begin, document.length).copy_(slice.aux);
-    features.last[document.row].narrow(0, document.begin, document.length).copy_(slice.last);
-  }
+  CapturedBatch captured =
+      read_captured_batch(*capture_, batch, options_.target_dtype, "[eagle3]");
+  features.aux = std::move(captured.aux);
+  features.last = std::move(captured.last);
   return features;
 }
 
