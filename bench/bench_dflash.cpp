@@ -135,9 +135,7 @@ int main(int argc, char** argv) {
   const double peak = bench::matmul_peak_flops(at::kFloat);
   std::printf("bench_dflash: fp32 matmul peak %.1f GFLOP/s, %d threads\n", peak / 1e9,
               used_threads);
-  bench::ModelShape demo;
-  demo.hidden = 256, demo.layers = 8, demo.heads = 8, demo.kv_heads = 4, demo.intermediate = 768,
-  demo.vocab = 4096;
+  const bench::ModelShape demo = bench::demo_target_shape();
   bench::ModelShape large;  // hidden 1024, 8 layers, 16/8 heads, intermediate 2816, vocab 32000
   // Anchors: 64 blocks per 256-token row (demo), 256 per 1024-token row (large): a quarter of
   // the positions start a block, as 512 anchors in a 2048-token sequence would.

@@ -129,9 +129,7 @@ int main(int argc, char** argv) {
   const int used_threads = configure_threads(threads);
   const double peak = bench::matmul_peak_flops(at::kFloat);
   std::printf("bench_eagle3: fp32 matmul peak %.1f GFLOP/s, %d threads\n", peak / 1e9, used_threads);
-  bench::ModelShape demo;
-  demo.hidden = 256, demo.layers = 8, demo.heads = 8, demo.kv_heads = 4, demo.intermediate = 768,
-  demo.vocab = 4096;
+  const bench::ModelShape demo = bench::demo_target_shape();
   bench::ModelShape large;  // hidden 1024, 8 layers, 16/8 heads, intermediate 2816, vocab 32000
   const Case cases[] = {{"demo", demo, 2048, 256, 8}, {"large", large, 8192, 1024, 2}};
   for (const Case& c : cases)

@@ -12,6 +12,14 @@ struct ModelShape {
   int64_t hidden = 1024, layers = 8, heads = 16, kv_heads = 8, intermediate = 2816, vocab = 32000;
 };
 
+/// The demo target's shape (configs/demo-target-model.json).
+inline ModelShape demo_target_shape() {
+  ModelShape demo;
+  demo.hidden = 256, demo.layers = 8, demo.heads = 8, demo.kv_heads = 4, demo.intermediate = 768,
+  demo.vocab = 4096;
+  return demo;
+}
+
 /// Registers --hidden, --layers, --heads, --kv-heads, --intermediate, --vocab.
 inline void add_shape_options(CLI::App& app, ModelShape& shape) {
   app.add_option("--hidden", shape.hidden)->capture_default_str();

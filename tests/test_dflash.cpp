@@ -24,6 +24,7 @@
 #include "tandem/objectives/dflash.h"
 #include "tandem/text/byte_level.h"
 #include "tandem/train/optimizer.h"
+#include "pretokenized.h"
 #include "test_util.h"
 
 namespace {
@@ -218,25 +219,10 @@ TEST(DFlashFixture, BlockSize8LossAccuracyAndGradientsMatchPyTorch) {
   expect_matches_reference(8, 4.0, "bs8.");
 }
 
-// The two bugs that crushed acceptance in published trainers. Both are reproduced by moving the
-// anchors one column right (a + 1 stays in a's document, since the block fits in it): labels at
-// a + 1 + k (shifted labels), or context j < a + 1, i.e. j <= a (the anchor's own hidden state
-// leaks in). The fixture's losses of both differ from the correct one, which this code gives.
 TEST(DFlashFixture, OfflineFromACaptureGivesTheOnlineLossAndGradients) {
   ScratchDir dir;
-  {
-    std::ofstream out(dir / "docs.jsonl");
-    for (const auto& document : fixture_documents()) {
-      nlohmann::json line;
-      line["input_ids"] = document.ids;
-      line["loss_mask"] = document.loss_mask;
-      out << line.dump() << "\n";
-    }
-  }
-  tandem::CacheOptions cache;
-  cache.dir = dir / "cache";
-  const tandem::TokenizedDataset dataset = tandem::TokenizedDataset::open(
-      dir / "docs.jsonl", tandem::DataFormat::pretokenized, {}, cache);
+  const tandem::TokenizedDataset dataset =
+      tandem::testing::pretokenized_dataset(dir.path(), fixture_documents());
   const tandem::PackedBatch batch = fixture_batch();
 
   tandem::DFlashObjective online(fixture_options(4, 2.0));
@@ -295,6 +281,10 @@ TEST(DFlashFixture, OfflineFromACaptureGivesTheOnlineLossAndGradients) {
             std::string::npos);
 }
 
+// The two bugs that crushed acceptance in published trainers. Both are reproduced by moving the
+// anchors one column right (a + 1 stays in a's document, since the block fits in it): labels at
+// a + 1 + k (shifted labels), or context j < a + 1, i.e. j <= a (the anchor's own hidden state
+// leaks in). The fixture's losses of both differ from the correct one, which this code gives.
 TEST(DFlashFixture, PublishedBugsGiveTheReferenceBugLossesAndTheCodeAvoidsBoth) {
   const auto& ref = reference();
   const tandem::PackedBatch batch = fixture_batch();

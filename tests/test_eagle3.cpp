@@ -18,6 +18,7 @@
 #include "tandem/models/ttt_attention.h"
 #include "tandem/objectives/eagle3.h"
 #include "tandem/objectives/eagle3_export.h"
+#include "pretokenized.h"
 #include "test_util.h"
 
 namespace {
@@ -178,19 +179,8 @@ TEST(Eagle3Fixture, SevenStepUnrollMatchesPyTorch) {
 
 TEST(Eagle3Fixture, OfflineFromACaptureGivesTheOnlineLoss) {
   ScratchDir dir;
-  {
-    std::ofstream out(dir / "docs.jsonl");
-    for (const auto& document : fixture_documents()) {
-      nlohmann::json line;
-      line["input_ids"] = document.ids;
-      line["loss_mask"] = document.loss_mask;
-      out << line.dump() << "\n";
-    }
-  }
-  tandem::CacheOptions cache;
-  cache.dir = dir / "cache";
-  const tandem::TokenizedDataset dataset = tandem::TokenizedDataset::open(
-      dir / "docs.jsonl", tandem::DataFormat::pretokenized, {}, cache);
+  const tandem::TokenizedDataset dataset =
+      tandem::testing::pretokenized_dataset(dir.path(), fixture_documents());
   const tandem::PackedBatch batch = fixture_batch();
 
   tandem::Eagle3Objective online(fixture_options(4));

@@ -150,4 +150,15 @@ std::vector<std::pair<std::string, at::Tensor>> model_state(const torch::nn::Mod
   return out;
 }
 
+void load_draft_target(const std::string& dir, c10::ScalarType dtype, bool offline,
+                       std::optional<FrozenModel>& target, std::unique_ptr<FrozenHead>& head) {
+  const at::Device cpu(at::kCPU);
+  if (offline) {
+    head = std::make_unique<FrozenHead>(FrozenHead::load(dir, dtype, cpu));
+    return;
+  }
+  target.emplace(FrozenModel::load(dir, dtype, cpu));
+  head = std::make_unique<FrozenHead>(target->head());
+}
+
 }  // namespace tandem

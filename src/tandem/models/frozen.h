@@ -6,6 +6,8 @@
 #include <ATen/core/Tensor.h>
 
 #include <map>
+#include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -73,6 +75,11 @@ class FrozenModel {
   std::string dir_;
   CausalLM model_{nullptr};
 };
+
+/// A draft's frozen target on the CPU: online, the whole model into `target` and `head` sharing
+/// its tensors; offline (features from a capture), only the head, read from `dir`.
+void load_draft_target(const std::string& dir, c10::ScalarType dtype, bool offline,
+                       std::optional<FrozenModel>& target, std::unique_ptr<FrozenHead>& head);
 
 /// True when `tensor` shares storage with the weights of a live FrozenModel.
 bool is_frozen(const at::Tensor& tensor);

@@ -207,15 +207,9 @@ DFlashTargets dflash_targets(const PackedBatch& batch, const DFlashBlocks& block
 }
 
 DFlashObjective::DFlashObjective(const DFlashOptions& options) : options_(options) {
-  const at::Device cpu(at::kCPU);
   target_config_ = DecoderConfig::from_dir(options.target_path);
-  if (options.capture_dir.empty()) {
-    target_.emplace(FrozenModel::load(options.target_path, options.target_dtype, cpu));
-    head_ = std::make_unique<FrozenHead>(target_->head());
-  } else {
-    head_ = std::make_unique<FrozenHead>(
-        FrozenHead::load(options.target_path, options.target_dtype, cpu));
-  }
+  load_draft_target(options.target_path, options.target_dtype, !options.capture_dir.empty(),
+                    target_, head_);
   gamma_ = options.gamma > 0 ? options.gamma : dflash_default_gamma(options.block_size);
 
   mask_token_ = resolve_dflash_mask_token(options, target_config_.vocab_size);

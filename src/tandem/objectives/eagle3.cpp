@@ -59,15 +59,9 @@ at::Tensor eagle3_step_targets(const PackedBatch& batch, int64_t step) {
 }
 
 Eagle3Objective::Eagle3Objective(const Eagle3Options& options) : options_(options) {
-  const at::Device cpu(at::kCPU);
   target_config_ = DecoderConfig::from_dir(options.target_path);
-  if (options.capture_dir.empty()) {
-    target_.emplace(FrozenModel::load(options.target_path, options.target_dtype, cpu));
-    head_ = std::make_unique<FrozenHead>(target_->head());
-  } else {
-    head_ = std::make_unique<FrozenHead>(
-        FrozenHead::load(options.target_path, options.target_dtype, cpu));
-  }
+  load_draft_target(options.target_path, options.target_dtype, !options.capture_dir.empty(),
+                    target_, head_);
   const int64_t draft_vocab = std::min(options.draft_vocab_size, target_config_.vocab_size);
   Eagle3Config config = Eagle3Config::for_target(target_config_, options.aux_layer_ids,
                                                  draft_vocab, options.intermediate_size);
