@@ -75,9 +75,9 @@ void run_case(const Case& c, int64_t block_size, int64_t draft_layers, int repea
   const PackedBatch batch = bench::random_batch(target.vocab_size, c.rows, c.seq, 1);
   const DFlashAnchors anchors = objective.anchors(batch);
   const StepTotals totals = objective.totals(batch, anchors.blocks);
-  const at::Tensor captured = objective.features(batch);
+  const TargetFeatures captured = objective.features(batch);
 
-  auto draft_step = [&](const at::Tensor& features) {
+  auto draft_step = [&](const TargetFeatures& features) {
     objective.run(batch, features, anchors.blocks, totals).loss.backward();
     optimizer.step(1e-4);
     optimizer.zero_grad();

@@ -2,7 +2,8 @@
 # End to end through the binary, on the tiny fixture target: DFlash online training with the
 # z-lab export at every checkpoint, `tandem export` of an older step, the export checked against
 # what SGLang / vLLM read (tools/check_dflash_export.py), `tandem capture` + offline training
-# (same first-step loss as online), and `tandem eval` with the DFlash export (output = greedy).
+# (same first-step loss as online), the same with loss.teacher: target (the capture then holds the
+# last hidden states), and `tandem eval` with the DFlash export (output = greedy).
 # Usage: tests/e2e_dflash.sh BUILD_DIR   (run by ctest)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -57,6 +58,28 @@ import sys
 online, offline = map(float, sys.argv[1:])
 print(f"first-step loss: online {online:.6f}, offline {offline:.6f}")
 assert abs(online - offline) <= 1e-5 * abs(online), "offline loss differs from online"
+PY
+
+echo "== distillation from the target (loss.teacher: target): capture with last hidden states"
+"$tandem" train "$work/dflash.yaml" loss.teacher=target "training.run_dir=$work/distill" \
+  training.steps=1
+"$tandem" capture "$work/dflash.yaml" loss.teacher=target --out "$work/capture-t" \
+  --shard-documents 5
+"$tandem" train "$work/dflash.yaml" loss.teacher=target "data.capture=$work/capture-t" \
+  "training.run_dir=$work/distill-offline" training.steps=1
+if "$tandem" train "$work/dflash.yaml" loss.teacher=target "data.capture=$work/capture" \
+    "training.run_dir=$work/bad" training.steps=1 2> "$work/bad.err"; then
+  echo "a capture without last hidden states trained a distilled draft" >&2
+  exit 1
+fi
+grep -q "no last hidden states" "$work/bad.err"
+python3 - "$(first_loss "$work/distill/metrics.jsonl")" "$(first_loss "$work/distill-offline/metrics.jsonl")" \
+  "$work/capture-t/manifest.json" <<'PY'
+import json, sys
+online, offline = map(float, sys.argv[1:3])
+print(f"distilled first-step loss: online {online:.6f}, offline {offline:.6f}")
+assert abs(online - offline) <= 1e-5 * abs(online), "offline distilled loss differs from online"
+assert json.load(open(sys.argv[3]))["settings"]["last_hidden"] is True
 PY
 
 echo "== eval"

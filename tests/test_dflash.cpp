@@ -9,6 +9,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <set>
 
@@ -24,6 +25,7 @@
 #include "tandem/objectives/dflash.h"
 #include "tandem/text/byte_level.h"
 #include "tandem/train/optimizer.h"
+#include "tandem/train/training_data.h"
 #include "pretokenized.h"
 #include "test_util.h"
 
@@ -125,7 +127,8 @@ TEST(DFlashFixture, OnlineTargetFeaturesAndContextMatchTheReference) {
   const tandem::PackedBatch batch = fixture_batch();
   tandem::DFlashObjective objective(fixture_options(4, 2.0));
   load_fixture_draft(objective);
-  const at::Tensor features = objective.features(batch);
+  const at::Tensor features = objective.features(batch).aux;
+  EXPECT_FALSE(objective.features(batch).last.defined());  // teacher labels: not read
   const at::Tensor real = batch.padding_mask.to(at::kBool);
   EXPECT_LT(max_abs_diff(features.index({real}), ref.at("context_features").index({real})), 1e-4);
   const at::Tensor context = objective.draft()->context(ref.at("context_features"));
@@ -174,7 +177,7 @@ void expect_matches_reference(int64_t block_size, double gamma, const std::strin
   EXPECT_EQ(totals.loss_tokens, ref.at(prefix + "count").item<int64_t>());
 
   const tandem::DFlashResult result =
-      objective.run(batch, ref.at("context_features"), blocks, totals);
+      objective.run(batch, {ref.at("context_features"), {}}, blocks, totals);
   if (prefix.empty()) {
     const at::Tensor valid = blocks.anchor_valid;
     const at::Tensor hidden = result.hidden.view({2, -1, block_size, 64});
@@ -219,13 +222,24 @@ TEST(DFlashFixture, BlockSize8LossAccuracyAndGradientsMatchPyTorch) {
   expect_matches_reference(8, 4.0, "bs8.");
 }
 
-TEST(DFlashFixture, OfflineFromACaptureGivesTheOnlineLossAndGradients) {
+tandem::DFlashOptions distilled(tandem::DFlashOptions options) {
+  options.teacher = tandem::DFlashTeacher::Target;
+  options.distill.divergence = tandem::Divergence::ForwardKL;
+  options.distill.temperature = 2.0;
+  options.distill.hard_label_weight = 0.25;
+  return options;
+}
+
+// Offline (a capture) against online (the target), for either teacher: a capture for teacher
+// target carries the last hidden states, one for teacher labels does not.
+void expect_offline_equals_online(const tandem::DFlashOptions& options) {
+  const bool distill = options.teacher == tandem::DFlashTeacher::Target;
   ScratchDir dir;
   const tandem::TokenizedDataset dataset =
       tandem::testing::pretokenized_dataset(dir.path(), fixture_documents());
   const tandem::PackedBatch batch = fixture_batch();
 
-  tandem::DFlashObjective online(fixture_options(4, 2.0));
+  tandem::DFlashObjective online(options);
   load_fixture_draft(online);
   const tandem::StepTotals totals = online.count(batch);
   const tandem::ObjectiveOutput online_output = online.compute(batch, totals);
@@ -239,7 +253,7 @@ TEST(DFlashFixture, OfflineFromACaptureGivesTheOnlineLossAndGradients) {
   settings.dataset_key = tandem::hex64(dataset.key());
   settings.num_documents = dataset.size();
   settings.hidden_size = 64;
-  settings.last_hidden = false;  // DFlash reads its target layers only
+  settings.last_hidden = distill;  // what `tandem capture` stores for this config
   tandem::CaptureOptions capture_options;
   capture_options.quiet = true;
   {
@@ -251,9 +265,9 @@ TEST(DFlashFixture, OfflineFromACaptureGivesTheOnlineLossAndGradients) {
   const auto shard = tandem::safetensors::File::open(dir / "capture/shard-00000.safetensors");
   for (const auto& info : shard.header().tensors) stored.insert(info.name);
   EXPECT_EQ(stored.count("aux.0"), 1u);
-  EXPECT_EQ(stored.count("last.0"), 0u) << "a DFlash capture stores no last hidden states";
+  EXPECT_EQ(stored.count("last.0"), distill ? 1u : 0u);
 
-  tandem::DFlashOptions offline_options = fixture_options(4, 2.0);
+  tandem::DFlashOptions offline_options = options;
   offline_options.capture_dir = dir / "capture";
   tandem::DFlashObjective offline(offline_options);
   EXPECT_TRUE(offline.offline());
@@ -278,6 +292,105 @@ TEST(DFlashFixture, OfflineFromACaptureGivesTheOnlineLossAndGradients) {
   EXPECT_NE(tandem::testing::error_of([&] {
               offline.attach_data({&dataset, nullptr, dir / "cache", 32});
             }).find("captured with seq_len 24, training uses 32"),
+            std::string::npos);
+  if (!distill) {  // teacher target cannot train from a capture without the last hidden states
+    EXPECT_NE(tandem::testing::error_of([&] { tandem::DFlashObjective bad(distilled(offline_options)); })
+                  .find("last hidden"),
+              std::string::npos);
+  }
+}
+
+TEST(DFlashFixture, OfflineFromACaptureGivesTheOnlineLossAndGradients) {
+  expect_offline_equals_online(fixture_options(4, 2.0));
+}
+
+TEST(DFlashTeacher, OfflineDistillationFromACaptureGivesTheOnlineLossAndGradients) {
+  expect_offline_equals_online(distilled(fixture_options(4, 2.0)));
+}
+
+// loss.teacher: target against the same quantity written out with full logits: the teacher from
+// the target model's own logits (its forward, not the objective's head path), the student's from
+// the draft's hidden states, (1 - alpha) KL(p_t || p_s) + alpha CE(label) per counted slot,
+// weighted w_k / sum_k w_k count_k; gradients through autograd on that expression.
+TEST(DFlashTeacher, TargetDistillationMatchesFullLogitsLossGradientsAndAccuracy) {
+  const tandem::PackedBatch batch = fixture_batch();
+  const tandem::DFlashOptions options = distilled(fixture_options(4, 2.0));
+  tandem::DFlashObjective objective(options);
+  load_fixture_draft(objective);
+  const tandem::DFlashAnchors drawn = objective.anchors(batch);
+  const tandem::StepTotals totals = objective.totals(batch, drawn.blocks);
+  const tandem::TargetFeatures features = objective.features(batch);
+  ASSERT_TRUE(features.last.defined());
+
+  const tandem::DFlashResult fused = objective.run(batch, features, drawn.blocks, totals);
+  fused.loss.backward();
+  std::map<std::string, at::Tensor> fused_grads;
+  for (const auto& parameter : objective.draft()->named_parameters()) {
+    fused_grads[parameter.key()] = parameter.value().grad().clone();
+    parameter.value().mutable_grad().zero_();
+  }
+
+  const tandem::FrozenModel target = tandem::FrozenModel::load(
+      tandem::testing::model_fixture("llama3"), at::kFloat, at::Device(at::kCPU));
+  const at::Tensor target_logits =
+      target.forward(batch.input_ids, batch.layout(), {}, /*with_logits=*/true).logits;  // (B,S,V)
+  const tandem::DFlashResult plain = objective.run(batch, features, drawn.blocks, totals);
+  const int64_t bs = 4, anchors = drawn.blocks.num_anchors();
+  const at::Tensor weights = tandem::dflash_slot_weights(bs, 2.0);
+  double weight_total = 0;
+  for (int64_t k = 0; k < bs; ++k)
+    weight_total += weights[k].item<double>() * static_cast<double>(totals.unroll_tokens[k]);
+  const at::Tensor student_logits =
+      at::matmul(plain.hidden, target.lm_head_weight().t());  // (B, A * bs, V)
+  at::Tensor loss = at::zeros({}, at::kDouble);
+  std::vector<int64_t> agree(bs, 0);
+  for (int64_t b = 0; b < batch.rows(); ++b)
+    for (int64_t i = 0; i < anchors; ++i)
+      for (int64_t k = 1; k < bs; ++k) {
+        if (!plain.targets.valid[b][i][k].item<bool>()) continue;
+        const int64_t a = drawn.blocks.anchors[b][i].item<int64_t>();
+        const at::Tensor teacher = target_logits[b][a + k - 1].to(at::kDouble);
+        const at::Tensor student = student_logits[b][i * bs + k].to(at::kDouble);
+        const at::Tensor p_t = at::softmax(teacher / 2.0, -1);
+        const at::Tensor log_p_s = at::log_softmax(student, -1);
+        const at::Tensor kl = (p_t * (at::log(p_t) - log_p_s)).sum();
+        const at::Tensor ce = -log_p_s[plain.targets.labels[b][i][k].item<int64_t>()];
+        loss = loss + weights[k].item<double>() / weight_total * (0.75 * kl + 0.25 * ce);
+        agree[k] += student.argmax().item<int64_t>() == teacher.argmax().item<int64_t>();
+      }
+  EXPECT_NEAR(fused.loss.item<double>(), loss.item<double>(), 1e-5 * loss.item<double>());
+  EXPECT_EQ(fused.correct, agree);
+  EXPECT_EQ(fused.counts, totals.unroll_tokens);
+  loss.backward();
+  for (const auto& parameter : objective.draft()->named_parameters()) {
+    const at::Tensor expected = parameter.value().grad();
+    const double scale = expected.abs().max().item<double>() + 1e-12;
+    EXPECT_LT(max_abs_diff(fused_grads.at(parameter.key()), expected) / scale, 1e-4)
+        << parameter.key();
+  }
+}
+
+TEST(DFlashTeacher, DistillationKeysNeedTeacherTarget) {
+  const std::string target = tandem::testing::model_fixture("llama3");
+  const std::string base = "target: {path: " + target +
+                           "}\ndraft: {num_layers: 1, block_size: 4, mask_token_id: 511}\n";
+  EXPECT_NE(tandem::testing::error_of([&] {
+              tandem::dflash_options(
+                  tandem::Config::parse(base + "loss: {divergence: reverse_kl}\n", "t.yaml"));
+            }).find("loss.divergence applies to distillation from the target"),
+            std::string::npos);
+  const tandem::DFlashOptions options = tandem::dflash_options(tandem::Config::parse(
+      base + "loss: {teacher: target, divergence: jsd, beta: 0.3, temperature: 1.5}\n", "t.yaml"));
+  EXPECT_EQ(options.teacher, tandem::DFlashTeacher::Target);
+  EXPECT_EQ(options.distill.divergence, tandem::Divergence::JSD);
+  EXPECT_DOUBLE_EQ(options.distill.beta, 0.3);
+  EXPECT_DOUBLE_EQ(options.distill.temperature, 1.5);
+  EXPECT_EQ(tandem::dflash_options(tandem::Config::parse(base, "t.yaml")).teacher,
+            tandem::DFlashTeacher::Labels);
+  EXPECT_NE(tandem::testing::error_of([&] {
+              tandem::dflash_options(
+                  tandem::Config::parse(base + "loss: {teacher: teachers}\n", "t.yaml"));
+            }).find("teacher"),
             std::string::npos);
 }
 
@@ -323,7 +436,7 @@ TEST(DFlashFixture, PublishedBugsGiveTheReferenceBugLossesAndTheCodeAvoidsBoth) 
   EXPECT_NEAR(loss_of(mask, tandem::dflash_targets(batch, moved)), shifted, 1e-5 * shifted);
   EXPECT_NEAR(loss_of(mask_le, targets), leaked, 1e-5 * leaked);
   const tandem::DFlashResult result =
-      objective.run(batch, features, blocks, objective.totals(batch, blocks));
+      objective.run(batch, {features, {}}, blocks, objective.totals(batch, blocks));
   for (const double bug : {shifted, leaked})
     EXPECT_GT(std::abs(result.loss.item<double>() - bug), 0.05 * correct);
   EXPECT_NEAR(result.loss.item<double>(), correct, 1e-5 * correct);
@@ -430,13 +543,19 @@ std::vector<tandem::TokenizedDocument> random_documents(int64_t count, uint64_t 
   return documents;
 }
 
-TEST(DFlashAnchors, DeterministicSeededAndInsideTheirDocuments) {
-  const auto documents = random_documents(12, 3);
+// Documents packed into rows of 64, with dataset indices 100, 101, ...
+tandem::PackedBatch random_batch(const std::vector<tandem::TokenizedDocument>& documents) {
   tandem::PackingOptions packing;
   packing.seq_len = 64;
   tandem::PackedBatch batch = tandem::pack_documents(documents, packing);
   for (size_t i = 0; i < batch.documents.size(); ++i)
     batch.documents[i].dataset_index = 100 + static_cast<int64_t>(i);
+  return batch;
+}
+
+TEST(DFlashAnchors, DeterministicSeededAndInsideTheirDocuments) {
+  const auto documents = random_documents(12, 3);
+  const tandem::PackedBatch batch = random_batch(documents);
   const int64_t block_size = 4, max_anchors = 6;
   const auto first = tandem::sample_dflash_anchors(batch, block_size, max_anchors, 7);
   const auto again = tandem::sample_dflash_anchors(batch, block_size, max_anchors, 7);
@@ -478,6 +597,8 @@ TEST(DFlashAnchors, DeterministicSeededAndInsideTheirDocuments) {
   }
   EXPECT_GT(drawn, 0);
   // A row's anchors do not depend on the rows batched with it (one document per row here).
+  tandem::PackingOptions packing;
+  packing.seq_len = 64;
   packing.mode = tandem::PackingMode::Padded;
   tandem::PackedBatch all = tandem::pack_documents(documents, packing);
   tandem::PackedBatch some = tandem::pack_documents({documents[0], documents[1]}, packing);
@@ -489,6 +610,52 @@ TEST(DFlashAnchors, DeterministicSeededAndInsideTheirDocuments) {
   const auto from_some = tandem::sample_dflash_anchors(some, block_size, max_anchors, 7).blocks;
   const int64_t width = from_some.num_anchors();
   EXPECT_TRUE(from_all.anchors.narrow(0, 0, 2).narrow(1, 0, width).equal(from_some.anchors));
+}
+
+TEST(DFlashAnchors, EachEpochDrawsOtherAnchorsOfTheSameDocuments) {
+  tandem::PackedBatch batch = random_batch(random_documents(12, 3));
+  const auto epoch0 = tandem::sample_dflash_anchors(batch, 4, 6, 7).blocks;
+  for (auto& document : batch.documents) document.epoch = 1;
+  const auto epoch1 = tandem::sample_dflash_anchors(batch, 4, 6, 7).blocks;
+  const auto epoch1_again = tandem::sample_dflash_anchors(batch, 4, 6, 7).blocks;
+  EXPECT_TRUE(epoch1.anchors.equal(epoch1_again.anchors));
+  EXPECT_FALSE(epoch1.anchors.equal(epoch0.anchors));
+  // Same candidates, so the same count per row: only which ones changes.
+  EXPECT_TRUE(epoch1.anchor_valid.sum(1).equal(epoch0.anchor_valid.sum(1)));
+}
+
+TEST(DFlashAnchors, TrainingBatchesCarryTheEpochEachDocumentWasDrawnIn) {
+  ScratchDir dir;
+  tandem::TrainingData data;
+  data.dataset.emplace(
+      tandem::testing::pretokenized_dataset(dir.path(), random_documents(5, 11)));
+  data.format = tandem::DataFormat::pretokenized;
+  data.packing.seq_len = 64;
+  data.rows = 2;  // two 20..40-token documents per row at most: several batches per epoch
+  tandem::SamplerOptions options;
+  options.dataset_size = data.num_records();
+  options.seed = 3;
+  tandem::Sampler sampler(options);
+  std::map<int64_t, std::vector<int64_t>> epochs_of;  // dataset index -> epochs it came in
+  int64_t crossing = 0;
+  for (int step = 0; step < 8; ++step) {
+    const int64_t before = sampler.state().epoch;
+    const tandem::PackedBatch batch = tandem::next_micro_batch(sampler, data);
+    std::set<int64_t> in_batch;
+    for (const auto& document : batch.documents) {
+      EXPECT_GE(document.epoch, before);
+      EXPECT_LE(document.epoch, sampler.state().epoch);
+      epochs_of[document.dataset_index].push_back(document.epoch);
+      in_batch.insert(document.epoch);
+    }
+    crossing += in_batch.size() > 1;
+  }
+  // Every document is drawn once per epoch, in epochs 0, 1, 2, ... in order.
+  ASSERT_EQ(epochs_of.size(), 5u);
+  for (const auto& [index, epochs] : epochs_of)
+    for (size_t i = 0; i < epochs.size(); ++i) EXPECT_EQ(epochs[i], static_cast<int64_t>(i));
+  EXPECT_GE(sampler.state().epoch, 2);
+  (void)crossing;  // a batch may straddle an epoch boundary; the per-document epochs still hold
 }
 
 TEST(DFlashAnchors, DocumentsWithFewerThanTwoBlocksOfLossTokensAreSkipped) {

@@ -51,6 +51,7 @@ Runner add_capture_command(CLI::App& root) {
     std::string target_path;
     c10::ScalarType target_dtype;
     std::vector<int64_t> layer_ids;
+    bool last_hidden = true;  // EAGLE-3's teacher reads the last layer, DFlash's only if distilled
     if (objective == "eagle3") {
       const Eagle3Options eagle3 = eagle3_options(config);
       target_path = eagle3.target_path;
@@ -61,6 +62,7 @@ Runner add_capture_command(CLI::App& root) {
       target_path = dflash.target_path;
       target_dtype = dflash.target_dtype;
       layer_ids = dflash.target_layer_ids;
+      last_hidden = dflash.teacher == DFlashTeacher::Target;
       if (layer_ids.empty())
         layer_ids = DFlashConfig::default_target_layers(
             DecoderConfig::from_dir(target_path).num_hidden_layers, dflash.dims.num_layers);
@@ -74,7 +76,7 @@ Runner add_capture_command(CLI::App& root) {
     settings.layer_ids = !layer_ids.empty() ? layer_ids
                                             : Eagle3Config::default_aux_layers(
                                                   target.config().num_hidden_layers);
-    settings.last_hidden = objective == "eagle3";  // EAGLE-3's teacher reads the last layer
+    settings.last_hidden = last_hidden;
     settings.dtype = options->dtype.empty() ? compute_dtype_name(target_dtype)
                                             : compute_dtype_name(parse_compute_dtype(
                                                   options->dtype, "--dtype"));

@@ -254,8 +254,8 @@ void check_capture_features(const CaptureStore& capture, const std::vector<int64
   check(settings.hidden_size == hidden_size, who, " ", capture.dir(), ": captured hidden size ",
         settings.hidden_size, " != the target's ", hidden_size);
   check(settings.last_hidden || !needs_last_hidden, who, " ", capture.dir(),
-        ": the capture has no last hidden states (it was made for a DFlash draft); rerun "
-        "`tandem capture` with this config");
+        ": the capture has no last hidden states (made for a DFlash draft trained on labels), "
+        "which this objective's teacher reads; rerun `tandem capture` with this config");
 }
 
 void check_capture_matches_data(const CaptureStore& capture, const TokenizedDataset& dataset,

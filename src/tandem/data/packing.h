@@ -67,6 +67,8 @@ struct PackedDocument {
   int64_t length;        // real tokens
   int64_t dataset_index = -1;  // the document's index in its dataset, when the batch came from
                                // one (set by the trainer; offline features are looked up by it)
+  int64_t epoch = 0;  // the sampler epoch it was drawn in (set by the trainer; 0 otherwise):
+                      // lets an objective draw fresh random choices on every pass over the data
 };
 
 /// A packed micro-batch. Tensors live on the CPU until `to(device)`.

@@ -115,6 +115,21 @@ FrozenModel::Output FrozenModel::forward(const at::Tensor& ids, const AttentionL
   return out;
 }
 
+TargetFeatures target_features(const FrozenModel& target, const at::Tensor& ids,
+                               const AttentionLayout& layout, const std::vector<int64_t>& layers,
+                               bool with_last) {
+  const int64_t last_layer = target.config().num_hidden_layers - 1;
+  std::vector<int64_t> wanted = layers;
+  if (with_last) wanted.push_back(last_layer);
+  const FrozenModel::Output out = target.forward(ids, layout, wanted, /*with_logits=*/false);
+  std::vector<at::Tensor> parts;
+  for (int64_t layer : layers) parts.push_back(out.hidden.at(layer));
+  TargetFeatures features;
+  features.aux = at::cat(parts, -1);
+  if (with_last) features.last = out.hidden.at(last_layer);
+  return features;
+}
+
 std::map<std::string, at::Tensor> FrozenModel::named_weights() const {
   std::map<std::string, at::Tensor> out;
   for (const auto& param : model_->named_parameters()) out[param.key()] = param.value();

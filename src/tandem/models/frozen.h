@@ -81,6 +81,18 @@ class FrozenModel {
 void load_draft_target(const std::string& dir, c10::ScalarType dtype, bool offline,
                        std::optional<FrozenModel>& target, std::unique_ptr<FrozenHead>& head);
 
+/// What a draft reads from its frozen target on a batch (online: a forward; offline: a capture).
+struct TargetFeatures {
+  at::Tensor aux;   // (B, T, k * H_t): outputs of the draft's k target layers, concatenated
+  at::Tensor last;  // (B, T, H_t): raw output of the last decoder layer; undefined if not read
+};
+
+/// One forward of `target` (no autograd) giving the outputs of `layers` concatenated and, when
+/// `with_last`, the last decoder layer's output.
+TargetFeatures target_features(const FrozenModel& target, const at::Tensor& ids,
+                               const AttentionLayout& layout, const std::vector<int64_t>& layers,
+                               bool with_last);
+
 /// True when `tensor` shares storage with the weights of a live FrozenModel.
 bool is_frozen(const at::Tensor& tensor);
 

@@ -126,6 +126,28 @@ DFlashOptions dflash_options(const Config& config) {
   check(options.max_anchors >= 1, "[dflash] ", loss.where("max_anchors"), ": must be >= 1");
   options.loss.chunk_tokens = loss.get_int("chunk_tokens", 1024);
   options.loss.fp32_head = loss.get_bool("fp32_lm_head", false);
+  options.teacher = loss.get_choice("teacher", {"labels", "target"}, "labels") == "target"
+                        ? DFlashTeacher::Target
+                        : DFlashTeacher::Labels;
+  if (options.teacher == DFlashTeacher::Labels) {
+    for (const char* key : {"divergence", "beta", "temperature", "hard_label_weight"})
+      check(!loss.has(key), "[dflash] ", loss.where(key),
+            " applies to distillation from the target: set loss.teacher: target, or remove it");
+  } else {
+    options.distill.divergence = parse_divergence(
+        loss.get_choice("divergence", {"forward_kl", "reverse_kl", "jsd"}, "forward_kl"));
+    options.distill.beta = loss.get_double("beta", 0.5);
+    check(options.distill.beta >= 0 && options.distill.beta <= 1, "[dflash] ", loss.where("beta"),
+          ": must be in [0, 1]");
+    options.distill.temperature = loss.get_double("temperature", 1.0);
+    check(options.distill.temperature > 0, "[dflash] ", loss.where("temperature"),
+          ": must be positive");
+    options.distill.hard_label_weight = loss.get_double("hard_label_weight", 0.0);
+    check(options.distill.hard_label_weight >= 0 && options.distill.hard_label_weight <= 1,
+          "[dflash] ", loss.where("hard_label_weight"), ": must be in [0, 1]");
+  }
+  options.distill.chunk_tokens = options.loss.chunk_tokens;
+  options.distill.fp32_head = options.loss.fp32_head;
   return options;
 }
 
@@ -148,11 +170,13 @@ DFlashAnchors sample_dflash_anchors(const PackedBatch& batch, int64_t block_size
   std::vector<Hasher> row_seeds(static_cast<size_t>(rows), Hasher(seed));
   DFlashAnchors out;
   for (const PackedDocument& document : batch.documents) {
-    // The document's identity: its dataset index (or input index) and where this chunk starts.
+    // The document's identity (its dataset index, or input index, and where this chunk starts)
+    // and the epoch it was drawn in: every pass over the data draws fresh anchors.
     row_seeds[document.row]
         .update_u64(static_cast<uint64_t>(document.dataset_index >= 0 ? document.dataset_index
                                                                       : document.source_index))
-        .update_u64(static_cast<uint64_t>(document.source_begin));
+        .update_u64(static_cast<uint64_t>(document.source_begin))
+        .update_u64(static_cast<uint64_t>(document.epoch));
     int64_t loss_tokens = 0;
     for (int64_t t = document.begin; t < document.begin + document.length; ++t)
       loss_tokens += trained[document.row][t];
@@ -236,7 +260,8 @@ DFlashObjective::DFlashObjective(const DFlashOptions& options) : options_(option
   if (!options.capture_dir.empty()) {
     capture_.emplace(CaptureStore::open(options.capture_dir));
     check_capture_features(*capture_, config.target_layer_ids, target_config_.hidden_size,
-                           /*needs_last_hidden=*/false, "[dflash]");
+                           /*needs_last_hidden=*/options.teacher == DFlashTeacher::Target,
+                           "[dflash]");
   }
 }
 
@@ -261,17 +286,19 @@ StepTotals DFlashObjective::count(const PackedBatch& batch) const {
   return totals(batch, anchors(batch).blocks);
 }
 
-at::Tensor DFlashObjective::features(const PackedBatch& batch) const {
-  if (capture_) return read_captured_batch(*capture_, batch, options_.target_dtype, "[dflash]").aux;
-  const std::vector<int64_t>& layers = draft_->config().target_layer_ids;
-  const FrozenModel::Output out =
-      target_->forward(batch.input_ids, batch.layout(), layers, /*with_logits=*/false);
-  std::vector<at::Tensor> parts;
-  for (int64_t layer : layers) parts.push_back(out.hidden.at(layer));
-  return at::cat(parts, -1);  // (B, S, k * H_t)
+TargetFeatures DFlashObjective::features(const PackedBatch& batch) const {
+  const bool with_last = options_.teacher == DFlashTeacher::Target;
+  if (target_)
+    return target_features(*target_, batch.input_ids, batch.layout(),
+                           draft_->config().target_layer_ids, with_last);
+  CapturedBatch captured = read_captured_batch(*capture_, batch, options_.target_dtype, "[dflash]");
+  TargetFeatures features;
+  features.aux = std::move(captured.aux);
+  if (with_last) features.last = std::move(captured.last);
+  return features;
 }
 
-DFlashResult DFlashObjective::run(const PackedBatch& batch, const at::Tensor& features,
+DFlashResult DFlashObjective::run(const PackedBatch& batch, const TargetFeatures& features,
                                   const DFlashBlocks& blocks, const StepTotals& totals) const {
   const int64_t block_size = blocks.block_size;
   check(static_cast<int64_t>(totals.unroll_tokens.size()) == block_size,
@@ -293,7 +320,7 @@ DFlashResult DFlashObjective::run(const PackedBatch& batch, const at::Tensor& fe
         at::embedding(input_embedding_, dflash_block_ids(batch.input_ids, blocks, mask_token_.id))
             .to(dtype);  // (B, A * bs, H)
   }
-  const at::Tensor context = draft_->context(features.to(dtype));  // (B, S, H)
+  const at::Tensor context = draft_->context(features.aux.to(dtype));  // (B, S, H)
   DFlashResult result;
   result.hidden = draft_->forward(
       block_embeds, context, batch.position_ids, dflash_block_positions(batch.position_ids, blocks),
@@ -309,8 +336,31 @@ DFlashResult DFlashObjective::run(const PackedBatch& batch, const at::Tensor& fe
                                 .index_select(0, labelled)
                                 .to(head_->lm_head().scalar_type());  // (N, H)
   const at::Tensor labels = result.targets.labels.reshape(-1).index_select(0, labelled);
+  const bool distill = options_.teacher == DFlashTeacher::Target;
+  at::Tensor teacher_hidden;  // (N, H_t) the target's normed last hidden state at a + k - 1
+  if (distill) {
+    check(features.last.defined(), "[dflash] loss.teacher: target needs the target's last hidden",
+          " states (a capture made without them? capture again with this config)");
+    const int64_t rows = batch.rows(), length = batch.seq_len();
+    const at::Tensor slot_offsets =
+        at::arange(block_size, blocks.anchors.options()).view({1, 1, -1}) - 1;
+    const at::Tensor flat_columns =  // (B * A * bs): b * S + a + k - 1, clamped for slot 0
+        (at::arange(rows, blocks.anchors.options()).view({-1, 1, 1}) * length +
+         (blocks.anchors.unsqueeze(2) + slot_offsets).clamp(0, length - 1))
+            .reshape(-1);
+    at::NoGradGuard no_grad;
+    teacher_hidden =
+        head_->final_norm(features.last.reshape({rows * length, -1})
+                              .index_select(0, flat_columns.index_select(0, labelled)))
+            .to(head_->lm_head().scalar_type());
+  }
   if (labelled.numel() == 0) {
     result.loss = result.hidden.sum() * 0.0;  // keeps the graph: the step's other batches count
+  } else if (distill) {
+    const at::Tensor weights =
+        slot_weights.to(hidden.device()).index_select(0, slots) / weight_total;  // (N,)
+    result.loss = fused_distillation_loss(hidden, head_->lm_head(), teacher_hidden,
+                                          head_->lm_head(), labels, weights, options_.distill);
   } else {
     const at::Tensor logprobs =
         fused_token_logprobs(hidden, head_->lm_head(), labels, options_.loss);
@@ -323,8 +373,10 @@ DFlashResult DFlashObjective::run(const PackedBatch& batch, const at::Tensor& fe
     result.loss_sums.assign(per_slot.data_ptr<double>(), per_slot.data_ptr<double>() + block_size);
   }
   result.loss_sums.resize(static_cast<size_t>(block_size), 0.0);
+  const at::Tensor wanted =  // (N,) what greedy verification would accept at each slot
+      distill ? chunked_argmax(teacher_hidden, head_->lm_head(), options_.loss) : labels;
   const at::Tensor hits =
-      chunked_argmax(hidden.detach(), head_->lm_head(), options_.loss).eq(labels);
+      chunked_argmax(hidden.detach(), head_->lm_head(), options_.loss).eq(wanted);
   result.correct = to_vector(
       at::zeros({block_size}, at::kLong).index_add_(0, slots.cpu(), hits.cpu().to(at::kLong)));
   result.counts = to_vector(at::bincount(slots.cpu(), {}, block_size));
@@ -333,19 +385,20 @@ DFlashResult DFlashObjective::run(const PackedBatch& batch, const at::Tensor& fe
 
 ObjectiveOutput DFlashObjective::compute(const PackedBatch& batch, const StepTotals& totals) {
   const DFlashAnchors drawn = anchors(batch);
-  at::Tensor target_features;
+  TargetFeatures target;
   {
     at::NoGradGuard no_grad;
-    target_features = features(batch);
+    target = features(batch);
   }
-  const DFlashResult result = run(batch, target_features, drawn.blocks, totals);
+  const DFlashResult result = run(batch, target, drawn.blocks, totals);
   ObjectiveOutput output;
   output.loss = result.loss;
   output.metrics.emplace_back("loss", result.loss.item<double>());
   for (int64_t k = 1; k < options_.block_size; ++k) {
     const double count = static_cast<double>(std::max<int64_t>(totals.unroll_tokens[k], 1));
     output.metrics.emplace_back("acc_" + std::to_string(k), result.correct[k] / count);
-    output.metrics.emplace_back("loss_" + std::to_string(k), result.loss_sums[k] / count);
+    if (options_.teacher == DFlashTeacher::Labels)
+      output.metrics.emplace_back("loss_" + std::to_string(k), result.loss_sums[k] / count);
   }
   output.metrics.emplace_back("anchors", drawn.blocks.anchor_valid.sum().item<double>());
   output.metrics.emplace_back("skipped_documents", static_cast<double>(drawn.skipped_documents));

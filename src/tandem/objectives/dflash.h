@@ -7,20 +7,31 @@
 // Anchors: per row, up to max_anchors positions a, drawn without replacement among the loss-masked
 // positions whose whole block fits in their document (a + bs - 1 <= the document's last column),
 // then sorted; documents with fewer than 2 * bs loss tokens give none (counted as skipped). The
-// draw is seeded by the training seed and the identities of the row's documents (dataset index,
-// first token), so count() and compute() pick the same anchors for a micro-batch, a resumed run
-// picks the same ones again, and a row's anchors do not depend on the rows batched with it.
+// draw is seeded by the training seed, the identities of the row's documents (dataset index,
+// first token) and the sampler epoch each was drawn in, so count() and compute() pick the same
+// anchors for a micro-batch, a resumed run picks the same ones again, a row's anchors do not
+// depend on the rows batched with it, and each epoch sees other anchors of the same document.
 //
 // Labels (same-position prediction, as at inference): block slot k >= 1 of anchor a predicts
 // input_ids[a + k], counted iff a + k is in a's document, real and loss-masked. Slot 0 (the anchor
 // itself) has no loss. Weight w_k = exp(-(k - 1) / gamma).
-// Loss: sum over labels of w_k * CE(target_lm_head(draft hidden), label), divided by the STEP's
-// total weight sum_k w_k * count_k (SPEC §5: every micro-batch loss is divided by step totals;
+// What each counted slot is trained towards (loss.teacher):
+//   labels (default; z-lab, SpecForge): the token input_ids[a + k]. Per-slot loss
+//     CE(target_lm_head(draft hidden), label), chunked through the frozen lm_head
+//     (fused_vocab_loss.h).
+//   target (Model Optimizer's recipe): the target's own next-token distribution at a + k - 1,
+//     softmax(lm_head(final_norm(last target layer)) / temperature), through the same lm_head;
+//     per-slot loss = the divergence of loss.divergence (forward_kl default, reverse_kl, jsd with
+//     loss.beta), mixed (1 - alpha) D + alpha CE(label) by loss.hard_label_weight = alpha
+//     (distill_loss.h). This teaches the draft what verification accepts: the target's argmax.
+// Loss: sum over counted slots of w_k * per-slot loss, divided by the STEP's total weight
+// sum_k w_k * count_k (SPEC §5: every micro-batch loss is divided by step totals;
 // StepTotals.unroll_tokens[k] = count_k). For a one-micro-batch step this is SpecForge's
-// sum(w * CE) / sum(w). CE runs chunked through the frozen lm_head (fused_vocab_loss.h).
-// Metrics per slot k >= 1: acc_k (argmax through the target lm_head == label), loss_k (mean CE),
-// each over the step's count_k; skipped_documents, anchors; sim_accept_length = sum_k prod_{i<=k}
-// acc_i (expected accepted draft tokens per block, the bonus token not included).
+// sum(w * CE) / sum(w).
+// Metrics per slot k >= 1: acc_k (argmax through the target lm_head == label; with teacher
+// target, == the target's argmax at a + k - 1, what greedy verification accepts), loss_k (mean CE;
+// labels only), each over the step's count_k; skipped_documents, anchors; sim_accept_length =
+// sum_k prod_{i<=k} acc_i (expected accepted draft tokens per block, the bonus token not included).
 //
 // Export: the z-lab DFlashDraftModel format (objectives/dflash_export.h), at every checkpoint;
 // speculative decoding with it: eval/dflash_decode.h.
@@ -33,10 +44,14 @@
 #include "tandem/data/mask_token.h"
 #include "tandem/models/dflash.h"
 #include "tandem/models/frozen.h"
+#include "tandem/objectives/distill_loss.h"
 #include "tandem/objectives/fused_vocab_loss.h"
 #include "tandem/objectives/objective.h"
 
 namespace tandem {
+
+/// What block slots are trained towards (see the top of this file).
+enum class DFlashTeacher { Labels, Target };
 
 struct DFlashOptions {
   std::string target_path;
@@ -53,10 +68,14 @@ struct DFlashOptions {
   double gamma = 0;  // 0: dflash_default_gamma(block_size)
   int64_t max_anchors = 512;
   FusedLossOptions loss;
+  DFlashTeacher teacher = DFlashTeacher::Labels;
+  DistillLossOptions distill;  // teacher Target: divergence, beta, temperature, hard_label_weight
   std::string capture_dir;  // offline mode when set
 };
 
 /// Reads `target.*`, `draft.*`, `loss.*`, `data.tokenizer`, `data.capture` and `training.seed`.
+/// The distillation keys (loss.divergence, beta, temperature, hard_label_weight) are errors
+/// unless loss.teacher is target.
 DFlashOptions dflash_options(const Config& config);
 
 /// SpecForge's suggested decay, piecewise linear through (8, 4), (10, 5), (16, 7) and extended
@@ -90,7 +109,9 @@ struct DFlashResult {
   at::Tensor hidden;  // (B, A * bs, H) the draft's normed output, zeros on invalid blocks
   DFlashTargets targets;
   std::vector<double> loss_sums;  // (bs) sum of CE over this micro-batch's labels at slot k
-  std::vector<int64_t> correct;   // (bs) of those, target-lm_head argmax == label
+                                  // (teacher labels only; zeros with teacher target)
+  std::vector<int64_t> correct;   // (bs) of those, target-lm_head argmax == label (teacher
+                                  // target: == the target's argmax at a + k - 1)
   std::vector<int64_t> counts;    // (bs) labels at slot k
 };
 
@@ -114,12 +135,13 @@ class DFlashObjective : public Objective {
   DFlashAnchors anchors(const PackedBatch& batch) const;
   /// StepTotals of `batch` with the given blocks: unroll_tokens[k] = labels at slot k.
   StepTotals totals(const PackedBatch& batch, const DFlashBlocks& blocks) const;
-  /// The target's layer outputs cat(target_layer_ids): (B, S, k * H_t), no autograd; from the
-  /// target (online) or the capture (offline).
-  at::Tensor features(const PackedBatch& batch) const;
+  /// The target's layer outputs cat(target_layer_ids) as `aux` (B, S, k * H_t) and, with
+  /// teacher target, its last layer's output as `last` (B, S, H_t); no autograd; from the target
+  /// (online) or the capture (offline).
+  TargetFeatures features(const PackedBatch& batch) const;
   /// The draft and its loss on given features and blocks; `totals` are the step's.
-  DFlashResult run(const PackedBatch& batch, const at::Tensor& features, const DFlashBlocks& blocks,
-                   const StepTotals& totals) const;
+  DFlashResult run(const PackedBatch& batch, const TargetFeatures& features,
+                   const DFlashBlocks& blocks, const StepTotals& totals) const;
 
   DFlashDraft& draft() { return draft_; }
   const FrozenModel& target() const { return *target_; }  // online only

@@ -129,20 +129,10 @@ StepTotals Eagle3Objective::count(const PackedBatch& batch) const {
 }
 
 TargetFeatures Eagle3Objective::features(const PackedBatch& batch) const {
-  const std::vector<int64_t>& aux_layers = draft_->config().aux_layer_ids;
-  const int64_t last_layer = target_config_.num_hidden_layers - 1;
+  if (target_)
+    return target_features(*target_, batch.input_ids, batch.layout(),
+                           draft_->config().aux_layer_ids, /*with_last=*/true);
   TargetFeatures features;
-  if (target_) {
-    std::vector<int64_t> layers = aux_layers;
-    layers.push_back(last_layer);
-    const FrozenModel::Output out =
-        target_->forward(batch.input_ids, batch.layout(), layers, /*with_logits=*/false);
-    std::vector<at::Tensor> parts;
-    for (int64_t layer : aux_layers) parts.push_back(out.hidden.at(layer));
-    features.aux = at::cat(parts, -1);
-    features.last = out.hidden.at(last_layer);
-    return features;
-  }
   CapturedBatch captured =
       read_captured_batch(*capture_, batch, options_.target_dtype, "[eagle3]");
   features.aux = std::move(captured.aux);

@@ -48,12 +48,6 @@ Eagle3Options eagle3_options(const Config& config);
 /// document, is real and is loss-masked.
 at::Tensor eagle3_step_targets(const PackedBatch& batch, int64_t step);
 
-/// The target's hidden states on a batch.
-struct TargetFeatures {
-  at::Tensor aux;   // (B, T, 3 * H_target)
-  at::Tensor last;  // (B, T, H_target): raw output of the last decoder layer
-};
-
 /// The target's distribution at every position, over the draft vocab.
 struct Teacher {
   at::Tensor probs;     // (B, T, D) fp32: softmax of the target logits at the draft vocab ids

@@ -77,16 +77,19 @@ TrainingData read_training_data(const Config& config) {
 namespace {
 
 // Packs the longest prefix of `records` (whole records only) that fits one micro-batch.
-// Returns the batch; `used` receives the number of records it holds.
-PackedBatch pack_records(const std::vector<int64_t>& records, const TrainingData& data,
-                         int64_t& used) {
+// Returns the batch; `used` receives the number of records it holds. `epochs[i]` is the sampler
+// epoch record i was drawn in (empty: all 0).
+PackedBatch pack_records(const std::vector<int64_t>& records, const std::vector<int64_t>& epochs,
+                         const TrainingData& data, int64_t& used) {
   const int per_record = data.documents_per_record();
   std::vector<TokenizedDocument> documents;
   std::vector<int64_t> indices;  // document index of each entry of `documents`
+  std::vector<int64_t> document_epochs;
   documents.reserve(records.size() * per_record);
-  for (int64_t record : records)
+  for (size_t r = 0; r < records.size(); ++r)
     for (int j = 0; j < per_record; ++j) {
-      indices.push_back(record * per_record + j);
+      indices.push_back(records[r] * per_record + j);
+      document_epochs.push_back(epochs.empty() ? 0 : epochs[r]);
       documents.push_back(data.document(indices.back()));
     }
   PackedBatch batch = pack_documents(documents, data.packing);
@@ -101,8 +104,10 @@ PackedBatch pack_records(const std::vector<int64_t>& records, const TrainingData
     documents.resize(static_cast<size_t>(used * per_record));
     batch = pack_documents(documents, data.packing);
   }
-  for (PackedDocument& document : batch.documents)
+  for (PackedDocument& document : batch.documents) {
     document.dataset_index = indices[static_cast<size_t>(document.source_index)];
+    document.epoch = document_epochs[static_cast<size_t>(document.source_index)];
+  }
   return batch;
 }
 
@@ -132,8 +137,14 @@ std::vector<int64_t> candidates(const TrainingData& data, int64_t available, Pee
 PackedBatch next_micro_batch(Sampler& sampler, const TrainingData& data) {
   const std::vector<int64_t> records = candidates(
       data, sampler.per_rank(), [&](int64_t count) { return sampler.peek(count); });
+  // Record i is taken at offset + i of the sampler's current epoch, wrapping into the next ones.
+  const SamplerState position = sampler.state();
+  std::vector<int64_t> epochs;
+  for (size_t i = 0; i < records.size(); ++i)
+    epochs.push_back(position.epoch +
+                     (position.offset + static_cast<int64_t>(i)) / sampler.per_rank());
   int64_t used = 0;
-  PackedBatch batch = pack_records(records, data, used);
+  PackedBatch batch = pack_records(records, epochs, data, used);
   sampler.next(used);
   return batch;
 }
@@ -149,7 +160,7 @@ PackedBatch next_micro_batch_in_order(int64_t& next_record, const TrainingData& 
         return out;
       });
   int64_t used = 0;
-  PackedBatch batch = pack_records(records, data, used);
+  PackedBatch batch = pack_records(records, {}, data, used);
   next_record += used;
   return batch;
 }
