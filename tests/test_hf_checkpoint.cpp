@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include <deque>
 #include <filesystem>
 #include <fstream>
 
@@ -95,6 +96,93 @@ TEST(LoadCausalLm, ConfigAndWeightsMustAgree) {
   std::ofstream(config_path) << config.dump();
   message = error_of([&] { tandem::load_causal_lm(dir / "m", at::kFloat, at::kCPU); });
   EXPECT_NE(message.find("tensors the config does not account for"), std::string::npos) << message;
+}
+
+// Rank-0 loading without processes: the reading side records what it broadcasts, the receiving
+// side replays it (the order of a real broadcast); tests/e2e_distributed.sh does it over c10d.
+struct Channel {
+  std::deque<std::string> texts;
+  std::deque<at::Tensor> tensors;
+  std::vector<std::string> log_lines;
+};
+class Recording : public tandem::CheckpointBroadcast {
+ public:
+  explicit Recording(Channel& channel) : channel_(channel) {}
+  bool reads_files() const override { return true; }
+  void broadcast_text(std::string& text) override { channel_.texts.push_back(text); }
+  void broadcast_tensor(at::Tensor& tensor) override { channel_.tensors.push_back(tensor.clone()); }
+  void log(const std::string& line) override { channel_.log_lines.push_back("reader " + line); }
+ private:
+  Channel& channel_;
+};
+class Replaying : public tandem::CheckpointBroadcast {
+ public:
+  explicit Replaying(Channel& channel) : channel_(channel) {}
+  bool reads_files() const override { return false; }
+  void broadcast_text(std::string& text) override {
+    text = channel_.texts.front();
+    channel_.texts.pop_front();
+  }
+  void broadcast_tensor(at::Tensor& tensor) override {
+    const at::Tensor sent = channel_.tensors.front();
+    channel_.tensors.pop_front();
+    ASSERT_EQ(sent.scalar_type(), tensor.scalar_type());  // agreed from the header
+    ASSERT_EQ(sent.sizes(), tensor.sizes());
+    tensor.copy_(sent);
+  }
+  void log(const std::string& line) override { channel_.log_lines.push_back("receiver " + line); }
+ private:
+  Channel& channel_;
+};
+
+struct Uninstall {
+  ~Uninstall() { tandem::set_checkpoint_broadcast(nullptr); }
+};
+
+TEST(CheckpointBroadcast, TheReceivingRankGetsBitIdenticalWeightsWithoutOpeningAFile) {
+  ScratchDir dir;
+  copy_fixture("llama3", dir / "m");
+  Uninstall uninstall;
+  Channel channel;
+  Recording reader(channel);
+  tandem::set_checkpoint_broadcast(&reader);
+  const tandem::CausalLM read = tandem::load_causal_lm(dir / "m", at::kBFloat16, at::kCPU);
+  const size_t sent = channel.tensors.size();
+  EXPECT_GT(sent, 0u);
+  // The receiver cannot open anything: the directory is gone.
+  fs::rename(dir / "m", dir / "gone");
+  fs::create_directories(dir / "m");
+  fs::copy_file(dir / "gone/config.json", dir / "m/config.json");
+  Replaying receiver(channel);
+  tandem::set_checkpoint_broadcast(&receiver);
+  const tandem::CausalLM received = tandem::load_causal_lm(dir / "m", at::kBFloat16, at::kCPU);
+  EXPECT_TRUE(channel.tensors.empty() && channel.texts.empty());
+  const auto expected = read->named_parameters();
+  int compared = 0;
+  for (const auto& parameter : received->named_parameters()) {
+    EXPECT_TRUE(parameter.value().equal(expected[parameter.key()])) << parameter.key();
+    EXPECT_EQ(parameter.value().scalar_type(), at::kBFloat16);
+    ++compared;
+  }
+  EXPECT_EQ(compared, static_cast<int>(expected.size()));
+  ASSERT_EQ(channel.log_lines.size(), 2u);
+  EXPECT_EQ(channel.log_lines[0], "reader opened " + (dir / "m") + "/model.safetensors");
+  EXPECT_EQ(channel.log_lines[1].rfind("receiver received " + (dir / "m") + " (", 0), 0u)
+      << channel.log_lines[1];
+}
+
+TEST(CheckpointBroadcast, AnOpenErrorReachesEveryRankWithTheSameWords) {
+  ScratchDir dir;
+  Uninstall uninstall;
+  Channel channel;
+  Recording reader(channel);
+  tandem::set_checkpoint_broadcast(&reader);
+  const std::string on_reader = error_of([&] { HfCheckpoint::open(dir.path()); });
+  Replaying receiver(channel);
+  tandem::set_checkpoint_broadcast(&receiver);
+  const std::string on_receiver = error_of([&] { HfCheckpoint::open(dir.path()); });
+  EXPECT_NE(on_reader.find("no model.safetensors"), std::string::npos) << on_reader;
+  EXPECT_EQ(on_receiver, on_reader);
 }
 
 }  // namespace

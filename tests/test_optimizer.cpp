@@ -152,4 +152,42 @@ TEST(Optimizer, Bf16GradientsAccumulateInFp32AcrossMicroBatches) {
   EXPECT_DOUBLE_EQ(optimizer.step(0.0), 0.0);
 }
 
+// Two data-parallel "ranks" in one process: the all-reduce is played by hand (rank 1's buffer is
+// taken first, then added into rank 0's). After it, rank 0 steps exactly like one optimizer that
+// saw both ranks' gradients; a parameter no rank touched keeps no gradient and no moment step.
+TEST(Optimizer, ReducedGradientsStepLikeOneProcessWithAllMicroBatches) {
+  const auto make = [](c10::ScalarType dtype) {
+    at::manual_seed(3);
+    return std::vector<at::Tensor>{at::randn({5, 3}).requires_grad_(),
+                                   at::randn({3}).to(dtype).requires_grad_(),
+                                   at::randn({2, 2}).requires_grad_()};
+  };
+  const auto named = [](const std::vector<at::Tensor>& p) {
+    return MixedPrecisionAdamW::NamedTensors{{"a", p[0]}, {"b", p[1]}, {"unused", p[2]}};
+  };
+  std::vector<at::Tensor> single = make(at::kBFloat16), rank0 = make(at::kBFloat16),
+                          rank1 = make(at::kBFloat16);
+  MixedPrecisionAdamW one(named(single), {}), zero(named(rank0), {}), other(named(rank1), {});
+  // Micro-batch 1 on rank 0, micro-batch 2 on rank 1 ("b" only gets a gradient there).
+  const auto micro = [](std::vector<at::Tensor>& p, MixedPrecisionAdamW& optimizer, int which) {
+    at::Tensor loss = (p[0].pow(2) * (which + 1.0)).sum();
+    if (which == 2) loss = loss + (p[1].to(at::kFloat) * 3.0).sum();
+    loss.backward();
+    optimizer.accumulate_gradients();
+  };
+  micro(single, one, 1);
+  micro(single, one, 2);
+  micro(rank0, zero, 1);
+  micro(rank1, other, 2);
+  at::Tensor from_rank1;
+  other.reduce_gradients([&](at::Tensor& buffer) { from_rank1 = buffer.clone(); });
+  const int64_t bytes = zero.reduce_gradients([&](at::Tensor& buffer) { buffer.add_(from_rank1); });
+  EXPECT_EQ(bytes, (3 + 15 + 3 + 4) * 4);
+  EXPECT_DOUBLE_EQ(zero.step(0.01), one.step(0.01));
+  for (int i = 0; i < 3; ++i) EXPECT_TRUE(rank0[i].equal(single[i])) << i;
+  EXPECT_FALSE(rank0[2].grad().defined());
+  for (const auto& [name, value] : zero.state())
+    if (name == "exp_avg.unused") EXPECT_EQ(value.abs().sum().item<double>(), 0.0);
+}
+
 }  // namespace

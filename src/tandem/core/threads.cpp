@@ -3,6 +3,7 @@
 #include <ATen/Parallel.h>
 #include <sched.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <string>
 
@@ -29,7 +30,17 @@ int configure_threads(int requested) {
       }
       check(threads > 0, "[threads] TANDEM_THREADS must be positive, got ", threads);
     } else {
-      threads = usable_cores();
+      // Processes launched side by side on this machine (torchrun's LOCAL_WORLD_SIZE) share
+      // its cores instead of each taking all of them.
+      int local_processes = 1;
+      if (const char* local = std::getenv("LOCAL_WORLD_SIZE"); local && *local) {
+        try {
+          local_processes = std::max(1, std::stoi(local));
+        } catch (const std::exception&) {
+          throw Error("[threads] LOCAL_WORLD_SIZE='", local, "' is not an integer");
+        }
+      }
+      threads = std::max(1, usable_cores() / local_processes);
     }
   }
   static bool interop_set = false;  // libtorch allows setting it once per process

@@ -1,10 +1,12 @@
 #include "tandem/io/hf_checkpoint.h"
 
+#include <ATen/ATen.h>
 #include <sys/stat.h>
 
 #include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "tandem/core/error.h"
 #include "tandem/core/json_file.h"
@@ -27,9 +29,73 @@ std::string shard_name(size_t index, size_t count) {
   return name;
 }
 
+CheckpointBroadcast*& installed_broadcast() {
+  static CheckpointBroadcast* broadcast = nullptr;
+  return broadcast;
+}
+
 }  // namespace
 
+void set_checkpoint_broadcast(CheckpointBroadcast* broadcast) { installed_broadcast() = broadcast; }
+
 HfCheckpoint HfCheckpoint::open(const std::string& dir) {
+  CheckpointBroadcast* broadcast = installed_broadcast();
+  if (!broadcast) return open_files(dir);
+  std::string header;
+  if (broadcast->reads_files()) {
+    std::optional<HfCheckpoint> opened;
+    try {
+      opened.emplace(open_files(dir));
+      header = opened->header_json();
+    } catch (const std::exception& error) {
+      header = json{{"error", error.what()}}.dump();  // the other ranks fail with the same words
+      broadcast->broadcast_text(header);
+      throw;
+    }
+    broadcast->broadcast_text(header);
+    for (const std::string& path : opened->file_paths()) broadcast->log("opened " + path);
+    opened->broadcast_ = broadcast;
+    return std::move(*opened);
+  }
+  broadcast->broadcast_text(header);
+  HfCheckpoint received = from_header(dir, header);
+  received.broadcast_ = broadcast;
+  broadcast->log("received " + dir + " (" + std::to_string(received.received_.size()) +
+                 " tensors) from the reading rank, opening no file");
+  return received;
+}
+
+std::string HfCheckpoint::header_json() const {
+  json tensors = json::array();
+  for (const auto& [name, slot] : location_) {
+    const safetensors::TensorInfo& stored = files_[slot]->info(name);
+    tensors.push_back({{"name", name},
+                       {"dtype", safetensors::dtype_name(stored.dtype)},
+                       {"shape", stored.shape}});
+  }
+  return json{{"tensors", tensors}, {"files", file_paths()}}.dump();
+}
+
+HfCheckpoint HfCheckpoint::from_header(const std::string& dir, const std::string& header) {
+  const json parsed = json::parse(header);
+  if (parsed.contains("error")) throw Error(parsed["error"].get<std::string>());
+  HfCheckpoint checkpoint;
+  checkpoint.dir_ = dir;
+  checkpoint.paths_ = parsed.at("files").get<std::vector<std::string>>();
+  for (const json& tensor : parsed.at("tensors")) {
+    safetensors::TensorInfo info;
+    info.name = tensor.at("name").get<std::string>();
+    info.dtype = *safetensors::parse_dtype(tensor.at("dtype").get<std::string>());
+    info.shape = tensor.at("shape").get<std::vector<int64_t>>();
+    info.begin = 0;
+    info.end = 0;  // not stored here: nothing is read from a file on this rank
+    checkpoint.location_[info.name] = 0;
+    checkpoint.received_.emplace(info.name, std::move(info));
+  }
+  return checkpoint;
+}
+
+HfCheckpoint HfCheckpoint::open_files(const std::string& dir) {
   HfCheckpoint checkpoint;
   checkpoint.dir_ = dir;
   const std::string single = dir + "/model.safetensors";
@@ -88,19 +154,33 @@ std::vector<std::string> HfCheckpoint::names() const {
 const safetensors::File& HfCheckpoint::file_of(const std::string& name) const {
   auto where = location_.find(name);
   check(where != location_.end(), "[checkpoint] ", dir_, ": missing tensor '", name, "'");
+  check(files_.size() > where->second, "[checkpoint] ", dir_,
+        ": this rank received the checkpoint from the reading rank and opened no file");
   return *files_[where->second];
 }
 
 const safetensors::TensorInfo& HfCheckpoint::info(const std::string& name) const {
-  return file_of(name).info(name);
+  if (!files_.empty()) return file_of(name).info(name);
+  auto where = received_.find(name);
+  check(where != received_.end(), "[checkpoint] ", dir_, ": missing tensor '", name, "'");
+  return where->second;
 }
 
 at::Tensor HfCheckpoint::read(const std::string& name) const {
-  const safetensors::File& file = file_of(name);
-  return read_tensor(file, file.info(name));
+  if (!files_.empty() || !broadcast_) {
+    const safetensors::File& file = file_of(name);
+    at::Tensor tensor = read_tensor(file, file.info(name)).contiguous();
+    if (broadcast_) broadcast_->broadcast_tensor(tensor);
+    return tensor;
+  }
+  const safetensors::TensorInfo& stored = info(name);
+  at::Tensor tensor = at::empty(stored.shape, at::TensorOptions().dtype(to_scalar_type(stored.dtype, dir_)));
+  broadcast_->broadcast_tensor(tensor);
+  return tensor;
 }
 
 std::vector<std::string> HfCheckpoint::file_paths() const {
+  if (files_.empty()) return paths_;
   std::vector<std::string> out;
   for (const auto& file : files_) out.push_back(file->path());
   return out;

@@ -12,9 +12,32 @@
 
 namespace tandem {
 
+/// How the ranks of a multi-process run share checkpoint reads (SPEC §7, rank-0 loading). The
+/// rank that `reads_files()` opens the weight files; it sends each checkpoint's header (names,
+/// stored dtypes, shapes; or the error opening it raised) and then each tensor it reads to the
+/// others, which open no weight file and receive into tensors allocated from that header, so
+/// every rank agrees on dtypes and shapes before any tensor moves. Every rank must open the same
+/// checkpoints and read the same tensors in the same order (the loaders are deterministic).
+class CheckpointBroadcast {
+ public:
+  virtual ~CheckpointBroadcast() = default;
+  virtual bool reads_files() const = 0;
+  /// From the reading rank to all: `text` is replaced by the reader's on the other ranks.
+  virtual void broadcast_text(std::string& text) = 0;
+  /// From the reading rank to all, in place (contiguous, same dtype and shape on every rank).
+  virtual void broadcast_tensor(at::Tensor& tensor) = 0;
+  /// Told each weight file the reading rank opens, and each checkpoint a rank receives.
+  virtual void log(const std::string& line) = 0;
+};
+
+/// Installs `broadcast` for every HfCheckpoint opened afterwards (nullptr: each process reads
+/// its own files, the default). Not owned; it must outlive those checkpoints.
+void set_checkpoint_broadcast(CheckpointBroadcast* broadcast);
+
 class HfCheckpoint {
  public:
-  /// Opens (mmaps) every weight file of `dir` and checks the index against the shards.
+  /// Opens (mmaps) every weight file of `dir` and checks the index against the shards; with a
+  /// CheckpointBroadcast installed, only its reading rank does, the others receive the header.
   static HfCheckpoint open(const std::string& dir);
 
   const std::string& dir() const { return dir_; }
@@ -23,17 +46,25 @@ class HfCheckpoint {
   bool contains(const std::string& name) const { return location_.count(name) > 0; }
   /// Where `name` is stored; errors naming the directory when absent.
   const safetensors::TensorInfo& info(const std::string& name) const;
-  /// The file holding `name`.
+  /// The file holding `name` (an error on a rank that received the checkpoint).
   const safetensors::File& file_of(const std::string& name) const;
-  /// A new CPU tensor with the stored values of `name` in its stored dtype.
+  /// A new CPU tensor with the stored values of `name` in its stored dtype (received from the
+  /// reading rank when a CheckpointBroadcast is installed).
   at::Tensor read(const std::string& name) const;
   /// The paths of the weight files, in shard order.
   std::vector<std::string> file_paths() const;
 
  private:
+  static HfCheckpoint open_files(const std::string& dir);
+  std::string header_json() const;
+  static HfCheckpoint from_header(const std::string& dir, const std::string& header);
+
   std::string dir_;
   std::vector<std::unique_ptr<safetensors::File>> files_;
   std::map<std::string, size_t> location_;  // tensor name -> index into files_
+  std::map<std::string, safetensors::TensorInfo> received_;  // receiving ranks: the header
+  std::vector<std::string> paths_;                           // receiving ranks: the reader's files
+  CheckpointBroadcast* broadcast_ = nullptr;                 // set when opened under one
 };
 
 /// Writes `tensors` as an HF weight set in `dir`: one `model.safetensors` when the total is at

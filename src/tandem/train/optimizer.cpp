@@ -50,6 +50,42 @@ void MixedPrecisionAdamW::accumulate_gradients() {
   }
 }
 
+int64_t MixedPrecisionAdamW::reduce_gradients(
+    const std::function<void(at::Tensor&)>& all_reduce_sum) {
+  at::NoGradGuard no_grad;
+  const int64_t count = static_cast<int64_t>(parameters_.size());
+  int64_t total = count;
+  for (const auto& entry : parameters_) total += entry.second.numel();
+  at::Tensor buffer = at::zeros({total}, at::kFloat);  // [flags (P) | gradients]
+  int64_t offset = count;
+  for (int64_t i = 0; i < count; ++i) {
+    const at::Tensor& parameter = parameters_[i].second;
+    const at::Tensor& local = parameter.scalar_type() == at::kFloat ? parameter.grad()
+                                                                    : slots_[i].grad_sum;
+    const int64_t numel = parameter.numel();
+    if (local.defined()) {
+      buffer[i] = 1.0;
+      buffer.narrow(0, offset, numel).copy_(local.reshape(-1));
+    }
+    offset += numel;
+  }
+  all_reduce_sum(buffer);
+  offset = count;
+  for (int64_t i = 0; i < count; ++i) {
+    at::Tensor& parameter = parameters_[i].second;
+    const int64_t numel = parameter.numel();
+    if (buffer[i].item<float>() > 0) {
+      const at::Tensor summed = buffer.narrow(0, offset, numel).view(parameter.sizes()).clone();
+      if (parameter.scalar_type() == at::kFloat)
+        parameter.mutable_grad() = summed;
+      else
+        slots_[i].grad_sum = summed;
+    }
+    offset += numel;
+  }
+  return total * static_cast<int64_t>(sizeof(float));
+}
+
 double MixedPrecisionAdamW::step(double lr) {
   at::NoGradGuard no_grad;
   // Global norm over every gradient (and, through the hook, every shard), in fp32.

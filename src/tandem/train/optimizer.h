@@ -41,6 +41,12 @@ class MixedPrecisionAdamW {
   /// fp32 and rounded never (autograd alone would accumulate it in bf16). fp32 parameters keep
   /// accumulating in place. step() uses the sums.
   void accumulate_gradients();
+  /// Data parallel: makes every gradient the sum of the ranks' gradients, through
+  /// `all_reduce_sum`, called once, in place, on one flat fp32 buffer (a has-gradient flag per
+  /// parameter, then the gradients). Call after the step's last accumulate_gradients(). A
+  /// parameter no rank has a gradient for keeps none, as in a single process. Returns the
+  /// buffer's bytes.
+  int64_t reduce_gradients(const std::function<void(at::Tensor&)>& all_reduce_sum);
   /// Drops every parameter's gradient and fp32 sum.
   void zero_grad();
 

@@ -21,6 +21,7 @@
 #include "tandem/objectives/objective.h"
 #include "tandem/text/tokenizer.h"
 #include "tandem/train/checkpoint.h"
+#include "tandem/train/data_parallel.h"
 #include "tandem/train/training_data.h"
 #include "tandem/train/metrics.h"
 #include "tandem/train/optimizer.h"
@@ -120,6 +121,15 @@ void save_checkpoint(const TrainingOptions& options, const Config& config,
     std::cerr << "[train] warning: " << warning << "\n";
 }
 
+Counters counters_from_json(const nlohmann::json& state, Sampler& sampler) {
+  Counters counters;
+  counters.step = state.at("step").get<int64_t>();
+  counters.documents_seen = state.at("documents_seen").get<int64_t>();
+  counters.tokens_seen = state.at("tokens_seen").get<int64_t>();
+  sampler.restore(state.at("sampler").get<SamplerState>());
+  return counters;
+}
+
 // Restores everything a checkpoint holds; returns the counters it was saved with.
 Counters restore_checkpoint(const CheckpointReader& reader, MixedPrecisionAdamW& optimizer,
                             const torch::nn::Module& model_module, Sampler& sampler) {
@@ -141,13 +151,32 @@ Counters restore_checkpoint(const CheckpointReader& reader, MixedPrecisionAdamW&
   const auto rng = reader.read_tensors("rng.safetensors");
   at::Generator generator = at::detail::getDefaultCPUGenerator();  // a handle to the global one
   generator.set_state(rng.at("cpu_generator"));
-  const nlohmann::json state = nlohmann::json::parse(reader.read_text("trainer_state.json"));
-  Counters counters;
-  counters.step = state.at("step").get<int64_t>();
-  counters.documents_seen = state.at("documents_seen").get<int64_t>();
-  counters.tokens_seen = state.at("tokens_seen").get<int64_t>();
-  sampler.restore(state.at("sampler").get<SamplerState>());
-  return counters;
+  return counters_from_json(nlohmann::json::parse(reader.read_text("trainer_state.json")), sampler);
+}
+
+// Data parallel resume: rank 0 restored the checkpoint; every other rank takes its weights,
+// optimizer state, random generator, counters and sampler position.
+Counters share_resumed_state(dist::ProcessGroup& group, MixedPrecisionAdamW& optimizer,
+                             const torch::nn::Module& model_module, const Counters& counters,
+                             Sampler& sampler) {
+  std::vector<at::Tensor> weights;
+  for (const auto& [name, tensor] : model_state(model_module)) weights.push_back(tensor.detach());
+  broadcast_tensors_from_rank0(group, weights, "the trained model's tensors");
+  const MixedPrecisionAdamW::NamedTensors state = optimizer.state();
+  std::vector<at::Tensor> values;
+  for (const auto& entry : state) values.push_back(entry.second.contiguous().clone());
+  broadcast_tensors_from_rank0(group, values, "the optimizer state's tensors");
+  std::vector<at::Tensor> rng{at::detail::getDefaultCPUGenerator().get_state()};
+  broadcast_tensors_from_rank0(group, rng, "the random generator state");
+  std::string text = counters_json(counters, sampler.state()).dump();
+  group.broadcast_text(text, 0);
+  if (group.rank() == 0) return counters;
+  std::map<std::string, at::Tensor> named;
+  for (size_t i = 0; i < state.size(); ++i) named[state[i].first] = values[i];
+  optimizer.load_state(named, "rank 0's optimizer state");
+  at::Generator generator = at::detail::getDefaultCPUGenerator();
+  generator.set_state(rng[0]);
+  return counters_from_json(nlohmann::json::parse(text), sampler);
 }
 
 void copy_tokenizer_files(const std::string& tokenizer_dir, const std::string& export_dir) {
@@ -174,7 +203,19 @@ void install_preemption_handlers() {
 
 TrainResult train(const Config& config) {
   const TrainingOptions options = read_training(config);
+  const DistributedOptions distributed = read_distributed(config);
+  const std::shared_ptr<dist::ProcessGroup> group = join_job(distributed);
+  const int64_t world = group->size();
+  const bool lead = group->rank() == 0;  // writes checkpoints, metrics and exports
+  check(options.docs_per_step > 0 || options.micro_batches % world == 0, "[train] ",
+        config.section("training").where("micro_batches"), " = ", options.micro_batches,
+        " is not a multiple of the ", world, " ranks (each rank runs micro_batches / ranks)");
+  // Rank 0 tokenizes into the data cache first; the others then read what it wrote.
+  if (!lead) group->barrier();
   TrainingData data = read_training_data(config);
+  if (lead) group->barrier();
+  std::optional<RankZeroLoading> rank_zero_loading;  // only rank 0 opens weight files
+  if (world > 1) rank_zero_loading.emplace(group);
   std::unique_ptr<Objective> objective = make_objective(config);
   config.check_all_used();  // every key of the file was understood, before any work
   objective->attach_data({data.dataset ? &*data.dataset : nullptr,
@@ -189,20 +230,32 @@ TrainResult train(const Config& config) {
   MixedPrecisionAdamW optimizer(trainable_parameters(objective->trainable()), options.adamw);
 
   Counters counters;
-  const CheckpointSearch search = find_latest_valid(options.run_dir);
-  for (const std::string& warning : search.warnings) std::cerr << warning << "\n";
-  if (search.checkpoint) {
-    counters = restore_checkpoint(*search.checkpoint, optimizer, objective->trainable(), sampler);
-    std::cerr << "[train] resuming from " << search.checkpoint->dir() << " (step "
-              << counters.step << ")\n";
+  std::string resumed;  // the checkpoint rank 0 resumed from
+  if (lead) {
+    const CheckpointSearch search = find_latest_valid(options.run_dir);
+    for (const std::string& warning : search.warnings) std::cerr << warning << "\n";
+    if (search.checkpoint) {
+      counters = restore_checkpoint(*search.checkpoint, optimizer, objective->trainable(), sampler);
+      resumed = search.checkpoint->dir();
+    }
   }
-  std::filesystem::create_directories(options.run_dir);
-  MetricsOptions metrics_options;
-  metrics_options.run_dir = options.run_dir;
-  metrics_options.total_steps = options.steps;
-  metrics_options.resume_step = counters.step + 1;  // steps after the checkpoint are redone
-  metrics_options.log_every = options.log_every;
-  MetricsLogger metrics(metrics_options);
+  if (world > 1) {
+    group->broadcast_text(resumed, 0);
+    if (!resumed.empty())
+      counters = share_resumed_state(*group, optimizer, objective->trainable(), counters, sampler);
+  }
+  if (lead && !resumed.empty())
+    std::cerr << "[train] resuming from " << resumed << " (step " << counters.step << ")\n";
+  std::optional<MetricsLogger> metrics;  // rank 0 only
+  if (lead) {
+    std::filesystem::create_directories(options.run_dir);
+    MetricsOptions metrics_options;
+    metrics_options.run_dir = options.run_dir;
+    metrics_options.total_steps = options.steps;
+    metrics_options.resume_step = counters.step + 1;  // steps after the checkpoint are redone
+    metrics_options.log_every = options.log_every;
+    metrics.emplace(metrics_options);
+  }
 
   TrainResult result;
   result.run_dir = options.run_dir;
@@ -211,11 +264,14 @@ TrainResult train(const Config& config) {
     // 1. Data: the step's micro-batches, then its totals (known before any backward).
     std::vector<PackedBatch> batches;
     int64_t step_documents = 0;
+    // Every rank draws the same micro-batches (train/data_parallel.h); at least one per rank.
     while (true) {
       batches.push_back(next_micro_batch(sampler, data));
       step_documents += batches.back().total_documents();
-      if (options.docs_per_step > 0 ? step_documents >= options.docs_per_step
-                                    : static_cast<int64_t>(batches.size()) >= options.micro_batches)
+      const int64_t drawn = static_cast<int64_t>(batches.size());
+      if (options.docs_per_step > 0
+              ? step_documents >= options.docs_per_step && drawn >= world
+              : drawn >= options.micro_batches)
         break;
     }
     StepTotals totals;
@@ -226,11 +282,14 @@ TrainResult train(const Config& config) {
     }
     const double data_seconds = seconds_since(step_start);
 
-    // 2. Forward and backward, micro-batch by micro-batch.
+    // 2. Forward and backward, micro-batch by micro-batch (this rank's share of them).
     double forward_seconds = 0, backward_seconds = 0;
     std::map<std::string, double> summed;
     std::vector<std::string> metric_order;
-    for (const PackedBatch& batch : batches) {
+    group->reset_bytes();
+    for (size_t index = 0; index < batches.size(); ++index) {
+      if (!owns_micro_batch(*group, static_cast<int64_t>(index))) continue;
+      const PackedBatch& batch = batches[index];
       const auto forward_start = Clock::now();
       ObjectiveOutput output = objective->compute(batch, totals);
       forward_seconds += seconds_since(forward_start);
@@ -244,7 +303,22 @@ TrainResult train(const Config& config) {
       }
     }
 
-    // 3. Optimizer.
+    // 3. Data parallel: the ranks' gradients summed, their metrics summed, any stop request.
+    bool stop = stop_requested.load();
+    const auto reduce_start = Clock::now();
+    if (world > 1) {
+      optimizer.reduce_gradients([&](at::Tensor& buffer) { group->all_reduce_sum(buffer); });
+      const int64_t count = static_cast<int64_t>(metric_order.size());
+      at::Tensor values = at::zeros({count + 1}, at::kDouble);
+      for (int64_t i = 0; i < count; ++i) values[i] = summed[metric_order[i]];
+      values[count] = stop ? 1.0 : 0.0;
+      group->all_reduce_sum(values);
+      for (int64_t i = 0; i < count; ++i) summed[metric_order[i]] = values[i].item<double>();
+      stop = values[count].item<double>() > 0;
+    }
+    const double reduce_seconds = seconds_since(reduce_start);
+
+    // 4. Optimizer.
     const auto optimizer_start = Clock::now();
     const double lr = learning_rate(options.schedule, counters.step);
     const double grad_norm = optimizer.step(lr);
@@ -267,24 +341,28 @@ TrainResult train(const Config& config) {
     record.values.emplace_back("time/forward", forward_seconds);
     record.values.emplace_back("time/backward", backward_seconds);
     record.values.emplace_back("time/optimizer", optimizer_seconds);
+    if (world > 1) {
+      record.values.emplace_back("time/reduce", reduce_seconds);
+      record.values.emplace_back("collective_bytes", static_cast<double>(group->bytes().total()));
+    }
     record.values.emplace_back("peak_rss_mib", peak_rss_mib());
     record.values.emplace_back("loss_tokens", static_cast<double>(totals.loss_tokens));
     record.values.emplace_back("num_documents", static_cast<double>(step_documents));
     record.values.emplace_back("documents_seen", static_cast<double>(counters.documents_seen));
     record.values.emplace_back("tokens_seen", static_cast<double>(counters.tokens_seen));
-    metrics.log(record);
+    if (metrics) metrics->log(record);
 
-    const bool stop = stop_requested.load();
     const bool last = counters.step == options.steps;
     const bool due = options.save_every > 0 && counters.step % options.save_every == 0;
-    if (due || last || stop) {
+    if ((due || last || stop) && lead) {
       save_checkpoint(options, config, optimizer, objective->trainable(), counters, sampler);
-      if (!last) metrics.note("saved " + checkpoint_dir_name(counters.step));
+      if (!last) metrics->note("saved " + checkpoint_dir_name(counters.step));
       if (objective->export_at_checkpoints() && !(last && options.export_at_end))
         export_trained_model(*objective, data, options.run_dir + "/export");
     }
+    if (due || last || stop) group->barrier();  // the checkpoint is complete before anyone goes on
     if (stop && !last) {
-      metrics.close();
+      if (metrics) metrics->close();
       std::cerr << "[train] stop requested: saved step " << counters.step << " in "
                 << options.run_dir << "; rerun the same command to resume\n";
       result.final_step = counters.step;
@@ -295,8 +373,12 @@ TrainResult train(const Config& config) {
   result.final_step = counters.step;
   if (options.export_at_end) {
     result.export_dir = options.run_dir + "/export";
-    export_trained_model(*objective, data, result.export_dir);
+    if (lead) export_trained_model(*objective, data, result.export_dir);
   }
+  group->barrier();  // rank 0's export is done (or its failure reaches every rank)
+  if (world > 1)
+    std::cerr << "[train] rank " << group->rank() << " of " << world << ": peak RSS "
+              << peak_rss_mib() << " MiB\n";
   return result;
 }
 

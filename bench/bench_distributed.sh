@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Data-parallel training on one machine: 1 process against 2 ranks (torchrun, Gloo over
+# 127.0.0.1) for SFT on the demo target's shape and EAGLE-3 against the demo target, same
+# global batch (2 micro-batches of 8 x 256 tokens per step). Prints the median step time, the
+# peak RSS of each rank and the bytes each rank hands to the collectives per step.
+# The 2 ranks share this machine's cores (1 thread each on 2 cores, against 2 threads for the
+# single process): the times are as measured, the memory is the main figure.
+# Usage: bench/bench_distributed.sh BUILD_DIR [STEPS]   (needs runs/demo-target/export: the demo)
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+tandem="$(cd "$1" && pwd)/tandem"
+steps=${2:-6}
+cd "$root"
+test -f runs/demo-target/export/config.json ||
+  { echo "bench_distributed: run the demo first (runs/demo-target/export)" >&2; exit 1; }
+work=$(mktemp -d "${TMPDIR:-/tmp}/tandem-bench-dist-XXXXXX")
+trap 'rm -rf "$work"' EXIT
+port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+common=("training.steps=$steps" training.micro_batches=2 training.save_every=0 training.export=false
+        training.log_every=1)
+
+run() {  # run NAME RANKS CONFIG [overrides]
+  local name=$1 ranks=$2 config=$3
+  shift 3
+  if [ "$ranks" = 1 ]; then
+    TANDEM_THREADS=2 "$tandem" train "$config" "training.run_dir=$work/$name" "${common[@]}" "$@" \
+      > "$work/$name.log" 2>&1
+  else
+    unset TANDEM_THREADS
+    .venv/bin/python -m torch.distributed.run --nproc-per-node=2 --master-addr=127.0.0.1 \
+      --master-port="$(port)" --no-python "$tandem" train "$config" "training.run_dir=$work/$name" \
+      "${common[@]}" "$@" > "$work/$name.log" 2>&1
+  fi
+  python3 - "$name" "$ranks" "$work/$name/metrics.jsonl" "$work/$name.log" <<'PY'
+import json, re, statistics, sys
+name, ranks, metrics, log = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
+records = [r for r in map(json.loads, open(metrics)) if "time/step" in r]
+times = [r["time/step"] for r in records[1:]]  # the first step warms the allocator
+tokens = statistics.median(r["tokens_per_s"] for r in records[1:])
+if ranks == 1:
+    rss = [records[-1]["peak_rss_mib"]]
+else:
+    rss = [float(m.group(2)) for m in re.finditer(r"rank (\d) of \d: peak RSS ([\d.]+) MiB", open(log).read())]
+bytes_per_step = records[-1].get("collective_bytes", 0)
+print(f"| {name} | {ranks} | {statistics.median(times):.2f} s | {tokens:.0f} | "
+      f"{' / '.join(f'{x:.0f}' for x in rss)} MiB | {bytes_per_step / 2**20:.1f} MiB |")
+PY
+}
+
+echo "| job | ranks | step (median) | tokens/s | peak RSS per rank | collective bytes per rank per step |"
+echo "|---|---|---|---|---|---|"
+sft=(model.config=runs/demo-target/export/config.json)
+run sft-1 1 configs/demo-target.yaml "${sft[@]}"
+run sft-2 2 configs/demo-target.yaml "${sft[@]}"
+run eagle3-1 1 configs/demo-eagle3.yaml
+run eagle3-2 2 configs/demo-eagle3.yaml

@@ -1,0 +1,85 @@
+#pragma once
+// A c10d process group (PyTorch's own distributed layer) behind a small interface: rendezvous
+// through a c10d TCPStore, Gloo on CPU, NCCL on CUDA. The c10d headers stay inside dist/, so
+// nothing else needs Gloo's or NCCL's headers. Every collective turns a c10d failure (a peer
+// that exited, a connection reset, the collective timeout) into a tandem Error naming the rank,
+// the operation and the timeout, so a run ends with a clear message instead of hanging.
+// With one process every operation is local and nothing is connected.
+#include <ATen/core/Tensor.h>
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "tandem/dist/launch.h"
+
+namespace tandem::dist {
+
+enum class Backend { Gloo, Nccl };
+
+/// "gloo" | "nccl" | "auto" (NCCL when `cuda_available`, else Gloo). NCCL in a build without
+/// it is an Error saying so.
+Backend choose_backend(const std::string& name, bool cuda_available);
+const char* backend_name(Backend backend);
+/// Whether this binary was built with the NCCL backend (CUDA builds).
+bool nccl_available();
+
+/// Bytes each rank handed to the collectives (its input sizes), by kind: the benchmark's
+/// "bytes moved per step".
+struct CollectiveBytes {
+  int64_t all_reduce = 0;
+  int64_t broadcast = 0;
+  int64_t all_gather = 0;
+  int64_t reduce_scatter = 0;
+  int64_t calls = 0;
+  int64_t total() const { return all_reduce + broadcast + all_gather + reduce_scatter; }
+};
+
+class ProcessGroup {
+ public:
+  /// A group of one: every collective is the identity.
+  static std::shared_ptr<ProcessGroup> single();
+  /// Connects to the job's other processes (blocks until all arrive or `timeout` passes).
+  static std::shared_ptr<ProcessGroup> connect(const LaunchEnv& env, Backend backend,
+                                               std::chrono::seconds timeout);
+  ~ProcessGroup();
+
+  int64_t rank() const { return rank_; }
+  int64_t size() const { return size_; }
+  Backend backend() const { return backend_; }
+  std::chrono::seconds timeout() const { return timeout_; }
+
+  /// In place: every rank's `tensor` becomes the element-wise sum over ranks.
+  void all_reduce_sum(at::Tensor& tensor);
+  /// In place: every rank's `tensor` becomes `root`'s (same dtype and shape on every rank).
+  void broadcast(at::Tensor& tensor, int64_t root = 0);
+  /// Every rank's `local` (same shape everywhere) stacked along dim 0: (size * n, ...).
+  at::Tensor all_gather(const at::Tensor& local);
+  /// `full` (size * n, ...) summed over ranks; this rank's n rows. Uses the backend's own
+  /// reduce-scatter, or, when `emulate` (or the backend has none), an all-reduce and this
+  /// rank's slice of it (same result, size times the traffic).
+  at::Tensor reduce_scatter_sum(const at::Tensor& full, bool emulate = false);
+  /// `text` becomes `root`'s on every rank (length first, then the bytes).
+  void broadcast_text(std::string& text, int64_t root = 0);
+  /// Sum of `value` over ranks.
+  int64_t all_reduce_int64(int64_t value);
+  /// Returns once every rank has called it.
+  void barrier();
+
+  const CollectiveBytes& bytes() const { return bytes_; }
+  void reset_bytes() { bytes_ = {}; }
+
+  struct Impl;  // the c10d objects (dist/process_group.cpp)
+
+ private:
+  ProcessGroup() = default;
+  std::unique_ptr<Impl> impl_;
+  int64_t rank_ = 0;
+  int64_t size_ = 1;
+  Backend backend_ = Backend::Gloo;
+  std::chrono::seconds timeout_{0};
+  CollectiveBytes bytes_;
+};
+
+}  // namespace tandem::dist

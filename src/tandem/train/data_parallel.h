@@ -1,0 +1,69 @@
+#pragma once
+// Data-parallel training (SPEC §7, distributed.mode: ddp) on a c10d process group: what the
+// trainer does differently with more than one rank. The plan keeps a W-rank run equal to the
+// one-process run of the same config (same global batch, same losses, same weights):
+//  - every rank draws the same micro-batches (the sampler and the packing are replicated: host
+//    work only, the token ids come from the shared cache), so step totals, docs_per_step and
+//    the document/token counters are global without any communication;
+//  - micro-batch i of a step is computed by rank i % W (training.micro_batches must be a
+//    multiple of W; with docs_per_step a step draws at least W micro-batches);
+//  - after the local backward passes, one all-reduce sums the fp32 gradients of all ranks
+//    (MixedPrecisionAdamW::reduce_gradients), so the clipping norm is the global one and every
+//    rank applies the identical update; a second, small all-reduce sums the metrics and carries
+//    the stop flag (a SIGTERM on any rank stops all after a saved checkpoint);
+//  - rank 0 alone opens weight files (RankZeroLoading), reads a resumed checkpoint and sends
+//    its state, writes checkpoints, metrics and exports.
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+
+#include "tandem/core/config.h"
+#include "tandem/dist/process_group.h"
+#include "tandem/io/hf_checkpoint.h"
+
+namespace tandem {
+
+struct DistributedOptions {
+  std::string mode = "ddp";  // ddp; shard and hybrid are refused (not built yet)
+  std::string backend = "auto";
+  std::chrono::seconds timeout{300};  // any collective, and joining the job
+};
+
+/// Reads `distributed.*` (mode, backend, timeout_s).
+DistributedOptions read_distributed(const Config& config);
+
+/// Joins the job the launcher started (dist/launch.h): a connected group when WORLD_SIZE (or
+/// SLURM_NTASKS) > 1, else a group of one. Logs the rank, world size and backend on rank 0.
+std::shared_ptr<dist::ProcessGroup> join_job(const DistributedOptions& options);
+
+/// While alive, HF checkpoints are opened by rank 0 only and their headers and tensors sent to
+/// the other ranks (io/hf_checkpoint.h). Each rank logs what it opened or received to stderr.
+class RankZeroLoading : public CheckpointBroadcast {
+ public:
+  explicit RankZeroLoading(std::shared_ptr<dist::ProcessGroup> group);
+  ~RankZeroLoading() override;
+  RankZeroLoading(const RankZeroLoading&) = delete;
+  RankZeroLoading& operator=(const RankZeroLoading&) = delete;
+  bool reads_files() const override { return group_->rank() == 0; }
+  void broadcast_text(std::string& text) override { group_->broadcast_text(text, 0); }
+  void broadcast_tensor(at::Tensor& tensor) override { group_->broadcast(tensor, 0); }
+  void log(const std::string& line) override;
+
+ private:
+  std::shared_ptr<dist::ProcessGroup> group_;
+};
+
+/// Whether micro-batch `index` of a step runs on this rank.
+inline bool owns_micro_batch(const dist::ProcessGroup& group, int64_t index) {
+  return index % group.size() == group.rank();
+}
+
+/// Every rank's `tensors` become rank 0's, in place, in order (contiguous tensors; rank 0's
+/// dtypes and shapes are checked against each rank's first, through a text broadcast).
+void broadcast_tensors_from_rank0(dist::ProcessGroup& group, std::vector<at::Tensor>& tensors,
+                                  const std::string& what);
+
+}  // namespace tandem
