@@ -46,7 +46,8 @@ RankZeroLoading::RankZeroLoading(std::shared_ptr<dist::ProcessGroup> group)
 RankZeroLoading::~RankZeroLoading() { set_checkpoint_broadcast(nullptr); }
 
 void RankZeroLoading::log(const std::string& line) {
-  std::cerr << "[load] rank " << group_->rank() << ": " << line << "\n";
+  // One write per line: ranks sharing a terminal or torchrun's pipe do not interleave mid-line.
+  std::cerr << ("[load] rank " + std::to_string(group_->rank()) + ": " + line + "\n");
 }
 
 void broadcast_tensors_from_rank0(dist::ProcessGroup& group, std::vector<at::Tensor>& tensors,

@@ -376,9 +376,10 @@ TrainResult train(const Config& config) {
     if (lead) export_trained_model(*objective, data, result.export_dir);
   }
   group->barrier();  // rank 0's export is done (or its failure reaches every rank)
-  if (world > 1)
-    std::cerr << "[train] rank " << group->rank() << " of " << world << ": peak RSS "
-              << peak_rss_mib() << " MiB\n";
+  if (world > 1)  // one write: ranks share the terminal or torchrun's pipe
+    std::cerr << ("[train] rank " + std::to_string(group->rank()) + " of " +
+                  std::to_string(world) + ": peak RSS " + std::to_string(peak_rss_mib()) +
+                  " MiB\n");
   return result;
 }
 
