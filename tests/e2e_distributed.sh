@@ -138,6 +138,18 @@ training: {objective: eagle3, steps: 4, micro_batches: 2, lr: 1.0e-3, save_every
 distributed: {timeout_s: 30}
 YAML
 
+echo "== refused settings"
+for setting in distributed.mode=shard distributed.backend=nccl training.micro_batches=3; do
+  if RANK=0 WORLD_SIZE=$([ "$setting" = training.micro_batches=3 ] && echo 2 || echo 1) \
+      MASTER_ADDR=127.0.0.1 MASTER_PORT=1 "$tandem" train "$work/sft.yaml" "$setting" \
+      "training.run_dir=$work/refused" 2> "$work/refused.err"; then
+    echo "$setting was accepted" >&2
+    exit 1
+  fi
+  echo "  $setting: $(head -c 150 "$work/refused.err")"
+done
+test ! -e "$work/refused"
+
 for job in sft eagle3; do
   echo "== $job: one process"
   "$tandem" train "$work/$job.yaml" "training.run_dir=$work/$job-1" > "$work/$job-1.log" 2>&1

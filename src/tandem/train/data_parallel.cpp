@@ -26,9 +26,12 @@ DistributedOptions read_distributed(const Config& config) {
 
 std::shared_ptr<dist::ProcessGroup> join_job(const DistributedOptions& options) {
   const dist::LaunchEnv env = dist::read_launch_env();
+  // The trainer keeps its models and batches on the CPU today, so "auto" is Gloo, and NCCL
+  // (built and linked in CUDA builds) is refused rather than handed CPU tensors it cannot use.
+  const dist::Backend backend = dist::choose_backend(options.backend, /*cuda_available=*/false);
+  check(backend != dist::Backend::Nccl, "[train] distributed.backend: nccl needs the model and ",
+        "batches on CUDA devices, and tandem's trainer runs on the CPU: use gloo (or auto)");
   if (env.world_size == 1) return dist::ProcessGroup::single();
-  const dist::Backend backend =
-      dist::choose_backend(options.backend, /*cuda_available=*/false);  // tandem trains on CPU
   std::shared_ptr<dist::ProcessGroup> group =
       dist::ProcessGroup::connect(env, backend, options.timeout);
   if (group->rank() == 0)

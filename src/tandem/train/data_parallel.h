@@ -28,7 +28,7 @@ namespace tandem {
 
 struct DistributedOptions {
   std::string mode = "ddp";  // ddp; shard and hybrid are refused (not built yet)
-  std::string backend = "auto";
+  std::string backend = "auto";  // auto = gloo; nccl is refused while training runs on the CPU
   std::chrono::seconds timeout{300};  // any collective, and joining the job
 };
 

@@ -16,6 +16,7 @@
 #include "tandem/data/packing.h"
 #include "tandem/data/sampler.h"
 #include "tandem/data/token_cache.h"
+#include "tandem/dist/launch.h"
 #include "tandem/models/decoder.h"
 #include "tandem/models/frozen.h"
 #include "tandem/objectives/objective.h"
@@ -204,12 +205,12 @@ void install_preemption_handlers() {
 TrainResult train(const Config& config) {
   const TrainingOptions options = read_training(config);
   const DistributedOptions distributed = read_distributed(config);
-  const std::shared_ptr<dist::ProcessGroup> group = join_job(distributed);
-  const int64_t world = group->size();
-  const bool lead = group->rank() == 0;  // writes checkpoints, metrics and exports
+  const int64_t world = dist::read_launch_env().world_size;  // checked before connecting
   check(options.docs_per_step > 0 || options.micro_batches % world == 0, "[train] ",
         config.section("training").where("micro_batches"), " = ", options.micro_batches,
         " is not a multiple of the ", world, " ranks (each rank runs micro_batches / ranks)");
+  const std::shared_ptr<dist::ProcessGroup> group = join_job(distributed);
+  const bool lead = group->rank() == 0;  // writes checkpoints, metrics and exports
   // Rank 0 tokenizes into the data cache first; the others then read what it wrote.
   if (!lead) group->barrier();
   TrainingData data = read_training_data(config);
