@@ -5,15 +5,19 @@
 #   DPO with the live reference, `tandem reference-logprobs`, DPO with the cached reference
 #   (same losses step for step; first-step loss log 2 since policy = reference);
 #   `tandem rollout` from the model, then GSPO and GRPO on those rollouts with docs_per_step
-#   (on-policy first step: ratio 1, KL 0 -- the sampler's and the trainer's log-probs agree).
+#   (on-policy first step: ratio 1, KL 0 -- the sampler's and the trainer's log-probs agree);
+#   DPO, GRPO and distillation sharded over 2 ranks (distributed.mode: shard, torchrun): the
+#   one-process losses (1e-5 relative) and final weights (1e-6; AdamW eps 1e-2, see
+#   e2e_distributed.sh for why).
 # Usage: tests/e2e_policy.sh BUILD_DIR   (run by ctest)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 tandem="$1/tandem"
 work=$(mktemp -d "${TMPDIR:-/tmp}/tandem-e2e-policy-XXXXXX")
-trap 'rm -rf "$work"' EXIT
+trap '[ -n "${KEEP:-}" ] || rm -rf "$work"' EXIT
 cd "$root"
 export OMP_NUM_THREADS=1 TANDEM_THREADS=1
+source "$root/tests/dist_helpers.sh"  # torchrun2, compare, same_losses
 
 cat > "$work/model.json" <<'JSON'
 {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": 4096,
@@ -95,4 +99,36 @@ assert abs(first["kl_new_old"]) < 1e-6
 assert [s["num_documents"] for s in steps] == [6, 6], [s["num_documents"] for s in steps]
 PY
 done
+# sharded JOB CONFIG OVERRIDES...: one process, then 2 sharded ranks; same losses and weights.
+sharded() {
+  local job=$1 config=$2
+  shift 2
+  "$tandem" train "$config" "training.run_dir=$work/$job-1" optimizer.eps=1.0e-2 "$@" \
+    > "$work/$job-1.log" 2>&1 || { cat "$work/$job-1.log" >&2; return 1; }
+  torchrun2 "$work/$job-shard.log" train "$config" "training.run_dir=$work/$job-shard" \
+    optimizer.eps=1.0e-2 distributed.mode=shard "$@"
+  local last
+  last=$(cd "$work/$job-1" && ls -d step-* | tail -1)
+  same_losses "$work/$job-1/metrics.jsonl" "$work/$job-shard/metrics.jsonl"
+  compare "$work/$job-1/$last" "$work/$job-shard/$last" 1e-6
+}
+echo "== sharded over 2 ranks against one process: DPO (live reference), GRPO, distillation"
+sharded dpo "$work/dpo.yaml" training.micro_batches=2
+cat > "$work/grpo.yaml" <<YAML
+model: {path: $work/base/export, dtype: fp32}
+loss: {chunk_tokens: 64}
+data: {path: $work/rollouts.jsonl, format: rollout, seq_len: 160, micro_batch_rows: 1}
+training: {objective: grpo, steps: 2, lr: 1.0e-3, log_every: 1, docs_per_step: 6}
+YAML
+# micro_batches, not docs_per_step: a sharded step rounds its micro-batches up to a multiple of
+# the ranks, so with docs_per_step it may hold one more than the one-process step.
+sharded grpo "$work/grpo.yaml" training.docs_per_step=0 training.micro_batches=2
+cat > "$work/distill.yaml" <<YAML
+model: {config: $work/model.json, dtype: fp32}
+teacher: {path: $work/base/export, dtype: fp32}
+data: {path: $work/chat.jsonl, format: conversations, tokenizer: data/demo/tokenizer,
+       seq_len: 256, micro_batch_rows: 2, cache_dir: $work/cache}
+training: {objective: distill, steps: 3, micro_batches: 2, lr: 1.0e-3, log_every: 1}
+YAML
+sharded distill "$work/distill.yaml"
 echo "e2e_policy: OK"

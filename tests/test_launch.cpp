@@ -4,17 +4,13 @@
 // 127.0.0.1 with Gloo, against hand-computed values.
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <chrono>
 #include <map>
-#include <thread>
 
 #include "tandem/dist/launch.h"
 #include "tandem/dist/process_group.h"
+#include "forked_ranks.h"
 #include "test_util.h"
 
 namespace {
@@ -112,79 +108,32 @@ TEST(ProcessGroup, OneProcessCollectivesAreLocal) {
             std::string::npos);
 }
 
-int free_port() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address));
-  socklen_t length = sizeof(address);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length);
-  close(fd);
-  return ntohs(address.sin_port);
-}
-
 TEST(ProcessGroup, TwoProcessesOverLoopbackGiveHandComputedResults) {
-  const int port = free_port();
-  std::vector<pid_t> children;
-  for (int64_t rank = 0; rank < 2; ++rank) {
-    const pid_t pid = fork();
-    ASSERT_GE(pid, 0);
-    if (pid > 0) {
-      children.push_back(pid);
-      continue;
-    }
+  tandem::testing::run_forked_ranks(2, [](int64_t rank, int port) {
     int failures = 0;
-    try {
-      LaunchEnv env;
-      env.rank = rank;
-      env.world_size = 2;
-      env.master_addr = "127.0.0.1";
-      env.port = port;
-      auto group = tandem::dist::ProcessGroup::connect(env, tandem::dist::Backend::Gloo,
-                                                       std::chrono::seconds(20));
-      const double r = static_cast<double>(rank);
-      at::Tensor summed = at::full({3}, r + 1.0);  // 1 + 2
-      group->all_reduce_sum(summed);
-      failures += !summed.equal(at::full({3}, 3.0));
-      at::Tensor sent = at::arange(4, at::kFloat) + 10 * r;  // rank 1's arrives everywhere
-      group->broadcast(sent, 1);
-      failures += !sent.equal(at::arange(4, at::kFloat) + 10);
-      const at::Tensor gathered = group->all_gather(at::full({2}, r));  // [0 0 1 1]
-      failures += !gathered.equal(at::tensor({0.0f, 0.0f, 1.0f, 1.0f}));
-      const at::Tensor full = at::arange(4, at::kFloat) * (r + 1);  // sum = 3 * [0 1 2 3]
-      const at::Tensor native = group->reduce_scatter_sum(full);
-      const at::Tensor emulated = group->reduce_scatter_sum(full, /*emulate=*/true);
-      const at::Tensor expected = at::arange(4, at::kFloat).narrow(0, 2 * rank, 2) * 3;
-      failures += !native.equal(expected);
-      failures += !emulated.equal(expected);
-      std::string text = rank == 0 ? "from rank 0" : "";
-      group->broadcast_text(text, 0);
-      failures += text != "from rank 0";
-      failures += group->all_reduce_int64(rank + 5) != 11;
-      group->barrier();
-    } catch (const std::exception& error) {
-      std::fprintf(stderr, "rank %ld: %s\n", static_cast<long>(rank), error.what());
-      failures += 100;
-    }
-    _exit(failures > 255 ? 255 : failures);
-  }
-  // Both must finish within 60 s; a hung rank is killed and fails the test.
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  for (pid_t pid : children) {
-    int status = 0;
-    while (waitpid(pid, &status, WNOHANG) == 0) {
-      if (std::chrono::steady_clock::now() > deadline) {
-        kill(pid, SIGKILL);
-        waitpid(pid, &status, 0);
-        ADD_FAILURE() << "a rank hung";
-        break;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
-        << "rank exit status " << WEXITSTATUS(status) << " (failed checks; 100+: an error)";
-  }
+    auto group = tandem::testing::connect_loopback(rank, 2, port);
+    const double r = static_cast<double>(rank);
+    at::Tensor summed = at::full({3}, r + 1.0);  // 1 + 2
+    group->all_reduce_sum(summed);
+    failures += !summed.equal(at::full({3}, 3.0));
+    at::Tensor sent = at::arange(4, at::kFloat) + 10 * r;  // rank 1's arrives everywhere
+    group->broadcast(sent, 1);
+    failures += !sent.equal(at::arange(4, at::kFloat) + 10);
+    const at::Tensor gathered = group->all_gather(at::full({2}, r));  // [0 0 1 1]
+    failures += !gathered.equal(at::tensor({0.0f, 0.0f, 1.0f, 1.0f}));
+    const at::Tensor full = at::arange(4, at::kFloat) * (r + 1);  // sum = 3 * [0 1 2 3]
+    const at::Tensor native = group->reduce_scatter_sum(full);
+    const at::Tensor emulated = group->reduce_scatter_sum(full, /*emulate=*/true);
+    const at::Tensor expected = at::arange(4, at::kFloat).narrow(0, 2 * rank, 2) * 3;
+    failures += !native.equal(expected);
+    failures += !emulated.equal(expected);
+    std::string text = rank == 0 ? "from rank 0" : "";
+    group->broadcast_text(text, 0);
+    failures += text != "from rank 0";
+    failures += group->all_reduce_int64(rank + 5) != 11;
+    group->barrier();
+    return failures;
+  });
 }
 
 }  // namespace

@@ -1,8 +1,10 @@
 #include "tandem/dist/process_group.h"
 
 #include <ATen/ATen.h>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
+#include <algorithm>
 #include <cstring>
 #include <exception>
 
@@ -14,6 +16,7 @@ namespace tandem::dist {
 struct ProcessGroup::Impl {
   c10::intrusive_ptr<c10d::Store> store;
   c10::intrusive_ptr<c10d::Backend> backend;
+  std::string host;  // Gloo's device address ("" = the default interface)
 };
 
 namespace {
@@ -62,19 +65,47 @@ std::shared_ptr<ProcessGroup> ProcessGroup::connect(const LaunchEnv& env, Backen
     store_options.waitWorkers = false;
     store_options.timeout = timeout;
     group->impl_->store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, store_options);
-    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(timeout);
-    const int rank = static_cast<int>(env.rank), size = static_cast<int>(env.world_size);
-    group->impl_->backend =
-        backend == Backend::Nccl
-            ? make_nccl_backend(group->impl_->store, rank, size, ms)
-            : make_gloo_backend(group->impl_->store, rank, size, ms,
-                                is_loopback(env.master_addr) ? "127.0.0.1" : "");
+    group->impl_->host = is_loopback(env.master_addr) ? "127.0.0.1" : "";
+    group->connect_backend(group->impl_->store);
   } catch (const Error&) {
     throw;
   } catch (const std::exception& error) {
     throw Error("[dist] rank ", env.rank, " of ", env.world_size, ": could not join the job at ",
                 env.master_addr, ":", env.port, " within ", timeout.count(), " s (",
                 backend_name(backend), "): ", error.what());
+  }
+  return group;
+}
+
+void ProcessGroup::connect_backend(const c10::intrusive_ptr<c10d::Store>& store) {
+  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(timeout_);
+  const int rank = static_cast<int>(rank_), size = static_cast<int>(size_);
+  impl_->backend = backend_ == Backend::Nccl
+                       ? make_nccl_backend(store, rank, size, ms)
+                       : make_gloo_backend(store, rank, size, ms, impl_->host);
+}
+
+std::shared_ptr<ProcessGroup> ProcessGroup::subgroup(const std::vector<int64_t>& ranks,
+                                                     const std::string& name) const {
+  const auto me = std::find(ranks.begin(), ranks.end(), rank_);
+  check(me != ranks.end(), "[dist] rank ", rank_, " is not in the ", name, " group it joins");
+  std::shared_ptr<ProcessGroup> group(new ProcessGroup());
+  group->rank_ = me - ranks.begin();
+  group->size_ = static_cast<int64_t>(ranks.size());
+  group->backend_ = backend_;
+  group->timeout_ = timeout_;
+  if (group->size_ == 1) return group;
+  group->impl_ = std::make_unique<Impl>();
+  group->impl_->host = impl_->host;
+  // Each subgroup rendezvouses under its own key prefix of the job's store.
+  group->impl_->store = c10::make_intrusive<c10d::PrefixStore>(
+      "tandem/" + name + "/" + std::to_string(ranks.front()), impl_->store);
+  try {
+    group->connect_backend(group->impl_->store);
+  } catch (const std::exception& error) {
+    throw Error("[dist] rank ", rank_, ": could not form the ", name, " group of ranks ",
+                ranks.front(), "..", ranks.back(), " within ", timeout_.count(), " s: ",
+                error.what());
   }
   return group;
 }

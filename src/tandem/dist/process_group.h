@@ -11,8 +11,15 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
+
+#include <c10/util/intrusive_ptr.h>
 
 #include "tandem/dist/launch.h"
+
+namespace c10d {
+class Store;
+}
 
 namespace tandem::dist {
 
@@ -44,6 +51,10 @@ class ProcessGroup {
   static std::shared_ptr<ProcessGroup> connect(const LaunchEnv& env, Backend backend,
                                                std::chrono::seconds timeout);
   ~ProcessGroup();
+  /// The group of `ranks` (ranks of this group, this rank among them), named `name`: every
+  /// member calls it with the same list; disjoint groups may be formed at the same time.
+  std::shared_ptr<ProcessGroup> subgroup(const std::vector<int64_t>& ranks,
+                                         const std::string& name) const;
 
   int64_t rank() const { return rank_; }
   int64_t size() const { return size_; }
@@ -74,6 +85,8 @@ class ProcessGroup {
 
  private:
   ProcessGroup() = default;
+  /// Creates the backend for this group's rank and size over `store`.
+  void connect_backend(const c10::intrusive_ptr<c10d::Store>& store);
   std::unique_ptr<Impl> impl_;
   int64_t rank_ = 0;
   int64_t size_ = 1;

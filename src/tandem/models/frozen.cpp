@@ -2,10 +2,12 @@
 
 #include <ATen/ATen.h>
 
+#include <map>
 #include <mutex>
 #include <set>
 
 #include "tandem/core/error.h"
+#include "tandem/dist/sharding.h"
 #include "tandem/io/hf_checkpoint.h"
 #include "tandem/models/load.h"
 
@@ -13,10 +15,10 @@ namespace tandem {
 
 namespace {
 
-// Storage of every live frozen model's weights; a tensor sharing one of these is frozen.
+// Every live frozen model's weights, by storage; a tensor sharing one of these storages is frozen.
 std::mutex registry_mutex;
-std::multiset<const void*>& frozen_storages() {
-  static std::multiset<const void*> storages;
+std::multimap<const void*, at::Tensor>& frozen_storages() {
+  static std::multimap<const void*, at::Tensor> storages;
   return storages;
 }
 
@@ -26,7 +28,7 @@ const void* storage_key(const at::Tensor& tensor) {
 
 void register_frozen(const at::Tensor& tensor) {
   std::lock_guard<std::mutex> lock(registry_mutex);
-  frozen_storages().insert(storage_key(tensor));
+  frozen_storages().emplace(storage_key(tensor), tensor);
 }
 
 void unregister_frozen(const at::Tensor& tensor) {
@@ -71,15 +73,24 @@ FrozenHead FrozenHead::load(const std::string& dir, c10::ScalarType dtype,
   at::Tensor embed = read("model.embed_tokens.weight", {vocab, hidden});
   at::Tensor lm_head =
       config.tie_word_embeddings ? embed : read("lm_head.weight", {vocab, hidden});
-  return FrozenHead(embed, read("model.norm.weight", {hidden}), config.rms_norm_eps, lm_head);
+  at::Tensor final_norm = read("model.norm.weight", {hidden});
+  if (ParameterShards* shards = ShardFrozenOnLoad::active())  // before they are registered
+    for (const at::Tensor& weight : {embed, lm_head, final_norm})
+      shards->shard(weight, /*trainable=*/false);
+  return FrozenHead(embed, final_norm, config.rms_norm_eps, lm_head);
 }
 
 at::Tensor FrozenHead::embed(const at::Tensor& ids) const {
-  return at::embedding(embed_tokens_, ids);
+  return with_full_parameters({embed_tokens_}, {ids}, [](const auto& in, const auto& w) {
+    return std::vector<at::Tensor>{at::embedding(w[0], in[0])};
+  })[0];
 }
 
 at::Tensor FrozenHead::final_norm(const at::Tensor& last_hidden) const {
-  return rms_norm(last_hidden, final_norm_, rms_norm_eps_);
+  const double eps = rms_norm_eps_;
+  return with_full_parameters({final_norm_}, {last_hidden}, [eps](const auto& in, const auto& w) {
+    return std::vector<at::Tensor>{rms_norm(in[0], w[0], eps)};
+  })[0];
 }
 
 FrozenHead FrozenModel::head() const {
@@ -102,7 +113,12 @@ FrozenModel::~FrozenModel() {
 
 FrozenModel FrozenModel::load(const std::string& dir, c10::ScalarType dtype,
                               const at::Device& device) {
-  return FrozenModel(dir, load_causal_lm(dir, dtype, device));
+  ParameterShards* shards = ShardFrozenOnLoad::active();
+  if (!shards) return FrozenModel(dir, load_causal_lm(dir, dtype, device));
+  // Sharded training: each weight is split as soon as it arrives (never a whole model).
+  return FrozenModel(dir, load_causal_lm(dir, dtype, device, [shards](const at::Tensor& weight) {
+                       shards->shard(weight, /*trainable=*/false);
+                     }));
 }
 
 FrozenModel::Output FrozenModel::forward(const at::Tensor& ids, const AttentionLayout& layout,
@@ -133,6 +149,15 @@ TargetFeatures target_features(const FrozenModel& target, const at::Tensor& ids,
 std::map<std::string, at::Tensor> FrozenModel::named_weights() const {
   std::map<std::string, at::Tensor> out;
   for (const auto& param : model_->named_parameters()) out[param.key()] = param.value();
+  return out;
+}
+
+std::vector<at::Tensor> frozen_weights() {
+  std::lock_guard<std::mutex> lock(registry_mutex);
+  std::vector<at::Tensor> out;
+  std::set<const c10::TensorImpl*> seen;
+  for (const auto& entry : frozen_storages())
+    if (seen.insert(entry.second.unsafeGetTensorImpl()).second) out.push_back(entry.second);
   return out;
 }
 

@@ -93,6 +93,9 @@ TargetFeatures target_features(const FrozenModel& target, const at::Tensor& ids,
                                const AttentionLayout& layout, const std::vector<int64_t>& layers,
                                bool with_last);
 
+/// The weights of every live frozen model and head, each tensor once (for sharding them).
+std::vector<at::Tensor> frozen_weights();
+
 /// True when `tensor` shares storage with the weights of a live FrozenModel.
 bool is_frozen(const at::Tensor& tensor);
 

@@ -3,6 +3,8 @@
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 
+#include "tandem/dist/sharding.h"
+
 namespace tandem {
 
 LinearImpl::LinearImpl(int64_t in_features, int64_t out_features, bool has_bias,
@@ -11,7 +13,17 @@ LinearImpl::LinearImpl(int64_t in_features, int64_t out_features, bool has_bias,
   if (has_bias) bias = register_parameter("bias", at::empty({out_features}, options));
 }
 
-at::Tensor LinearImpl::forward(const at::Tensor& x) const { return at::linear(x, weight, bias); }
+// Each layer reads its weights through with_full_parameters: a no-op unless they are sharded
+// (distributed.mode: shard), when they are gathered for this call only (dist/sharding.h).
+at::Tensor LinearImpl::forward(const at::Tensor& x) const {
+  if (!bias.defined())
+    return with_full_parameters({weight}, {x}, [](const auto& in, const auto& w) {
+      return std::vector<at::Tensor>{at::linear(in[0], w[0])};
+    })[0];
+  return with_full_parameters({weight, bias}, {x}, [](const auto& in, const auto& w) {
+    return std::vector<at::Tensor>{at::linear(in[0], w[0], w[1])};
+  })[0];
+}
 
 EmbeddingImpl::EmbeddingImpl(int64_t vocab_size, int64_t hidden_size,
                              const at::TensorOptions& options) {
@@ -19,7 +31,9 @@ EmbeddingImpl::EmbeddingImpl(int64_t vocab_size, int64_t hidden_size,
 }
 
 at::Tensor EmbeddingImpl::forward(const at::Tensor& ids) const {
-  return at::embedding(weight, ids);
+  return with_full_parameters({weight}, {ids}, [](const auto& in, const auto& w) {
+    return std::vector<at::Tensor>{at::embedding(w[0], in[0])};
+  })[0];
 }
 
 RMSNormImpl::RMSNormImpl(int64_t size, double eps_, const at::TensorOptions& options)
@@ -33,7 +47,12 @@ at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
   return weight * (x32 * inv_rms).to(x.scalar_type());
 }
 
-at::Tensor RMSNormImpl::forward(const at::Tensor& x) const { return rms_norm(x, weight, eps); }
+at::Tensor RMSNormImpl::forward(const at::Tensor& x) const {
+  const double epsilon = eps;
+  return with_full_parameters({weight}, {x}, [epsilon](const auto& in, const auto& w) {
+    return std::vector<at::Tensor>{rms_norm(in[0], w[0], epsilon)};
+  })[0];
+}
 
 void init_normal_(torch::nn::Module& module, double std, uint64_t seed) {
   at::NoGradGuard no_grad;

@@ -5,6 +5,7 @@
 #include "tandem/core/config.h"
 #include "tandem/core/dtype.h"
 #include "tandem/core/error.h"
+#include "tandem/dist/sharding.h"
 
 namespace tandem {
 
@@ -54,9 +55,15 @@ ObjectiveOutput DistillObjective::compute(const PackedBatch& batch, const StepTo
   const at::Tensor labels = batch.input_ids.narrow(1, 1, length - 1).index({targets_mask});
   const at::Tensor weights =
       at::full({labels.size(0)}, 1.0 / static_cast<double>(totals.loss_tokens), at::kFloat);
-  at::Tensor loss = fused_distillation_loss(targets_of(student_hidden), student_->lm_head_weight(),
-                                            targets_of(teacher_hidden), teacher_->lm_head_weight(),
-                                            labels, weights, options_.loss);
+  // Both output projections through with_full_parameters: gathered here when sharded.
+  const DistillLossOptions loss_options = options_.loss;
+  const at::Tensor loss = with_full_parameters(
+      {student_->lm_head_weight(), teacher_->lm_head_weight()},
+      {targets_of(student_hidden), targets_of(teacher_hidden), labels, weights},
+      [loss_options](const auto& in, const auto& head) {
+        return std::vector<at::Tensor>{
+            fused_distillation_loss(in[0], head[0], in[1], head[1], in[2], in[3], loss_options)};
+      })[0];
   return {loss, {{"loss", loss.item<double>()}}};
 }
 

@@ -9,6 +9,7 @@
 #include "tandem/core/dtype.h"
 #include "tandem/core/error.h"
 #include "tandem/core/hash.h"
+#include "tandem/dist/sharding.h"
 #include "tandem/data/token_cache.h"
 #include "tandem/objectives/dpo_loss.h"
 
@@ -150,6 +151,7 @@ ObjectiveOutput DpoObjective::compute(const PackedBatch& batch, const StepTotals
     at::NoGradGuard no_grad;
     const at::Tensor reference_hidden =
         reference_->forward(batch.input_ids, batch.layout(), {}, /*with_logits=*/false).final_hidden;
+    const FullParameters reference_head({reference_->lm_head_weight()});  // when sharded
     reference = document_logprobs(reference_hidden, reference_->lm_head_weight(), batch,
                                   options_.policy.loss);
   }
@@ -158,14 +160,29 @@ ObjectiveOutput DpoObjective::compute(const PackedBatch& batch, const StepTotals
   DpoPairLosses losses;
   if (options_.policy.loss.chunk_tokens > 0) {  // fused per pair (objectives/dpo_loss.h)
     const NextTokenTargets targets = next_token_targets_of(batch);
-    const DpoHeadInputs inputs{
-        hidden.narrow(1, 0, batch.seq_len() - 1).index({targets.mask}), policy_->lm_head_weight(),
-        targets.labels, targets.document, chosen, rejected, reference, counts};
-    loss = fused_dpo_loss(inputs, options_.loss_type, options_.beta, scale, options_.policy.loss,
-                          &losses);
+    const DpoLossType type = options_.loss_type;
+    const double beta = options_.beta;
+    const FusedLossOptions loss_options = options_.policy.loss;
+    const std::vector<at::Tensor> out = with_full_parameters(  // gathered here when sharded
+        {policy_->lm_head_weight()},
+        {hidden.narrow(1, 0, batch.seq_len() - 1).index({targets.mask}), targets.labels,
+         targets.document, chosen, rejected, reference, counts},
+        [type, beta, scale, loss_options](const auto& in, const auto& head) {
+          DpoPairLosses pairs;
+          const at::Tensor pair_loss = fused_dpo_loss(
+              {in[0], head[0], in[1], in[2], in[3], in[4], in[5], in[6]}, type, beta, scale,
+              loss_options, &pairs);
+          return std::vector<at::Tensor>{pair_loss, pairs.losses, pairs.rewards_chosen,
+                                         pairs.rewards_rejected};
+        });
+    loss = out[0];
+    losses = {out[1], out[2], out[3]};
   } else {  // full logits
-    const at::Tensor policy =
-        document_logprobs(hidden, policy_->lm_head_weight(), batch, options_.policy.loss);
+    const FusedLossOptions loss_options = options_.policy.loss;
+    const at::Tensor policy = with_full_parameters(  // gathered here when sharded
+        {policy_->lm_head_weight()}, {hidden}, [batch, loss_options](const auto& in, const auto& head) {
+          return std::vector<at::Tensor>{document_logprobs(in[0], head[0], batch, loss_options)};
+        })[0];
     losses = dpo_pair_losses({policy.index_select(0, chosen), policy.index_select(0, rejected),
                               reference.index_select(0, chosen), reference.index_select(0, rejected),
                               counts.index_select(0, chosen), counts.index_select(0, rejected)},

@@ -10,6 +10,7 @@
 #include "tandem/core/error.h"
 #include "tandem/core/hash.h"
 #include "tandem/data/token_cache.h"
+#include "tandem/dist/sharding.h"
 #include "tandem/objectives/eagle3_export.h"
 
 namespace tandem {
@@ -95,6 +96,7 @@ void Eagle3Objective::set_vocab_map(const VocabMap& map) {
   draft_->d2t.copy_(map.d2t);
   draft_->t2d.copy_(map.t2d);
   // lm_head starts as the target's output rows of the draft vocab (SPEC §6).
+  const FullParameters target_lm_head({head_->lm_head()});  // gathered here when sharded
   draft_->lm_head->weight.copy_(head_->lm_head().index_select(0, map.draft_to_target()));
 }
 
@@ -142,6 +144,7 @@ TargetFeatures Eagle3Objective::features(const PackedBatch& batch) const {
 
 Teacher Eagle3Objective::teacher(const at::Tensor& last_hidden) const {
   at::NoGradGuard no_grad;
+  const FullParameters target_lm_head({head_->lm_head()});  // gathered here when sharded
   const int64_t rows = last_hidden.size(0), length = last_hidden.size(1);
   const at::Tensor normed = head_->final_norm(last_hidden).reshape({rows * length, -1});  // (N, H)
   const at::Tensor lm_head = head_->lm_head().to(at::kFloat);                             // (V, H)

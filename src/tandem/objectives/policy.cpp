@@ -5,6 +5,7 @@
 #include "tandem/core/config.h"
 #include "tandem/core/error.h"
 #include "tandem/data/datasets.h"
+#include "tandem/dist/sharding.h"
 
 namespace tandem {
 
@@ -102,9 +103,15 @@ ObjectiveOutput PolicyObjective::compute(const PackedBatch& batch, const StepTot
   const RolloutTargets targets = rollout_targets(batch, *rollouts_);
   const at::Tensor hidden = policy_->forward_hidden(batch.input_ids, batch.layout());  // (B, T, H)
   const at::Tensor inputs = hidden.narrow(1, 0, batch.seq_len() - 1).index({targets.mask});
-  at::Tensor entropy;
-  const at::Tensor logprobs = fused_token_logprobs(inputs, policy_->lm_head_weight(), targets.labels,
-                                                   options_.policy.loss, &entropy);  // (N,)
+  const FusedLossOptions loss_options = options_.policy.loss;
+  const std::vector<at::Tensor> head = with_full_parameters(  // gathered here when sharded
+      {policy_->lm_head_weight()}, {inputs, targets.labels},
+      [loss_options](const auto& in, const auto& weight) {
+        at::Tensor entropy;
+        at::Tensor logprobs = fused_token_logprobs(in[0], weight[0], in[1], loss_options, &entropy);
+        return std::vector<at::Tensor>{logprobs, entropy};
+      });
+  const at::Tensor logprobs = head[0], entropy = head[1];  // (N,) each
   const double per_token = 1.0 / static_cast<double>(totals.loss_tokens);
   const double per_document = 1.0 / static_cast<double>(totals.documents);
   const PolicyLosses losses =

@@ -10,6 +10,7 @@
 #include "tandem/core/error.h"
 #include "tandem/core/file_io.h"
 #include "tandem/core/json_file.h"
+#include "tandem/dist/sharding.h"
 #include "tandem/io/hf_checkpoint.h"
 #include "tandem/models/load.h"
 
@@ -80,8 +81,13 @@ ObjectiveOutput SftObjective::compute(const PackedBatch& batch, const StepTotals
   const at::Tensor targets = batch.input_ids.narrow(1, 1, length - 1).index({targets_mask});
   const at::Tensor weights =
       at::full({targets.size(0)}, 1.0 / static_cast<double>(totals.loss_tokens), at::kFloat);
-  at::Tensor loss =
-      fused_linear_cross_entropy(inputs, model_->lm_head_weight(), targets, weights, options_.loss);
+  const FusedLossOptions loss_options = options_.loss;
+  const at::Tensor loss = with_full_parameters(
+      {model_->lm_head_weight()}, {inputs, targets, weights},
+      [loss_options](const auto& in, const auto& w) {
+        return std::vector<at::Tensor>{
+            fused_linear_cross_entropy(in[0], w[0], in[1], in[2], loss_options)};
+      })[0];
   return {loss, {{"loss", loss.item<double>()}}};
 }
 

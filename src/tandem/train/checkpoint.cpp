@@ -392,6 +392,14 @@ void CheckpointWriter::write_tensors(const std::string& name,
   files_[name] = {static_cast<uint64_t>(status.st_size), hash_file(path)};
 }
 
+void CheckpointWriter::adopt_file(const std::string& name) {
+  const std::string path = claim(name);
+  struct stat status;
+  if (::stat(path.c_str(), &status) != 0)
+    fail(path, "was not written by the rank that owns it: ", errno_text());
+  files_[name] = {static_cast<uint64_t>(status.st_size), hash_file(path)};
+}
+
 void CheckpointWriter::write_text(const std::string& name, const std::string& text) {
   const std::string path = claim(name);
   write_synced_file(path, text);

@@ -77,6 +77,9 @@ class CheckpointWriter {
   void write_tensors(const std::string& name,
                      const std::vector<std::pair<std::string, at::Tensor>>& tensors,
                      const std::map<std::string, std::string>& metadata = {});
+  /// Lists the file `name` that another process (a rank writing its shard) has already written
+  /// and fsynced in staging_dir(), checksummed here.
+  void adopt_file(const std::string& name);
   /// Writes `text` as the file `name` (JSON, YAML, ...), fsynced, and checksums it.
   void write_text(const std::string& name, const std::string& text);
 

@@ -14,14 +14,39 @@ DistributedOptions read_distributed(const Config& config) {
   const Config section = config.section("distributed");
   DistributedOptions options;
   options.mode = section.get_choice("mode", {"ddp", "shard", "hybrid"}, "ddp");
-  check(options.mode == "ddp", "[train] ", section.where("mode"), ": '", options.mode,
-        "' is not available in this build yet (parameters, gradients and optimizer state split "
-        "across ranks are still being built); use ddp");
+  options.dp_replicate = section.get_int("dp_replicate", 0);
+  options.dp_shard = section.get_int("dp_shard", 0);
+  check(options.mode == "hybrid" || (options.dp_replicate == 0 && options.dp_shard == 0), "[train] ",
+        section.where("dp_replicate"), " and dp_shard are for mode: hybrid (mode ", options.mode,
+        " uses all ranks for ", options.mode == "ddp" ? "replicas" : "shards", ")");
+  if (options.mode == "hybrid")
+    check(options.dp_replicate > 0 && options.dp_shard > 0, "[train] ", section.where("mode"),
+          ": hybrid needs dp_replicate and dp_shard (positive, dp_replicate x dp_shard = ranks)");
   options.backend = section.get_choice("backend", {"auto", "gloo", "nccl"}, "auto");
   const int64_t timeout = section.get_int("timeout_s", 300);
   check(timeout > 0, "[train] ", section.where("timeout_s"), ": must be positive (seconds)");
   options.timeout = std::chrono::seconds(timeout);
   return options;
+}
+
+ParallelGroups parallel_groups(std::shared_ptr<dist::ProcessGroup> world,
+                               const DistributedOptions& options) {
+  ParallelGroups groups;
+  const int64_t ranks = world->size(), rank = world->rank();
+  int64_t replicas = ranks, shards = 1;  // ddp
+  if (options.mode == "shard") replicas = 1, shards = ranks;
+  if (options.mode == "hybrid") replicas = options.dp_replicate, shards = options.dp_shard;
+  check(replicas * shards == ranks, "[train] distributed: dp_replicate (", replicas,
+        ") x dp_shard (", shards, ") must equal the number of ranks, ", ranks);
+  groups.sharded = options.mode != "ddp";
+  // Rank = replica * shards + shard index: a shard group is `shards` consecutive ranks.
+  std::vector<int64_t> shard_ranks, replica_ranks;
+  for (int64_t s = 0; s < shards; ++s) shard_ranks.push_back(rank / shards * shards + s);
+  for (int64_t r = 0; r < replicas; ++r) replica_ranks.push_back(r * shards + rank % shards);
+  groups.shard = shards == ranks ? world : world->subgroup(shard_ranks, "shard");
+  groups.replicate = replicas == ranks ? world : world->subgroup(replica_ranks, "replicate");
+  groups.world = std::move(world);
+  return groups;
 }
 
 std::shared_ptr<dist::ProcessGroup> join_job(const DistributedOptions& options) {

@@ -1,5 +1,6 @@
 #pragma once
-// Data-parallel training (SPEC §7, distributed.mode: ddp) on a c10d process group: what the
+// Data-parallel training (SPEC §7; distributed.mode: ddp, and the data side of shard and hybrid,
+// whose parameter side is train/sharded_model.h) on a c10d process group: what the
 // trainer does differently with more than one rank. The plan keeps a W-rank run equal to the
 // one-process run of the same config (same global batch, same losses, same weights):
 //  - every rank draws the same micro-batches (the sampler and the packing are replicated: host
@@ -27,13 +28,29 @@
 namespace tandem {
 
 struct DistributedOptions {
-  std::string mode = "ddp";  // ddp; shard and hybrid are refused (not built yet)
+  std::string mode = "ddp";  // ddp | shard | hybrid
+  int64_t dp_replicate = 0;  // hybrid: replicas x shards = ranks
+  int64_t dp_shard = 0;
   std::string backend = "auto";  // auto = gloo; nccl is refused while training runs on the CPU
   std::chrono::seconds timeout{300};  // any collective, and joining the job
 };
 
 /// Reads `distributed.*` (mode, backend, timeout_s).
 DistributedOptions read_distributed(const Config& config);
+
+/// The groups a step communicates in. ddp: every rank a replica (shard groups of one); shard:
+/// one shard group of all ranks; hybrid: dp_replicate groups of dp_shard consecutive ranks,
+/// and replica groups across them (the same shard index in every shard group).
+struct ParallelGroups {
+  std::shared_ptr<dist::ProcessGroup> world;      // metrics, stop flag, checkpoint barriers
+  std::shared_ptr<dist::ProcessGroup> shard;      // parameters split across it (shard, hybrid)
+  std::shared_ptr<dist::ProcessGroup> replicate;  // gradients all-reduced across it
+  bool sharded = false;                           // mode shard or hybrid
+};
+
+/// Forms the groups of `options.mode` from the joined `world`; checks dp_replicate x dp_shard.
+ParallelGroups parallel_groups(std::shared_ptr<dist::ProcessGroup> world,
+                               const DistributedOptions& options);
 
 /// Joins the job the launcher started (dist/launch.h): a connected group when WORLD_SIZE (or
 /// SLURM_NTASKS) > 1, else a group of one. Logs the rank, world size and backend on rank 0.

@@ -11,6 +11,7 @@
 #include "tandem/models/frozen.h"
 #include "tandem/objectives/objective.h"
 #include "tandem/train/checkpoint.h"
+#include "tandem/train/sharded_model.h"
 
 namespace tandem {
 
@@ -26,16 +27,16 @@ ExportResult export_run(const std::string& run_dir, int64_t step, const std::str
   }
   const Config config = Config::parse(reader->read_text("config.yaml"), reader->dir() + "/config.yaml");
   std::unique_ptr<Objective> objective = make_objective(config);
-  const auto stored = reader->read_tensors("model.safetensors");
+  const auto stored = read_full_checkpoint_tensors(*reader, "model");  // either layout
   torch::nn::Module& model = objective->trainable();
   {
     at::NoGradGuard no_grad;
     auto restore = [&](const std::string& name, at::Tensor tensor) {
       auto found = stored.find(name);
-      check(found != stored.end(), "[export] ", reader->dir(), "/model.safetensors: missing '",
+      check(found != stored.end(), "[export] ", reader->dir(), ": the model has no '",
             name, "'");
       check(found->second.sizes() == tensor.sizes(), "[export] ", reader->dir(),
-            "/model.safetensors: '", name, "' has shape ", found->second.sizes(),
+            ": model tensor '", name, "' has shape ", found->second.sizes(),
             ", the model built from its config.yaml has ", tensor.sizes());
       tensor.copy_(found->second);
     };

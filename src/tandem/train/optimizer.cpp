@@ -11,9 +11,12 @@ namespace tandem {
 
 bool MixedPrecisionAdamW::decays(const at::Tensor& parameter) { return parameter.dim() >= 2; }
 
-MixedPrecisionAdamW::MixedPrecisionAdamW(NamedTensors parameters, AdamWOptions options)
+MixedPrecisionAdamW::MixedPrecisionAdamW(NamedTensors parameters, AdamWOptions options,
+                                         std::vector<bool> decay)
     : parameters_(std::move(parameters)), options_(options) {
   check(!parameters_.empty(), "[optimizer] no trainable parameters were given");
+  check(decay.empty() || decay.size() == parameters_.size(), "[optimizer] ", decay.size(),
+        " weight-decay flags for ", parameters_.size(), " parameters");
   std::set<const void*> seen;
   at::NoGradGuard no_grad;
   for (const auto& [name, parameter] : parameters_) {
@@ -26,9 +29,19 @@ MixedPrecisionAdamW::MixedPrecisionAdamW(NamedTensors parameters, AdamWOptions o
                                                         : parameter.detach().to(at::kFloat);
     slot.exp_avg = at::zeros_like(slot.master);
     slot.exp_avg_sq = at::zeros_like(slot.master);
-    slot.decay = decays(parameter);
+    slot.decay = decay.empty() ? decays(parameter) : decay[slots_.size()];
     slots_.push_back(std::move(slot));
   }
+}
+
+int64_t MixedPrecisionAdamW::state_bytes() const {
+  int64_t bytes = 0;
+  for (size_t i = 0; i < slots_.size(); ++i) {
+    const Slot& slot = slots_[i];
+    if (parameters_[i].second.scalar_type() != at::kFloat) bytes += slot.master.nbytes();
+    bytes += slot.exp_avg.nbytes() + slot.exp_avg_sq.nbytes();
+  }
+  return bytes;
 }
 
 void MixedPrecisionAdamW::zero_grad() {

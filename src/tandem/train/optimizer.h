@@ -25,7 +25,9 @@ class MixedPrecisionAdamW {
  public:
   using NamedTensors = std::vector<std::pair<std::string, at::Tensor>>;
   /// `parameters`: the trainable parameters (from tandem::trainable_parameters), by name.
-  MixedPrecisionAdamW(NamedTensors parameters, AdamWOptions options);
+  /// `decay`: per parameter, whether it gets weight decay; empty: decays(parameter) (sharded
+  /// parameters are flat slices, so their owner says it from the full shape).
+  MixedPrecisionAdamW(NamedTensors parameters, AdamWOptions options, std::vector<bool> decay = {});
 
   /// Hook that turns a local sum of squared gradients into the global one (all-reduce across
   /// shards); identity by default.
@@ -50,6 +52,8 @@ class MixedPrecisionAdamW {
   /// Drops every parameter's gradient and fp32 sum.
   void zero_grad();
 
+  /// Bytes of the fp32 state this optimizer holds: masters (of non-fp32 parameters) and moments.
+  int64_t state_bytes() const;
   int64_t steps_taken() const { return step_count_; }
   /// The state to checkpoint: masters ("master.<name>", only for non-fp32 params), moments
   /// ("exp_avg.<name>", "exp_avg_sq.<name>"), and the step count ("step").

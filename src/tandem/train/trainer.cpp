@@ -7,6 +7,7 @@
 #include <atomic>
 #include <chrono>
 #include <csignal>
+#include <cstdio>
 #include <filesystem>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -17,6 +18,8 @@
 #include "tandem/data/sampler.h"
 #include "tandem/data/token_cache.h"
 #include "tandem/dist/launch.h"
+#include "tandem/dist/process_group.h"
+#include "tandem/dist/sharding.h"
 #include "tandem/models/decoder.h"
 #include "tandem/models/frozen.h"
 #include "tandem/objectives/objective.h"
@@ -27,6 +30,7 @@
 #include "tandem/train/metrics.h"
 #include "tandem/train/optimizer.h"
 #include "tandem/train/schedule.h"
+#include "tandem/train/sharded_model.h"
 
 namespace tandem {
 
@@ -107,19 +111,48 @@ nlohmann::json counters_json(const Counters& counters, const SamplerState& sampl
           {"sampler", sampler}};
 }
 
+// Every rank calls it. Rank 0 stages and commits; with a sharded model, the ranks of the first
+// replica write their shard files into rank 0's staging directory first.
 void save_checkpoint(const TrainingOptions& options, const Config& config,
                      const MixedPrecisionAdamW& optimizer, const torch::nn::Module& model_module,
+                     const ShardedModel* sharded, const ParallelGroups& groups,
                      const Counters& counters, const Sampler& sampler) {
-  CheckpointWriter writer(options.run_dir, counters.step);
-  const std::vector<std::pair<std::string, at::Tensor>> model = model_state(model_module);
-  writer.write_tensors("model.safetensors", model);
-  writer.write_tensors("optimizer.safetensors", optimizer.state());
+  dist::ProcessGroup& world = *groups.world;
+  std::optional<CheckpointWriter> staged;
+  std::string staging_dir;
+  if (world.rank() == 0) {
+    staged.emplace(options.run_dir, counters.step);
+    staging_dir = staged->staging_dir();
+  }
+  if (sharded) {
+    world.broadcast_text(staging_dir, 0);
+    if (groups.replicate->rank() == 0) sharded->write_shard(staging_dir, optimizer);
+    world.barrier();  // every shard file is in place (or a rank failed and this throws)
+  }
+  if (world.rank() != 0) return;
+  CheckpointWriter& writer = *staged;
+  if (sharded) {
+    sharded->finish_checkpoint(writer, optimizer);
+  } else {
+    writer.write_tensors("model.safetensors", model_state(model_module));
+    writer.write_tensors("optimizer.safetensors", optimizer.state());
+  }
   writer.write_tensors("rng.safetensors",
                        {{"cpu_generator", at::detail::getDefaultCPUGenerator().get_state()}});
   writer.write_text("trainer_state.json", counters_json(counters, sampler.state()).dump(2) + "\n");
   writer.write_text("config.yaml", config.resolved_yaml() + "\n");
   for (const std::string& warning : writer.commit(static_cast<int>(options.keep_last)).warnings)
     std::cerr << "[train] warning: " << warning << "\n";
+}
+
+Counters counters_from_json(const nlohmann::json& state, Sampler& sampler);
+
+// The random generator, counters and sampler position of a checkpoint.
+Counters restore_trainer_state(const CheckpointReader& reader, Sampler& sampler) {
+  const auto rng = reader.read_tensors("rng.safetensors");
+  at::Generator generator = at::detail::getDefaultCPUGenerator();  // a handle to the global one
+  generator.set_state(rng.at("cpu_generator"));
+  return counters_from_json(nlohmann::json::parse(reader.read_text("trainer_state.json")), sampler);
 }
 
 Counters counters_from_json(const nlohmann::json& state, Sampler& sampler) {
@@ -131,11 +164,12 @@ Counters counters_from_json(const nlohmann::json& state, Sampler& sampler) {
   return counters;
 }
 
-// Restores everything a checkpoint holds; returns the counters it was saved with.
+// Restores everything a checkpoint holds (either layout, sharded_model.h) into an unsharded
+// model; returns the counters it was saved with.
 Counters restore_checkpoint(const CheckpointReader& reader, MixedPrecisionAdamW& optimizer,
                             const torch::nn::Module& model_module, Sampler& sampler) {
   const std::string& dir = reader.dir();
-  const auto model = reader.read_tensors("model.safetensors");
+  const auto model = read_full_checkpoint_tensors(reader, "model");
   {
     at::NoGradGuard no_grad;
     for (const auto& [name, parameter] : model_state(model_module)) {
@@ -148,15 +182,15 @@ Counters restore_checkpoint(const CheckpointReader& reader, MixedPrecisionAdamW&
       parameter.detach().copy_(found->second);
     }
   }
-  optimizer.load_state(reader.read_tensors("optimizer.safetensors"), dir + "/optimizer.safetensors");
-  const auto rng = reader.read_tensors("rng.safetensors");
-  at::Generator generator = at::detail::getDefaultCPUGenerator();  // a handle to the global one
-  generator.set_state(rng.at("cpu_generator"));
-  return counters_from_json(nlohmann::json::parse(reader.read_text("trainer_state.json")), sampler);
+  optimizer.load_state(read_full_checkpoint_tensors(reader, "optimizer"), dir + " optimizer state");
+  return restore_trainer_state(reader, sampler);
 }
 
 // Data parallel resume: rank 0 restored the checkpoint; every other rank takes its weights,
 // optimizer state, random generator, counters and sampler position.
+Counters share_trainer_state(dist::ProcessGroup& group, const Counters& counters,
+                             Sampler& sampler);
+
 Counters share_resumed_state(dist::ProcessGroup& group, MixedPrecisionAdamW& optimizer,
                              const torch::nn::Module& model_module, const Counters& counters,
                              Sampler& sampler) {
@@ -167,14 +201,22 @@ Counters share_resumed_state(dist::ProcessGroup& group, MixedPrecisionAdamW& opt
   std::vector<at::Tensor> values;
   for (const auto& entry : state) values.push_back(entry.second.contiguous().clone());
   broadcast_tensors_from_rank0(group, values, "the optimizer state's tensors");
+  if (group.rank() != 0) {
+    std::map<std::string, at::Tensor> named;
+    for (size_t i = 0; i < state.size(); ++i) named[state[i].first] = values[i];
+    optimizer.load_state(named, "rank 0's optimizer state");
+  }
+  return share_trainer_state(group, counters, sampler);
+}
+
+// Every rank takes rank 0's random generator, counters and sampler position.
+Counters share_trainer_state(dist::ProcessGroup& group, const Counters& counters,
+                             Sampler& sampler) {
   std::vector<at::Tensor> rng{at::detail::getDefaultCPUGenerator().get_state()};
   broadcast_tensors_from_rank0(group, rng, "the random generator state");
   std::string text = counters_json(counters, sampler.state()).dump();
   group.broadcast_text(text, 0);
   if (group.rank() == 0) return counters;
-  std::map<std::string, at::Tensor> named;
-  for (size_t i = 0; i < state.size(); ++i) named[state[i].first] = values[i];
-  optimizer.load_state(named, "rank 0's optimizer state");
   at::Generator generator = at::detail::getDefaultCPUGenerator();
   generator.set_state(rng[0]);
   return counters_from_json(nlohmann::json::parse(text), sampler);
@@ -189,11 +231,29 @@ void copy_tokenizer_files(const std::string& tokenizer_dir, const std::string& e
   }
 }
 
+// Every rank calls it; rank 0 writes. A sharded trainable model is gathered for it (the frozen
+// models are not: an export holds the trained model only).
 void export_trained_model(const Objective& objective, const TrainingData& data,
+                          const ShardedModel* sharded, const dist::ProcessGroup& world,
                           const std::string& dir) {
+  std::optional<FullParameters> full;
+  if (sharded) full.emplace(sharded->full_parameters());
+  if (world.rank() != 0) return;
   objective.export_model(dir);
   if (!data.tokenizer_dir.empty()) copy_tokenizer_files(data.tokenizer_dir, dir);
 }
+
+// Sharded training is built for the objectives whose every weight read goes through a layer or
+// with_full_parameters (dist/sharding.h) in the same order on every rank. DFlash is not yet: it
+// keeps its own copy of the target's embedding (grown by the mask row) and skips the lm_head
+// for micro-batches without labelled slots.
+void check_shardable(const std::string& name, const Config& config) {
+  check(name != "dflash", "[train] ", config.section("distributed").where("mode"),
+        ": shard and hybrid are not built for the dflash objective yet (it reads the target's "
+        "embedding and lm_head outside the sharded layers): use mode ddp");
+}
+
+double mib(int64_t bytes) { return static_cast<double>(bytes) / (1024.0 * 1024.0); }
 
 }  // namespace
 
@@ -209,7 +269,15 @@ TrainResult train(const Config& config) {
   check(options.docs_per_step > 0 || options.micro_batches % world == 0, "[train] ",
         config.section("training").where("micro_batches"), " = ", options.micro_batches,
         " is not a multiple of the ", world, " ranks (each rank runs micro_batches / ranks)");
+  if (distributed.mode != "ddp")
+    check_shardable(config.section("training").get_string("objective", "sft"), config);
+  if (distributed.mode == "hybrid")
+    check(distributed.dp_replicate * distributed.dp_shard == world, "[train] ",
+          config.section("distributed").where("mode"), ": hybrid with dp_replicate ",
+          distributed.dp_replicate, " x dp_shard ", distributed.dp_shard, " = ",
+          distributed.dp_replicate * distributed.dp_shard, " ranks, but the job has ", world);
   const std::shared_ptr<dist::ProcessGroup> group = join_job(distributed);
+  const ParallelGroups groups = parallel_groups(group, distributed);
   const bool lead = group->rank() == 0;  // writes checkpoints, metrics and exports
   // Rank 0 tokenizes into the data cache first; the others then read what it wrote.
   if (!lead) group->barrier();
@@ -217,32 +285,63 @@ TrainResult train(const Config& config) {
   if (lead) group->barrier();
   std::optional<RankZeroLoading> rank_zero_loading;  // only rank 0 opens weight files
   if (world > 1) rank_zero_loading.emplace(group);
+  std::optional<ParameterShards> frozen_shards;  // shard, hybrid: frozen weights split on load
+  std::optional<ShardFrozenOnLoad> shard_frozen_on_load;
+  if (groups.sharded) {
+    frozen_shards.emplace(groups.shard);
+    shard_frozen_on_load.emplace(*frozen_shards);
+  }
   std::unique_ptr<Objective> objective = make_objective(config);
   config.check_all_used();  // every key of the file was understood, before any work
   objective->attach_data({data.dataset ? &*data.dataset : nullptr,
                           data.dataset ? nullptr : &data.rollouts, data.cache_dir,
                           data.packing.seq_len});
 
+  std::optional<ShardedModel> sharded;  // modes shard and hybrid
+  if (groups.sharded) sharded.emplace(objective->trainable(), groups.shard, *frozen_shards);
+  const ShardedModel* sharded_model = sharded ? &*sharded : nullptr;
+
   at::manual_seed(options.seed);
   SamplerOptions sampler_options;
   sampler_options.dataset_size = data.num_records();
   sampler_options.seed = options.seed;
   Sampler sampler(sampler_options);
-  MixedPrecisionAdamW optimizer(trainable_parameters(objective->trainable()), options.adamw);
+  MixedPrecisionAdamW optimizer =
+      sharded ? MixedPrecisionAdamW(sharded->optimizer_parameters(), options.adamw, sharded->decays())
+              : MixedPrecisionAdamW(trainable_parameters(objective->trainable()), options.adamw);
+  if (sharded && groups.shard->size() > 1)  // the clipping norm sums the squares of all slices
+    optimizer.set_norm_reduction([&groups](const at::Tensor& local_sum) {
+      at::Tensor total = local_sum.detach().clone();
+      groups.shard->all_reduce_sum(total);
+      return total;
+    });
 
   Counters counters;
   std::string resumed;  // the checkpoint rank 0 resumed from
+  std::optional<CheckpointReader> resume_from;
   if (lead) {
-    const CheckpointSearch search = find_latest_valid(options.run_dir);
+    CheckpointSearch search = find_latest_valid(options.run_dir);
     for (const std::string& warning : search.warnings) std::cerr << warning << "\n";
     if (search.checkpoint) {
-      counters = restore_checkpoint(*search.checkpoint, optimizer, objective->trainable(), sampler);
-      resumed = search.checkpoint->dir();
+      resume_from.emplace(std::move(*search.checkpoint));
+      resumed = resume_from->dir();
     }
   }
-  if (world > 1) {
-    group->broadcast_text(resumed, 0);
-    if (!resumed.empty())
+  if (world > 1) group->broadcast_text(resumed, 0);
+  if (!resumed.empty() && sharded) {
+    // Rank 0 reads the checkpoint (either layout) at full shape; each rank keeps its slices.
+    std::map<std::string, at::Tensor> model, optimizer_state;
+    if (lead) {
+      model = read_full_checkpoint_tensors(*resume_from, "model");
+      optimizer_state = read_full_checkpoint_tensors(*resume_from, "optimizer");
+      counters = restore_trainer_state(*resume_from, sampler);
+    }
+    sharded->restore(*group, model, optimizer_state, optimizer);
+    if (world > 1) counters = share_trainer_state(*group, counters, sampler);
+  } else if (!resumed.empty()) {
+    if (lead)
+      counters = restore_checkpoint(*resume_from, optimizer, objective->trainable(), sampler);
+    if (world > 1)
       counters = share_resumed_state(*group, optimizer, objective->trainable(), counters, sampler);
   }
   if (lead && !resumed.empty())
@@ -270,8 +369,10 @@ TrainResult train(const Config& config) {
       batches.push_back(next_micro_batch(sampler, data));
       step_documents += batches.back().total_documents();
       const int64_t drawn = static_cast<int64_t>(batches.size());
+      // Sharded: every rank must run as many micro-batches (their layer calls pair up).
       if (options.docs_per_step > 0
-              ? step_documents >= options.docs_per_step && drawn >= world
+              ? step_documents >= options.docs_per_step && drawn >= world &&
+                    (!sharded || drawn % world == 0)
               : drawn >= options.micro_batches)
         break;
     }
@@ -287,7 +388,7 @@ TrainResult train(const Config& config) {
     double forward_seconds = 0, backward_seconds = 0;
     std::map<std::string, double> summed;
     std::vector<std::string> metric_order;
-    group->reset_bytes();
+    for (const auto* part : {&groups.world, &groups.shard, &groups.replicate}) (*part)->reset_bytes();
     for (size_t index = 0; index < batches.size(); ++index) {
       if (!owns_micro_batch(*group, static_cast<int64_t>(index))) continue;
       const PackedBatch& batch = batches[index];
@@ -307,8 +408,10 @@ TrainResult train(const Config& config) {
     // 3. Data parallel: the ranks' gradients summed, their metrics summed, any stop request.
     bool stop = stop_requested.load();
     const auto reduce_start = Clock::now();
+    if (groups.replicate->size() > 1)  // (shard groups reduce-scattered during backward)
+      optimizer.reduce_gradients(
+          [&](at::Tensor& buffer) { groups.replicate->all_reduce_sum(buffer); });
     if (world > 1) {
-      optimizer.reduce_gradients([&](at::Tensor& buffer) { group->all_reduce_sum(buffer); });
       const int64_t count = static_cast<int64_t>(metric_order.size());
       at::Tensor values = at::zeros({count + 1}, at::kDouble);
       for (int64_t i = 0; i < count; ++i) values[i] = summed[metric_order[i]];
@@ -344,7 +447,10 @@ TrainResult train(const Config& config) {
     record.values.emplace_back("time/optimizer", optimizer_seconds);
     if (world > 1) {
       record.values.emplace_back("time/reduce", reduce_seconds);
-      record.values.emplace_back("collective_bytes", static_cast<double>(group->bytes().total()));
+      int64_t bytes = group->bytes().total();
+      if (groups.shard != group) bytes += groups.shard->bytes().total();
+      if (groups.replicate != group) bytes += groups.replicate->bytes().total();
+      record.values.emplace_back("collective_bytes", static_cast<double>(bytes));
     }
     record.values.emplace_back("peak_rss_mib", peak_rss_mib());
     record.values.emplace_back("loss_tokens", static_cast<double>(totals.loss_tokens));
@@ -355,11 +461,12 @@ TrainResult train(const Config& config) {
 
     const bool last = counters.step == options.steps;
     const bool due = options.save_every > 0 && counters.step % options.save_every == 0;
-    if ((due || last || stop) && lead) {
-      save_checkpoint(options, config, optimizer, objective->trainable(), counters, sampler);
-      if (!last) metrics->note("saved " + checkpoint_dir_name(counters.step));
+    if (due || last || stop) {
+      save_checkpoint(options, config, optimizer, objective->trainable(), sharded_model, groups,
+                      counters, sampler);
+      if (!last && lead) metrics->note("saved " + checkpoint_dir_name(counters.step));
       if (objective->export_at_checkpoints() && !(last && options.export_at_end))
-        export_trained_model(*objective, data, options.run_dir + "/export");
+        export_trained_model(*objective, data, sharded_model, *group, options.run_dir + "/export");
     }
     if (due || last || stop) group->barrier();  // the checkpoint is complete before anyone goes on
     if (stop && !last) {
@@ -374,13 +481,22 @@ TrainResult train(const Config& config) {
   result.final_step = counters.step;
   if (options.export_at_end) {
     result.export_dir = options.run_dir + "/export";
-    if (lead) export_trained_model(*objective, data, result.export_dir);
+    export_trained_model(*objective, data, sharded_model, *group, result.export_dir);
   }
   group->barrier();  // rank 0's export is done (or its failure reaches every rank)
-  if (world > 1)  // one write: ranks share the terminal or torchrun's pipe
-    std::cerr << ("[train] rank " + std::to_string(group->rank()) + " of " +
-                  std::to_string(world) + ": peak RSS " + std::to_string(peak_rss_mib()) +
-                  " MiB\n");
+  // What this rank holds: trainable state = parameters (slices when sharded) + fp32 masters and
+  // AdamW moments; frozen = the frozen models' weights (slices when sharded).
+  int64_t trainable_bytes = optimizer.state_bytes(), frozen_bytes = 0;
+  for (const at::Tensor& parameter : objective->trainable().parameters())
+    if (!is_frozen(parameter)) trainable_bytes += held_bytes(parameter);
+  for (const at::Tensor& weight : frozen_weights()) frozen_bytes += held_bytes(weight);
+  char line[256];  // one write: ranks share the terminal or torchrun's pipe
+  std::snprintf(line, sizeof line,
+                "[train] rank %lld of %lld: peak RSS %.1f MiB, trainable state %.3f MiB, frozen "
+                "weights %.3f MiB\n",
+                static_cast<long long>(group->rank()), static_cast<long long>(world),
+                peak_rss_mib(), mib(trainable_bytes), mib(frozen_bytes));
+  std::cerr << line;
   return result;
 }
 

@@ -1,0 +1,78 @@
+# Helpers for the end-to-end tests that run real ranks (sourced; needs $tandem, $root).
+#   free_port, torchrun2 LOG ARGS..., compare A B TOL, same_losses A B
+torch_python="$root/.venv/bin/python"
+
+free_port() {
+  python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+# torchrun2 LOG ARGS...: `torchrun --nproc-per-node=2 --no-python tandem ARGS` (bounded);
+# NPROC=4 torchrun2 ... for 4 ranks.
+torchrun2() {
+  local log=$1
+  shift
+  timeout 300 "$torch_python" -m torch.distributed.run --nproc-per-node="${NPROC:-2}" \
+    --master-addr=127.0.0.1 --master-port="$(free_port)" --no-python "$tandem" "$@" > "$log" 2>&1 ||
+    { cat "$log" >&2; return 1; }
+}
+
+# compare A B TOL: every tensor of checkpoints (or safetensors files) A and B within TOL (max abs
+# difference). A checkpoint directory in the sharded layout is reassembled from its shard files.
+compare() {
+  python3 - "$@" <<'PY'
+import array, json, os, struct, sys
+
+def read_file(path):
+    with open(path, "rb") as f:
+        size = struct.unpack("<Q", f.read(8))[0]
+        header = json.loads(f.read(size))
+        data = f.read()
+    out = {}
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        begin, end = info["data_offsets"]
+        values = array.array("f" if info["dtype"] == "F32" else "q" if info["dtype"] == "I64" else "B")
+        values.frombytes(data[begin:end])
+        out[name] = values
+    return out
+
+def tensors(path):
+    if not os.path.isdir(path):
+        return read_file(path)
+    if os.path.exists(os.path.join(path, "model.safetensors")):
+        return read_file(os.path.join(path, "model.safetensors"))
+    meta = json.load(open(os.path.join(path, "shards.json")))
+    pieces = [read_file(os.path.join(path, f"model.shard-{s}-of-{meta['shards']}.safetensors"))
+              for s in range(meta["shards"])]
+    out = {}
+    for name in meta["model"]:
+        values = None
+        for piece in pieces:
+            if name in piece:
+                values = piece[name] if values is None else values + piece[name]
+        out[name] = values
+    return out
+
+a, b, tol = tensors(sys.argv[1]), tensors(sys.argv[2]), float(sys.argv[3])
+assert a.keys() == b.keys(), (sorted(a.keys() ^ b.keys()))[:5]
+worst = max(max((abs(x - y) for x, y in zip(a[k], b[k])), default=0.0) for k in a)
+print(f"  {len(a)} tensors, max |difference| {worst:.3g} (tolerance {tol:g})")
+assert worst <= tol, f"{sys.argv[1]} and {sys.argv[2]} differ by {worst}"
+PY
+}
+
+# same_losses A B: metrics.jsonl of two runs, every step's loss within 1e-5 relative.
+same_losses() {
+  python3 - "$@" <<'PY'
+import json, sys
+def losses(path):
+    return {r["step"]: r["loss"] for r in map(json.loads, open(path)) if "loss" in r}
+a, b = losses(sys.argv[1]), losses(sys.argv[2])
+assert a.keys() == b.keys() and a, (a.keys(), b.keys())
+worst = max(abs(a[s] - b[s]) / abs(a[s]) for s in a)
+print(f"  losses of {len(a)} steps, max relative difference {worst:.3g}")
+assert worst <= 1e-5, (a, b)
+PY
+}
+
