@@ -4,7 +4,9 @@
 # EAGLE-3 against the demo target, same global batch (2 micro-batches of 8 x 256 tokens per
 # step). Prints the median step time, each rank's trainable state (parameters + fp32 masters +
 # AdamW moments) and frozen weights as the ranks report them, the peak RSS of each rank, and
-# the bytes each rank hands to the collectives per step.
+# the bytes each rank hands to the collectives per step. A larger SFT model (bench/sft-large-model.json,
+# 150 M parameters, 1 x 256-token rows) shows the per-rank memory where the weights and optimizer
+# state dominate the activations.
 # The 2 ranks share this machine's cores (1 thread each on 2 cores, against 2 threads for the
 # single process): the times are as measured, the memory is the main figure.
 # Usage: bench/bench_distributed.sh BUILD_DIR [STEPS]   (needs runs/demo-target/export: the demo)
@@ -58,6 +60,9 @@ run sft-1 1 - configs/demo-target.yaml "${sft[@]}"
 run sft-ddp 2 ddp configs/demo-target.yaml "${sft[@]}"
 run sft-shard 2 shard configs/demo-target.yaml "${sft[@]}" distributed.mode=shard
 run sft-hybrid 2 "hybrid 2x1" configs/demo-target.yaml "${sft[@]}" "${hybrid[@]}"
+large=(model.config=bench/sft-large-model.json data.micro_batch_rows=1)
+run sft-large-1 1 - configs/demo-target.yaml "${large[@]}"
+run sft-large-shard 2 shard configs/demo-target.yaml "${large[@]}" distributed.mode=shard
 run eagle3-1 1 - configs/demo-eagle3.yaml
 run eagle3-ddp 2 ddp configs/demo-eagle3.yaml
 run eagle3-shard 2 shard configs/demo-eagle3.yaml distributed.mode=shard

@@ -1,5 +1,6 @@
 # Helpers for the end-to-end tests that run real ranks (sourced; needs $tandem, $root).
-#   free_port, torchrun2 LOG ARGS..., compare A B TOL, same_losses A B
+#   free_port, torchrun2 LOG ARGS..., compare A B TOL, same_losses A B,
+#   one_vs_sharded JOB CONFIG OVERRIDES... (needs $work)
 torch_python="$root/.venv/bin/python"
 
 free_port() {
@@ -76,3 +77,18 @@ assert worst <= 1e-5, (a, b)
 PY
 }
 
+# one_vs_sharded JOB CONFIG OVERRIDES...: the job in one process, then sharded over 2 ranks
+# (distributed.mode: shard), in $work/JOB-1 and $work/JOB-shard: the same losses and final
+# weights. AdamW eps 1e-2 (e2e_distributed.sh says why).
+one_vs_sharded() {
+  local job=$1 config=$2
+  shift 2
+  "$tandem" train "$config" "training.run_dir=$work/$job-1" optimizer.eps=1.0e-2 "$@" \
+    > "$work/$job-1.log" 2>&1 || { cat "$work/$job-1.log" >&2; return 1; }
+  torchrun2 "$work/$job-shard.log" train "$config" "training.run_dir=$work/$job-shard" \
+    optimizer.eps=1.0e-2 distributed.mode=shard "$@"
+  local last
+  last=$(cd "$work/$job-1" && ls -d step-* | tail -1)
+  same_losses "$work/$job-1/metrics.jsonl" "$work/$job-shard/metrics.jsonl"
+  compare "$work/$job-1/$last" "$work/$job-shard/$last" 1e-6
+}

@@ -3,7 +3,9 @@
 # z-lab export at every checkpoint, `tandem export` of an older step, the export checked against
 # what SGLang / vLLM read (tools/check_dflash_export.py), `tandem capture` + offline training
 # (same first-step loss as online), the same with loss.teacher: target (the capture then holds the
-# last hidden states), and `tandem eval` with the DFlash export (output = greedy).
+# last hidden states), and `tandem eval` with the DFlash export (output = greedy); sharded over 2
+# ranks (distributed.mode: shard) with a grown mask row and with loss.teacher: target, against
+# one process.
 # Usage: tests/e2e_dflash.sh BUILD_DIR   (run by ctest)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -12,6 +14,7 @@ work=$(mktemp -d "${TMPDIR:-/tmp}/tandem-e2e-dflash-XXXXXX")
 trap 'rm -rf "$work"' EXIT
 cd "$root"
 export OMP_NUM_THREADS=1 TANDEM_THREADS=1
+source "$root/tests/dist_helpers.sh"  # one_vs_sharded, compare
 
 # 12 documents of random ids from the fixture's 512-token vocab, the first 4 tokens unmasked.
 python3 - "$work/docs.jsonl" <<'PY'
@@ -93,4 +96,30 @@ assert r["greedy_identical"] == r["prompts"] == 6, r
 assert r["draft_type"] == "dflash" and r["draft_tokens"] == 3, r
 print("tau", r["tau"])
 PY
+echo "== sharded over 2 ranks against one process: a grown mask row, and loss.teacher: target"
+# The fixture target plus a 512-token byte-level tokenizer with no spare token: a row is grown.
+mkdir -p "$work/target-full-vocab"
+cp tests/fixtures/models/llama3/* "$work/target-full-vocab/"
+python3 - "$work/target-full-vocab/tokenizer.json" <<'PY'
+import json, sys
+printable = [*range(ord("!"), ord("~") + 1), *range(0xA1, 0xAC + 1), *range(0xAE, 0xFF + 1)]
+codes = {b: b for b in printable}
+for b in range(256):  # GPT-2's byte-to-unicode map for the rest
+    if b not in codes:
+        codes[b] = 256 + len([x for x in codes if x not in printable])
+vocab = {chr(codes[b]): b for b in range(256)}
+vocab.update({f"t{i}": i for i in range(256, 512)})
+json.dump({"version": "1.0", "added_tokens": [], "normalizer": None,
+           "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": False,
+                             "trim_offsets": True, "use_regex": True},
+           "post_processor": None, "decoder": {"type": "ByteLevel"},
+           "model": {"type": "BPE", "vocab": vocab, "merges": []}}, open(sys.argv[1], "w"))
+PY
+sed -e 's/, mask_token_id: 511//' -e "s|tests/fixtures/models/llama3|$work/target-full-vocab|" \
+  "$work/dflash.yaml" > "$work/dflash-grown.yaml"
+one_vs_sharded grown "$work/dflash-grown.yaml" training.micro_batches=2
+test -f "$work/grown-shard/export/mask_embedding.safetensors"
+compare "$work/grown-1/export/mask_embedding.safetensors" \
+  "$work/grown-shard/export/mask_embedding.safetensors" 0
+one_vs_sharded target "$work/dflash.yaml" training.micro_batches=2 loss.teacher=target
 echo "e2e_dflash: OK"

@@ -17,7 +17,7 @@ work=$(mktemp -d "${TMPDIR:-/tmp}/tandem-e2e-policy-XXXXXX")
 trap '[ -n "${KEEP:-}" ] || rm -rf "$work"' EXIT
 cd "$root"
 export OMP_NUM_THREADS=1 TANDEM_THREADS=1
-source "$root/tests/dist_helpers.sh"  # torchrun2, compare, same_losses
+source "$root/tests/dist_helpers.sh"  # one_vs_sharded
 
 cat > "$work/model.json" <<'JSON'
 {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": 4096,
@@ -99,21 +99,8 @@ assert abs(first["kl_new_old"]) < 1e-6
 assert [s["num_documents"] for s in steps] == [6, 6], [s["num_documents"] for s in steps]
 PY
 done
-# sharded JOB CONFIG OVERRIDES...: one process, then 2 sharded ranks; same losses and weights.
-sharded() {
-  local job=$1 config=$2
-  shift 2
-  "$tandem" train "$config" "training.run_dir=$work/$job-1" optimizer.eps=1.0e-2 "$@" \
-    > "$work/$job-1.log" 2>&1 || { cat "$work/$job-1.log" >&2; return 1; }
-  torchrun2 "$work/$job-shard.log" train "$config" "training.run_dir=$work/$job-shard" \
-    optimizer.eps=1.0e-2 distributed.mode=shard "$@"
-  local last
-  last=$(cd "$work/$job-1" && ls -d step-* | tail -1)
-  same_losses "$work/$job-1/metrics.jsonl" "$work/$job-shard/metrics.jsonl"
-  compare "$work/$job-1/$last" "$work/$job-shard/$last" 1e-6
-}
 echo "== sharded over 2 ranks against one process: DPO (live reference), GRPO, distillation"
-sharded dpo "$work/dpo.yaml" training.micro_batches=2
+one_vs_sharded dpo "$work/dpo.yaml" training.micro_batches=2
 cat > "$work/grpo.yaml" <<YAML
 model: {path: $work/base/export, dtype: fp32}
 loss: {chunk_tokens: 64}
@@ -122,7 +109,7 @@ training: {objective: grpo, steps: 2, lr: 1.0e-3, log_every: 1, docs_per_step: 6
 YAML
 # micro_batches, not docs_per_step: a sharded step rounds its micro-batches up to a multiple of
 # the ranks, so with docs_per_step it may hold one more than the one-process step.
-sharded grpo "$work/grpo.yaml" training.docs_per_step=0 training.micro_batches=2
+one_vs_sharded grpo "$work/grpo.yaml" training.docs_per_step=0 training.micro_batches=2
 cat > "$work/distill.yaml" <<YAML
 model: {config: $work/model.json, dtype: fp32}
 teacher: {path: $work/base/export, dtype: fp32}
@@ -130,5 +117,5 @@ data: {path: $work/chat.jsonl, format: conversations, tokenizer: data/demo/token
        seq_len: 256, micro_batch_rows: 2, cache_dir: $work/cache}
 training: {objective: distill, steps: 3, micro_batches: 2, lr: 1.0e-3, log_every: 1}
 YAML
-sharded distill "$work/distill.yaml"
+one_vs_sharded distill "$work/distill.yaml"
 echo "e2e_policy: OK"

@@ -37,7 +37,7 @@ Runner add_train_command(CLI::App& root) {
       "hard_label_weight). DPO: reference (path, dtype, logprobs from `tandem "
       "reference-logprobs`), loss (type: sigmoid | hinge | ipo, beta). GRPO/GSPO: loss "
       "(epsilon_low, epsilon_high); rollouts from `tandem rollout` or any engine. "
-      "Distributed: distributed (mode: ddp | shard | hybrid (shard and hybrid: all but dflash), "
+      "Distributed: distributed (mode: ddp | shard | hybrid, "
       "dp_replicate and dp_shard (hybrid: their product = ranks), backend: auto | gloo | nccl, "
       "timeout_s); launch with torchrun --nproc-per-node=N --no-python tandem "
       "train ... or srun (SLURM_PROCID, SLURM_NTASKS with MASTER_ADDR, MASTER_PORT); "

@@ -11,6 +11,7 @@
 #include "tandem/core/error.h"
 #include "tandem/core/hash.h"
 #include "tandem/core/json_file.h"
+#include "tandem/dist/sharding.h"
 #include "tandem/objectives/dflash_export.h"
 #include "tandem/objectives/vocab_head.h"
 #include "tandem/text/tokenizer.h"
@@ -238,8 +239,16 @@ DFlashObjective::DFlashObjective(const DFlashOptions& options) : options_(option
 
   mask_token_ = resolve_dflash_mask_token(options, target_config_.vocab_size);
   input_embedding_ = head_->embed_tokens();
-  if (mask_token_.grow_embedding)  // a copy with one more row; the target's stays untouched
-    input_embedding_ = grow_embedding(input_embedding_, mean_embedding_row(input_embedding_));
+  if (mask_token_.grow_embedding) {  // a copy with one more row; the target's stays untouched
+    {
+      const FullParameters target_embedding({input_embedding_});  // gathered when sharded
+      input_embedding_ = grow_embedding(input_embedding_, mean_embedding_row(input_embedding_));
+    }
+    mask_embedding_ = input_embedding_[mask_token_.id].clone();  // (H,) for the export
+    // Sharded training: the grown copy is split like the target's weights.
+    if (ParameterShards* shards = ShardFrozenOnLoad::active())
+      shards->shard(input_embedding_, /*trainable=*/false);
+  }
 
   DFlashConfig config = DFlashConfig::for_target(
       target_config_, options.dims, options.target_layer_ids, options.block_size, mask_token_.id);
@@ -316,9 +325,13 @@ DFlashResult DFlashObjective::run(const PackedBatch& batch, const TargetFeatures
   at::Tensor block_embeds;
   {
     at::NoGradGuard no_grad;
-    block_embeds =
-        at::embedding(input_embedding_, dflash_block_ids(batch.input_ids, blocks, mask_token_.id))
-            .to(dtype);  // (B, A * bs, H)
+    const at::Tensor block_ids = dflash_block_ids(batch.input_ids, blocks, mask_token_.id);
+    block_embeds = with_full_parameters({input_embedding_}, {block_ids},
+                                        [](const auto& in, const auto& embedding) {
+                                          return std::vector<at::Tensor>{
+                                              at::embedding(embedding[0], in[0])};
+                                        })[0]
+                       .to(dtype);  // (B, A * bs, H)
   }
   const at::Tensor context = draft_->context(features.aux.to(dtype));  // (B, S, H)
   DFlashResult result;
@@ -354,16 +367,25 @@ DFlashResult DFlashObjective::run(const PackedBatch& batch, const TargetFeatures
                               .index_select(0, flat_columns.index_select(0, labelled)))
             .to(head_->lm_head().scalar_type());
   }
-  if (labelled.numel() == 0) {
-    result.loss = result.hidden.sum() * 0.0;  // keeps the graph: the step's other batches count
-  } else if (distill) {
+  // The target's lm_head goes through with_full_parameters (gathered per call when sharded),
+  // also for a micro-batch without labelled slots (N = 0: loss 0, zero gradients), so every
+  // rank makes the same calls.
+  if (distill) {
     const at::Tensor weights =
         slot_weights.to(hidden.device()).index_select(0, slots) / weight_total;  // (N,)
-    result.loss = fused_distillation_loss(hidden, head_->lm_head(), teacher_hidden,
-                                          head_->lm_head(), labels, weights, options_.distill);
+    const DistillLossOptions distill_options = options_.distill;
+    result.loss = with_full_parameters(
+        {head_->lm_head()}, {hidden, teacher_hidden, labels, weights},
+        [distill_options](const auto& in, const auto& head) {
+          return std::vector<at::Tensor>{fused_distillation_loss(in[0], head[0], in[1], head[0],
+                                                                 in[2], in[3], distill_options)};
+        })[0];
   } else {
-    const at::Tensor logprobs =
-        fused_token_logprobs(hidden, head_->lm_head(), labels, options_.loss);
+    const FusedLossOptions loss_options = options_.loss;
+    const at::Tensor logprobs = with_full_parameters(
+        {head_->lm_head()}, {hidden, labels}, [loss_options](const auto& in, const auto& head) {
+          return std::vector<at::Tensor>{fused_token_logprobs(in[0], head[0], in[1], loss_options)};
+        })[0];
     const at::Tensor weights = slot_weights.to(logprobs.device()).index_select(0, slots);
     result.loss = -(logprobs * weights).sum() / weight_total;
     at::NoGradGuard no_grad;
@@ -373,6 +395,7 @@ DFlashResult DFlashObjective::run(const PackedBatch& batch, const TargetFeatures
     result.loss_sums.assign(per_slot.data_ptr<double>(), per_slot.data_ptr<double>() + block_size);
   }
   result.loss_sums.resize(static_cast<size_t>(block_size), 0.0);
+  const FullParameters lm_head({head_->lm_head()});  // for the accuracy metrics, when sharded
   const at::Tensor wanted =  // (N,) what greedy verification would accept at each slot
       distill ? chunked_argmax(teacher_hidden, head_->lm_head(), options_.loss) : labels;
   const at::Tensor hits =
@@ -422,7 +445,7 @@ void DFlashObjective::export_model(const std::string& dir) const {
   info.num_target_layers = target_config_.num_hidden_layers;
   info.mask_token = mask_token_.content;
   if (mask_token_.grow_embedding) {
-    info.mask_embedding = input_embedding_[mask_token_.id];
+    info.mask_embedding = mask_embedding_;
     info.serving_note = mask_token_.serving_note;
   }
   write_dflash_export(*draft_, dir, info);

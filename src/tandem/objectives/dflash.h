@@ -160,6 +160,7 @@ class DFlashObjective : public Objective {
   DecoderConfig target_config_;
   MaskTokenChoice mask_token_;
   at::Tensor input_embedding_;  // the target's embed_tokens, shared; a grown copy if rule Grown
+  at::Tensor mask_embedding_;   // (H,) the grown mask row, kept whole for the export
   double gamma_ = 0;
   DFlashDraft draft_{nullptr};
 };

@@ -243,16 +243,6 @@ void export_trained_model(const Objective& objective, const TrainingData& data,
   if (!data.tokenizer_dir.empty()) copy_tokenizer_files(data.tokenizer_dir, dir);
 }
 
-// Sharded training is built for the objectives whose every weight read goes through a layer or
-// with_full_parameters (dist/sharding.h) in the same order on every rank. DFlash is not yet: it
-// keeps its own copy of the target's embedding (grown by the mask row) and skips the lm_head
-// for micro-batches without labelled slots.
-void check_shardable(const std::string& name, const Config& config) {
-  check(name != "dflash", "[train] ", config.section("distributed").where("mode"),
-        ": shard and hybrid are not built for the dflash objective yet (it reads the target's "
-        "embedding and lm_head outside the sharded layers): use mode ddp");
-}
-
 double mib(int64_t bytes) { return static_cast<double>(bytes) / (1024.0 * 1024.0); }
 
 }  // namespace
@@ -269,8 +259,6 @@ TrainResult train(const Config& config) {
   check(options.docs_per_step > 0 || options.micro_batches % world == 0, "[train] ",
         config.section("training").where("micro_batches"), " = ", options.micro_batches,
         " is not a multiple of the ", world, " ranks (each rank runs micro_batches / ranks)");
-  if (distributed.mode != "ddp")
-    check_shardable(config.section("training").get_string("objective", "sft"), config);
   if (distributed.mode == "hybrid")
     check(distributed.dp_replicate * distributed.dp_shard == world, "[train] ",
           config.section("distributed").where("mode"), ": hybrid with dp_replicate ",
@@ -447,9 +435,10 @@ TrainResult train(const Config& config) {
     record.values.emplace_back("time/optimizer", optimizer_seconds);
     if (world > 1) {
       record.values.emplace_back("time/reduce", reduce_seconds);
-      int64_t bytes = group->bytes().total();
-      if (groups.shard != group) bytes += groups.shard->bytes().total();
-      if (groups.replicate != group) bytes += groups.replicate->bytes().total();
+      int64_t bytes = group->bytes().total();  // a group of one moves nothing
+      if (groups.shard != group && groups.shard->size() > 1) bytes += groups.shard->bytes().total();
+      if (groups.replicate != group && groups.replicate->size() > 1)
+        bytes += groups.replicate->bytes().total();
       record.values.emplace_back("collective_bytes", static_cast<double>(bytes));
     }
     record.values.emplace_back("peak_rss_mib", peak_rss_mib());
