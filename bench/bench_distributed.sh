@@ -5,7 +5,7 @@
 # step). Prints the median step time, each rank's trainable state (parameters + fp32 masters +
 # AdamW moments) and frozen weights as the ranks report them, the peak RSS of each rank, and
 # the bytes each rank hands to the collectives per step. A larger SFT model (bench/sft-large-model.json,
-# 150 M parameters, 1 x 256-token rows) shows the per-rank memory where the weights and optimizer
+# 150 M parameters, 4 x 256-token micro-batches) shows the per-rank memory where the weights and optimizer
 # state dominate the activations.
 # The 2 ranks share this machine's cores (1 thread each on 2 cores, against 2 threads for the
 # single process): the times are as measured, the memory is the main figure.
@@ -28,12 +28,12 @@ run() {  # run NAME RANKS MODE CONFIG [overrides]
   shift 4
   if [ "$ranks" = 1 ]; then
     TANDEM_THREADS=2 "$tandem" train "$config" "training.run_dir=$work/$name" "${common[@]}" "$@" \
-      > "$work/$name.log" 2>&1
+      > "$work/$name.log" 2>&1 || { tail -5 "$work/$name.log" >&2; exit 1; }
   else
     unset TANDEM_THREADS
     .venv/bin/python -m torch.distributed.run --nproc-per-node=2 --master-addr=127.0.0.1 \
       --master-port="$(port)" --no-python "$tandem" train "$config" "training.run_dir=$work/$name" \
-      "${common[@]}" "$@" > "$work/$name.log" 2>&1
+      "${common[@]}" "$@" > "$work/$name.log" 2>&1 || { tail -5 "$work/$name.log" >&2; exit 1; }
   fi
   python3 - "$name" "$ranks" "$mode" "$work/$name/metrics.jsonl" "$work/$name.log" <<'PY'
 import json, re, statistics, sys
@@ -60,7 +60,7 @@ run sft-1 1 - configs/demo-target.yaml "${sft[@]}"
 run sft-ddp 2 ddp configs/demo-target.yaml "${sft[@]}"
 run sft-shard 2 shard configs/demo-target.yaml "${sft[@]}" distributed.mode=shard
 run sft-hybrid 2 "hybrid 2x1" configs/demo-target.yaml "${sft[@]}" "${hybrid[@]}"
-large=(model.config=bench/sft-large-model.json data.micro_batch_rows=1)
+large=(model.config=bench/sft-large-model.json data.micro_batch_rows=4)
 run sft-large-1 1 - configs/demo-target.yaml "${large[@]}"
 run sft-large-shard 2 shard configs/demo-target.yaml "${large[@]}" distributed.mode=shard
 run eagle3-1 1 - configs/demo-eagle3.yaml
