@@ -20,6 +20,8 @@
 #    both real): the same losses and weights as one process;
 #  - sharded checkpoints resume on 2 ranks, on 1 (sharded and not), and a one-process
 #    checkpoint resumes sharded on 2: the same final weights;
+#  - offline EAGLE-3 (features from a capture) sharded: the one-process losses and weights, the
+#    frozen head halved per rank;
 #  - a rank killed mid-run while sharded: the other exits with a [dist] error.
 # The configs use AdamW eps 1e-2. A sharded backward sums some activation gradients in another
 # order than one process (1-ulp differences), and at eps 1e-8 Adam's m / sqrt(v) blows those up
@@ -197,6 +199,12 @@ for job in sft eagle3; do
   same_losses "$work/$job-1/metrics.jsonl" "$work/$job-hybrid/metrics.jsonl"
   compare "$work/$job-1/step-00000004" "$work/$job-hybrid/step-00000004" 1e-6
 done
+
+echo "== eagle3 offline (from a capture: only the target's head is loaded, sharded as it loads)"
+"$tandem" capture "$work/eagle3.yaml" --out "$work/capture" > /dev/null 2>&1
+one_vs_sharded eagle3-offline "$work/eagle3.yaml" "data.capture=$work/capture"
+grep -q "rank 1 of 2: .*frozen weights 0.125 MiB" "$work/eagle3-offline-shard.log"
+grep -q "rank 0 of 1: .*frozen weights 0.250 MiB" "$work/eagle3-offline-1.log"
 
 echo "== sft: hybrid 2 x 2 on 4 ranks against one process (4 micro-batches)"
 "$tandem" train "$work/sft.yaml" "training.run_dir=$work/sft-1x4" training.micro_batches=4 \
