@@ -68,7 +68,7 @@ class ProcessGroup {
   /// Every rank's `local` (same shape everywhere) stacked along dim 0: (size * n, ...).
   at::Tensor all_gather(const at::Tensor& local);
   /// `full` (size * n, ...) summed over ranks; this rank's n rows. Uses the backend's own
-  /// reduce-scatter, or, when `emulate` (or the backend has none), an all-reduce and this
+  /// reduce-scatter (Gloo and NCCL both have one), or, when `emulate`, an all-reduce and this
   /// rank's slice of it (same result, size times the traffic).
   at::Tensor reduce_scatter_sum(const at::Tensor& full, bool emulate = false);
   /// `text` becomes `root`'s on every rank (length first, then the bytes).
