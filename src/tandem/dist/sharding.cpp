@@ -184,7 +184,13 @@ ParameterShards::~ParameterShards() {
 }
 
 at::Tensor ParameterShards::shard(const at::Tensor& tensor, bool trainable) {
-  if (const ShardedPtr existing = find_sharded(tensor)) return existing->shard;
+  if (const ShardedPtr existing = find_sharded(tensor)) {
+    if (trainable) {
+      existing->shard.set_requires_grad(true);
+      const_cast<at::Tensor&>(tensor).set_requires_grad(false);
+    }
+    return existing->shard;
+  }
   check(tensor.defined() && tensor.numel() > 0, "[shard] cannot shard an empty tensor");
   at::NoGradGuard no_grad;
   const bool owns_storage = tensor.is_contiguous() && tensor.storage_offset() == 0 &&
@@ -242,17 +248,17 @@ int64_t held_bytes(const at::Tensor& tensor) {
 }
 
 namespace {
-ParameterShards* active_frozen_shards = nullptr;
+ParameterShards* active_load_shards = nullptr;
 }
 
-ShardFrozenOnLoad::ShardFrozenOnLoad(ParameterShards& shards) {
-  check(active_frozen_shards == nullptr, "[shard] frozen models are already being sharded");
-  active_frozen_shards = &shards;
+ShardWhileLoading::ShardWhileLoading(ParameterShards& shards) {
+  check(active_load_shards == nullptr, "[shard] loaded models are already being sharded");
+  active_load_shards = &shards;
 }
 
-ShardFrozenOnLoad::~ShardFrozenOnLoad() { active_frozen_shards = nullptr; }
+ShardWhileLoading::~ShardWhileLoading() { active_load_shards = nullptr; }
 
-ParameterShards* ShardFrozenOnLoad::active() { return active_frozen_shards; }
+ParameterShards* ShardWhileLoading::active() { return active_load_shards; }
 
 FullParameters::FullParameters(std::vector<at::Tensor> tensors) {
   for (const at::Tensor& tensor : tensors) {

@@ -50,7 +50,8 @@ class ParameterShards {
 
   /// Splits `tensor` (contiguous, owning its storage): this rank keeps its slice and the full
   /// storage is freed. Returns the slice (chunk,), which requires grad when `trainable` (the
-  /// optimizer's parameter). Sharding a tensor twice returns the same slice.
+  /// optimizer's parameter). Sharding a tensor twice returns the same slice (made trainable if
+  /// `trainable`, e.g. a model sharded while loading, then handed to the optimizer).
   at::Tensor shard(const at::Tensor& tensor, bool trainable);
   /// This rank's slice of a sharded tensor.
   at::Tensor local_shard(const at::Tensor& tensor) const;
@@ -71,14 +72,16 @@ bool is_sharded(const at::Tensor& tensor);
 /// Bytes this rank holds for `tensor`: its storage (empty while sharded) plus its slice.
 int64_t held_bytes(const at::Tensor& tensor);
 
-/// While alive, every frozen model (models/frozen.h) loaded in this process is sharded by
-/// `shards` weight by weight as it arrives, so no rank ever holds a whole frozen model.
-class ShardFrozenOnLoad {
+/// While alive, every model loaded from an HF checkpoint in this process (frozen models, and a
+/// trained model that starts from a checkpoint) is sharded by `shards` weight by weight as it
+/// arrives, so no rank ever holds a whole loaded model. A trained model's slices become
+/// trainable when it is sharded again with trainable = true (ParameterShards::shard).
+class ShardWhileLoading {
  public:
-  explicit ShardFrozenOnLoad(ParameterShards& shards);
-  ~ShardFrozenOnLoad();
-  ShardFrozenOnLoad(const ShardFrozenOnLoad&) = delete;
-  ShardFrozenOnLoad& operator=(const ShardFrozenOnLoad&) = delete;
+  explicit ShardWhileLoading(ParameterShards& shards);
+  ~ShardWhileLoading();
+  ShardWhileLoading(const ShardWhileLoading&) = delete;
+  ShardWhileLoading& operator=(const ShardWhileLoading&) = delete;
   /// The active scope's shards, or null.
   static ParameterShards* active();
 };

@@ -74,7 +74,7 @@ FrozenHead FrozenHead::load(const std::string& dir, c10::ScalarType dtype,
   at::Tensor lm_head =
       config.tie_word_embeddings ? embed : read("lm_head.weight", {vocab, hidden});
   at::Tensor final_norm = read("model.norm.weight", {hidden});
-  if (ParameterShards* shards = ShardFrozenOnLoad::active())  // before they are registered
+  if (ParameterShards* shards = ShardWhileLoading::active())  // before they are registered
     for (const at::Tensor& weight : {embed, lm_head, final_norm})
       shards->shard(weight, /*trainable=*/false);
   return FrozenHead(embed, final_norm, config.rms_norm_eps, lm_head);
@@ -113,7 +113,7 @@ FrozenModel::~FrozenModel() {
 
 FrozenModel FrozenModel::load(const std::string& dir, c10::ScalarType dtype,
                               const at::Device& device) {
-  ParameterShards* shards = ShardFrozenOnLoad::active();
+  ParameterShards* shards = ShardWhileLoading::active();
   if (!shards) return FrozenModel(dir, load_causal_lm(dir, dtype, device));
   // Sharded training: each weight is split as soon as it arrives (never a whole model).
   return FrozenModel(dir, load_causal_lm(dir, dtype, device, [shards](const at::Tensor& weight) {

@@ -246,7 +246,7 @@ DFlashObjective::DFlashObjective(const DFlashOptions& options) : options_(option
     }
     mask_embedding_ = input_embedding_[mask_token_.id].clone();  // (H,) for the export
     // Sharded training: the grown copy is split like the target's weights.
-    if (ParameterShards* shards = ShardFrozenOnLoad::active())
+    if (ParameterShards* shards = ShardWhileLoading::active())
       shards->shard(input_embedding_, /*trainable=*/false);
   }
 

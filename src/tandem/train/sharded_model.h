@@ -41,9 +41,9 @@ std::map<std::string, at::Tensor> read_full_checkpoint_tensors(const CheckpointR
 class ShardedModel {
  public:
   using NamedTensors = std::vector<std::pair<std::string, at::Tensor>>;
-  /// Splits every parameter of `trainable` (those requiring grad become the optimizer's) across
-  /// `shard_group`, and with `frozen` every live frozen weight not already split while loading
-  /// (dist/sharding.h: ShardFrozenOnLoad).
+  /// Splits every parameter of `trainable` (those requiring grad become the optimizer's; the
+  /// ones split while loading are taken over) across `shard_group`, and with `frozen` every live
+  /// frozen weight not already split while loading (dist/sharding.h: ShardWhileLoading).
   ShardedModel(torch::nn::Module& trainable, std::shared_ptr<dist::ProcessGroup> shard_group,
                ParameterShards& frozen);
 

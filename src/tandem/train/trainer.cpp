@@ -273,11 +273,11 @@ TrainResult train(const Config& config) {
   if (lead) group->barrier();
   std::optional<RankZeroLoading> rank_zero_loading;  // only rank 0 opens weight files
   if (world > 1) rank_zero_loading.emplace(group);
-  std::optional<ParameterShards> frozen_shards;  // shard, hybrid: frozen weights split on load
-  std::optional<ShardFrozenOnLoad> shard_frozen_on_load;
+  std::optional<ParameterShards> load_shards;  // shard, hybrid: loaded models split as they load
+  std::optional<ShardWhileLoading> shard_while_loading;
   if (groups.sharded) {
-    frozen_shards.emplace(groups.shard);
-    shard_frozen_on_load.emplace(*frozen_shards);
+    load_shards.emplace(groups.shard);
+    shard_while_loading.emplace(*load_shards);
   }
   std::unique_ptr<Objective> objective = make_objective(config);
   config.check_all_used();  // every key of the file was understood, before any work
@@ -286,7 +286,7 @@ TrainResult train(const Config& config) {
                           data.packing.seq_len});
 
   std::optional<ShardedModel> sharded;  // modes shard and hybrid
-  if (groups.sharded) sharded.emplace(objective->trainable(), groups.shard, *frozen_shards);
+  if (groups.sharded) sharded.emplace(objective->trainable(), groups.shard, *load_shards);
   const ShardedModel* sharded_model = sharded ? &*sharded : nullptr;
 
   at::manual_seed(options.seed);
