@@ -101,7 +101,9 @@ int64_t MixedPrecisionAdamW::reduce_gradients(
 
 double MixedPrecisionAdamW::step(double lr) {
   at::NoGradGuard no_grad;
-  // Global norm over every gradient (and, through the hook, every shard), in fp32.
+  // Global norm over every gradient (and, through the hook, every shard): squares in fp32,
+  // summed in fp64, so the clipping factor does not depend on how the sum was split (one
+  // process, or slices on W ranks) beyond rounding far below fp32's.
   std::vector<at::Tensor> grads(parameters_.size());
   at::Tensor norm_sq;
   for (size_t i = 0; i < parameters_.size(); ++i) {
@@ -109,10 +111,10 @@ double MixedPrecisionAdamW::step(double lr) {
     const at::Tensor& sum = slots_[i].grad_sum;
     if (!grad.defined() && !sum.defined()) continue;
     grads[i] = sum.defined() ? (grad.defined() ? sum + grad.to(at::kFloat) : sum) : grad.to(at::kFloat);
-    const at::Tensor part = grads[i].pow(2).sum();
+    const at::Tensor part = grads[i].pow(2).sum(at::kDouble);
     norm_sq = norm_sq.defined() ? norm_sq + part : part;
   }
-  if (!norm_sq.defined()) norm_sq = at::zeros({}, at::kFloat);
+  if (!norm_sq.defined()) norm_sq = at::zeros({}, at::kDouble);
   if (reduce_norm_sq_) norm_sq = reduce_norm_sq_(norm_sq);
   const double grad_norm = std::sqrt(norm_sq.item<double>());
   double clip = 1.0;
