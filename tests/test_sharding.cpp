@@ -90,7 +90,12 @@ TEST(Sharding, OneProcessGivesTheUnshardedOutputsAndGradients) {
       EXPECT_TRUE(sharded.parameters()[i].equal(originals[i])) << "parameter " << i;
   }
   EXPECT_EQ(sharded.embed->weight.storage().nbytes(), 0u) << "freed again after the scope";
-  EXPECT_EQ(shards.full_bytes(), shards.held_bytes());  // one rank holds everything
+  int64_t held = 0, full = 0;  // one rank holds every element, in its slices only
+  for (const at::Tensor& parameter : sharded.parameters()) {
+    held += tandem::held_bytes(parameter);
+    full += parameter.numel() * parameter.element_size();
+  }
+  EXPECT_EQ(held, full);
 }
 
 TEST(Sharding, TwoProcessesReduceScatterTheSumOfBothRanksGradients) {
@@ -120,16 +125,15 @@ TEST(Sharding, TwoProcessesReduceScatterTheSumOfBothRanksGradients) {
     failures += !at::allclose(out, expected_out, 1e-6, 1e-7);
     out.pow(2).sum().backward();
     const ShardLayout w = shards.layout(layer->weight), b = shards.layout(layer->bias);
-    const at::Tensor w_expected = reference->weight.grad().reshape({-1}).narrow(
-        0, w.begin(rank), w.end(rank) - w.begin(rank));
-    const at::Tensor b_expected =
-        reference->bias.grad().narrow(0, b.begin(rank), b.end(rank) - b.begin(rank));
+    const at::Tensor w_expected =
+        reference->weight.grad().reshape({-1}).narrow(0, w.begin(rank), w.count(rank));
+    const at::Tensor b_expected = reference->bias.grad().narrow(0, b.begin(rank), b.count(rank));
     failures += !at::allclose(weight.grad().narrow(0, 0, w_expected.numel()), w_expected, 1e-5, 1e-6);
     failures += !at::allclose(bias.grad().narrow(0, 0, b_expected.numel()), b_expected, 1e-5, 1e-6);
     // The padding's gradient stays zero.
     failures += weight.grad().narrow(0, w_expected.numel(), 8 - w_expected.numel()).abs().sum().item<double>() != 0;
     failures += layer->weight.storage().nbytes() != 0;
-    failures += shards.held_bytes() != (8 + 2) * 4;
+    failures += tandem::held_bytes(layer->weight) + tandem::held_bytes(layer->bias) != (8 + 2) * 4;
     return failures;
   });
 }

@@ -202,9 +202,9 @@ at::Tensor ParameterShards::shard(const at::Tensor& tensor, bool trainable) {
   sharded->layout = {tensor.numel(), group_->size()};
   sharded->group = group_.get();
   const ShardLayout& layout = sharded->layout;
-  const int64_t begin = layout.begin(group_->rank()), end = layout.end(group_->rank());
+  const int64_t begin = layout.begin(group_->rank()), count = layout.count(group_->rank());
   sharded->shard = at::zeros({layout.chunk()}, tensor.options().requires_grad(false));
-  sharded->shard.narrow(0, 0, end - begin).copy_(tensor.detach().reshape({-1}).narrow(0, begin, end - begin));
+  sharded->shard.narrow(0, 0, count).copy_(tensor.detach().reshape({-1}).narrow(0, begin, count));
   // The slice is the optimizer's leaf; the full tensor only ever holds gathered copies.
   const_cast<at::Tensor&>(tensor).set_requires_grad(false);
   sharded->shard.set_requires_grad(trainable);
@@ -224,18 +224,6 @@ ShardLayout ParameterShards::layout(const at::Tensor& tensor) const {
   const ShardedPtr sharded = find_sharded(tensor);
   check(sharded != nullptr, "[shard] the tensor is not sharded");
   return sharded->layout;
-}
-
-int64_t ParameterShards::held_bytes() const {
-  int64_t bytes = 0;
-  for (const at::Tensor& tensor : tensors_) bytes += local_shard(tensor).nbytes();
-  return bytes;
-}
-
-int64_t ParameterShards::full_bytes() const {
-  int64_t bytes = 0;
-  for (const at::Tensor& tensor : tensors_) bytes += static_cast<int64_t>(full_nbytes(tensor));
-  return bytes;
 }
 
 bool is_sharded(const at::Tensor& tensor) { return find_sharded(tensor) != nullptr; }
@@ -258,7 +246,9 @@ ShardWhileLoading::ShardWhileLoading(ParameterShards& shards) {
 
 ShardWhileLoading::~ShardWhileLoading() { active_load_shards = nullptr; }
 
-ParameterShards* ShardWhileLoading::active() { return active_load_shards; }
+void shard_if_loading(const at::Tensor& weight) {
+  if (active_load_shards) active_load_shards->shard(weight, /*trainable=*/false);
+}
 
 FullParameters::FullParameters(std::vector<at::Tensor> tensors) {
   for (const at::Tensor& tensor : tensors) {

@@ -37,6 +37,7 @@ struct ShardLayout {
   int64_t chunk() const { return numel == 0 ? 1 : (numel + ranks - 1) / ranks; }
   int64_t begin(int64_t rank) const { return std::min(numel, rank * chunk()); }
   int64_t end(int64_t rank) const { return std::min(numel, (rank + 1) * chunk()); }
+  int64_t count(int64_t rank) const { return end(rank) - begin(rank); }  // unpadded elements
 };
 
 /// The tensors one shard group has split. Destroying it gathers nothing: the sharded tensors
@@ -56,10 +57,6 @@ class ParameterShards {
   /// This rank's slice of a sharded tensor.
   at::Tensor local_shard(const at::Tensor& tensor) const;
   ShardLayout layout(const at::Tensor& tensor) const;
-  dist::ProcessGroup& group() const { return *group_; }
-  /// Bytes of the slices this rank holds, and of the full tensors they stand for.
-  int64_t held_bytes() const;
-  int64_t full_bytes() const;
 
  private:
   std::shared_ptr<dist::ProcessGroup> group_;
@@ -82,9 +79,11 @@ class ShardWhileLoading {
   ~ShardWhileLoading();
   ShardWhileLoading(const ShardWhileLoading&) = delete;
   ShardWhileLoading& operator=(const ShardWhileLoading&) = delete;
-  /// The active scope's shards, or null.
-  static ParameterShards* active();
 };
+
+/// Inside a ShardWhileLoading scope, shards `weight` (not trainable yet); otherwise nothing.
+/// Called on every weight as it is read from a checkpoint (models/load.cpp, FrozenHead::load).
+void shard_if_loading(const at::Tensor& weight);
 
 /// While alive, the full values of every sharded tensor among `tensors` are present (gathered
 /// in order, freed in reverse). No autograd: for frozen weights, exports and checkpoints.

@@ -3,7 +3,6 @@
 #include <ATen/ATen.h>
 
 #include "tandem/core/error.h"
-#include "tandem/dist/sharding.h"
 
 namespace tandem {
 
@@ -158,9 +157,7 @@ at::Tensor CausalLMImpl::lm_head_weight() const {
 }
 
 at::Tensor CausalLMImpl::logits(const at::Tensor& hidden) const {
-  return with_full_parameters({lm_head_weight()}, {hidden}, [](const auto& in, const auto& w) {
-    return std::vector<at::Tensor>{at::linear(in[0], w[0])};
-  })[0];
+  return apply_linear(hidden, lm_head_weight());
 }
 
 }  // namespace tandem

@@ -74,23 +74,17 @@ FrozenHead FrozenHead::load(const std::string& dir, c10::ScalarType dtype,
   at::Tensor lm_head =
       config.tie_word_embeddings ? embed : read("lm_head.weight", {vocab, hidden});
   at::Tensor final_norm = read("model.norm.weight", {hidden});
-  if (ParameterShards* shards = ShardWhileLoading::active())  // before they are registered
-    for (const at::Tensor& weight : {embed, lm_head, final_norm})
-      shards->shard(weight, /*trainable=*/false);
+  for (const at::Tensor& weight : {embed, lm_head, final_norm})  // before they are registered
+    shard_if_loading(weight);
   return FrozenHead(embed, final_norm, config.rms_norm_eps, lm_head);
 }
 
 at::Tensor FrozenHead::embed(const at::Tensor& ids) const {
-  return with_full_parameters({embed_tokens_}, {ids}, [](const auto& in, const auto& w) {
-    return std::vector<at::Tensor>{at::embedding(w[0], in[0])};
-  })[0];
+  return apply_embedding(embed_tokens_, ids);
 }
 
 at::Tensor FrozenHead::final_norm(const at::Tensor& last_hidden) const {
-  const double eps = rms_norm_eps_;
-  return with_full_parameters({final_norm_}, {last_hidden}, [eps](const auto& in, const auto& w) {
-    return std::vector<at::Tensor>{rms_norm(in[0], w[0], eps)};
-  })[0];
+  return apply_rms_norm(last_hidden, final_norm_, rms_norm_eps_);
 }
 
 FrozenHead FrozenModel::head() const {
@@ -113,12 +107,7 @@ FrozenModel::~FrozenModel() {
 
 FrozenModel FrozenModel::load(const std::string& dir, c10::ScalarType dtype,
                               const at::Device& device) {
-  ParameterShards* shards = ShardWhileLoading::active();
-  if (!shards) return FrozenModel(dir, load_causal_lm(dir, dtype, device));
-  // Sharded training: each weight is split as soon as it arrives (never a whole model).
-  return FrozenModel(dir, load_causal_lm(dir, dtype, device, [shards](const at::Tensor& weight) {
-                       shards->shard(weight, /*trainable=*/false);
-                     }));
+  return FrozenModel(dir, load_causal_lm(dir, dtype, device));
 }
 
 FrozenModel::Output FrozenModel::forward(const at::Tensor& ids, const AttentionLayout& layout,

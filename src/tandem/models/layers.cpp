@@ -13,9 +13,7 @@ LinearImpl::LinearImpl(int64_t in_features, int64_t out_features, bool has_bias,
   if (has_bias) bias = register_parameter("bias", at::empty({out_features}, options));
 }
 
-// Each layer reads its weights through with_full_parameters: a no-op unless they are sharded
-// (distributed.mode: shard), when they are gathered for this call only (dist/sharding.h).
-at::Tensor LinearImpl::forward(const at::Tensor& x) const {
+at::Tensor apply_linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {
   if (!bias.defined())
     return with_full_parameters({weight}, {x}, [](const auto& in, const auto& w) {
       return std::vector<at::Tensor>{at::linear(in[0], w[0])};
@@ -25,15 +23,27 @@ at::Tensor LinearImpl::forward(const at::Tensor& x) const {
   })[0];
 }
 
+at::Tensor apply_embedding(const at::Tensor& weight, const at::Tensor& ids) {
+  return with_full_parameters({weight}, {ids}, [](const auto& in, const auto& w) {
+    return std::vector<at::Tensor>{at::embedding(w[0], in[0])};
+  })[0];
+}
+
+at::Tensor apply_rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
+  return with_full_parameters({weight}, {x}, [eps](const auto& in, const auto& w) {
+    return std::vector<at::Tensor>{rms_norm(in[0], w[0], eps)};
+  })[0];
+}
+
+at::Tensor LinearImpl::forward(const at::Tensor& x) const { return apply_linear(x, weight, bias); }
+
 EmbeddingImpl::EmbeddingImpl(int64_t vocab_size, int64_t hidden_size,
                              const at::TensorOptions& options) {
   weight = register_parameter("weight", at::empty({vocab_size, hidden_size}, options));
 }
 
 at::Tensor EmbeddingImpl::forward(const at::Tensor& ids) const {
-  return with_full_parameters({weight}, {ids}, [](const auto& in, const auto& w) {
-    return std::vector<at::Tensor>{at::embedding(w[0], in[0])};
-  })[0];
+  return apply_embedding(weight, ids);
 }
 
 RMSNormImpl::RMSNormImpl(int64_t size, double eps_, const at::TensorOptions& options)
@@ -47,12 +57,7 @@ at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
   return weight * (x32 * inv_rms).to(x.scalar_type());
 }
 
-at::Tensor RMSNormImpl::forward(const at::Tensor& x) const {
-  const double epsilon = eps;
-  return with_full_parameters({weight}, {x}, [epsilon](const auto& in, const auto& w) {
-    return std::vector<at::Tensor>{rms_norm(in[0], w[0], epsilon)};
-  })[0];
-}
+at::Tensor RMSNormImpl::forward(const at::Tensor& x) const { return apply_rms_norm(x, weight, eps); }
 
 void init_normal_(torch::nn::Module& module, double std, uint64_t seed) {
   at::NoGradGuard no_grad;

@@ -30,6 +30,16 @@ TORCH_MODULE(Embedding);
 /// weight * x / rms(x), normalised in fp32 and cast back before scaling (transformers' order).
 at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps);
 
+// The three weight-reading ops, each through with_full_parameters (dist/sharding.h): plain ATen
+// calls unless the weights are sharded, when they are gathered for this call only. The layers
+// below and the frozen heads use them.
+/// x (..., in) @ weight (out, in)^T (+ bias (out), optional) -> (..., out).
+at::Tensor apply_linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias = {});
+/// Rows of weight (vocab, hidden) for ids (...) int64 -> (..., hidden).
+at::Tensor apply_embedding(const at::Tensor& weight, const at::Tensor& ids);
+/// rms_norm(x, weight, eps).
+at::Tensor apply_rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps);
+
 /// RMSNorm as transformers computes it: normalise in fp32, cast back, then scale.
 class RMSNormImpl : public torch::nn::Module {
  public:

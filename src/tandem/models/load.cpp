@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "tandem/core/error.h"
+#include "tandem/dist/sharding.h"
 
 namespace tandem {
 
@@ -29,8 +30,7 @@ std::string join_first(const std::vector<std::string>& names, size_t limit) {
 }  // namespace
 
 void load_parameters(torch::nn::Module& module, const HfCheckpoint& checkpoint,
-                     c10::ScalarType dtype, const at::Device& device, bool tied_embeddings,
-                     const std::function<void(const at::Tensor&)>& on_loaded) {
+                     c10::ScalarType dtype, const at::Device& device, bool tied_embeddings) {
   at::NoGradGuard no_grad;
   std::set<std::string> used;
   std::vector<std::string> missing;
@@ -46,7 +46,7 @@ void load_parameters(torch::nn::Module& module, const HfCheckpoint& checkpoint,
           " but the config implies ", param.value().sizes());
     at::Tensor value = checkpoint.read(name).to(device, dtype);
     param.value().set_data(value);
-    if (on_loaded) on_loaded(param.value());
+    shard_if_loading(param.value());  // sharded training: split as soon as it arrives
     used.insert(name);
   }
   check(missing.empty(), "[checkpoint] ", checkpoint.dir(), ": missing tensors ",
@@ -59,13 +59,12 @@ void load_parameters(torch::nn::Module& module, const HfCheckpoint& checkpoint,
         " (a different architecture or config?)");
 }
 
-CausalLM load_causal_lm(const std::string& dir, c10::ScalarType dtype, const at::Device& device,
-                        const std::function<void(const at::Tensor&)>& on_loaded) {
+CausalLM load_causal_lm(const std::string& dir, c10::ScalarType dtype, const at::Device& device) {
   const DecoderConfig config = DecoderConfig::from_dir(dir);
   const HfCheckpoint checkpoint = HfCheckpoint::open(dir);
   // Parameters start uninitialised (at::empty: pages untouched until filled); load fills them.
   CausalLM model(config, at::TensorOptions().dtype(dtype).device(device));
-  load_parameters(*model, checkpoint, dtype, device, config.tie_word_embeddings, on_loaded);
+  load_parameters(*model, checkpoint, dtype, device, config.tie_word_embeddings);
   return model;
 }
 

@@ -3,7 +3,6 @@
 // table), shapes must match, and every tensor in the file must be used.
 #include <torch/nn/module.h>
 
-#include <functional>
 #include <string>
 
 #include "tandem/io/hf_checkpoint.h"
@@ -15,13 +14,12 @@ namespace tandem {
 /// to `dtype` on `device`. Errors name the directory and list missing, unexpected or misshapen
 /// tensors. Tensors that carry no weights (`rotary_emb.inv_freq`) and, for tied models, a stored
 /// `lm_head.weight` are skipped.
-/// `on_loaded` (optional) sees each parameter right after it is filled (e.g. to shard it).
+/// In sharded training (dist/sharding.h: ShardWhileLoading) each parameter is split as soon as
+/// it is filled, so the whole model never exists on one rank.
 void load_parameters(torch::nn::Module& module, const HfCheckpoint& checkpoint,
-                     c10::ScalarType dtype, const at::Device& device, bool tied_embeddings,
-                     const std::function<void(const at::Tensor&)>& on_loaded = {});
+                     c10::ScalarType dtype, const at::Device& device, bool tied_embeddings);
 
 /// config.json + weights of `dir` -> a causal LM in `dtype` on `device`.
-CausalLM load_causal_lm(const std::string& dir, c10::ScalarType dtype, const at::Device& device,
-                        const std::function<void(const at::Tensor&)>& on_loaded = {});
+CausalLM load_causal_lm(const std::string& dir, c10::ScalarType dtype, const at::Device& device);
 
 }  // namespace tandem

@@ -245,9 +245,7 @@ DFlashObjective::DFlashObjective(const DFlashOptions& options) : options_(option
       input_embedding_ = grow_embedding(input_embedding_, mean_embedding_row(input_embedding_));
     }
     mask_embedding_ = input_embedding_[mask_token_.id].clone();  // (H,) for the export
-    // Sharded training: the grown copy is split like the target's weights.
-    if (ParameterShards* shards = ShardWhileLoading::active())
-      shards->shard(input_embedding_, /*trainable=*/false);
+    shard_if_loading(input_embedding_);  // sharded training: split like the target's weights
   }
 
   DFlashConfig config = DFlashConfig::for_target(
@@ -325,13 +323,9 @@ DFlashResult DFlashObjective::run(const PackedBatch& batch, const TargetFeatures
   at::Tensor block_embeds;
   {
     at::NoGradGuard no_grad;
-    const at::Tensor block_ids = dflash_block_ids(batch.input_ids, blocks, mask_token_.id);
-    block_embeds = with_full_parameters({input_embedding_}, {block_ids},
-                                        [](const auto& in, const auto& embedding) {
-                                          return std::vector<at::Tensor>{
-                                              at::embedding(embedding[0], in[0])};
-                                        })[0]
-                       .to(dtype);  // (B, A * bs, H)
+    block_embeds =
+        apply_embedding(input_embedding_, dflash_block_ids(batch.input_ids, blocks, mask_token_.id))
+            .to(dtype);  // (B, A * bs, H)
   }
   const at::Tensor context = draft_->context(features.aux.to(dtype));  // (B, S, H)
   DFlashResult result;

@@ -51,12 +51,7 @@ DecoderConfig student_decoder_config(const SftOptions& options) {
 CausalLM make_causal_lm(const SftOptions& options) {
   CausalLM model{nullptr};
   if (!options.model_path.empty()) {
-    // Sharded training: each weight is split as soon as it arrives (dist/sharding.h).
-    ParameterShards* shards = ShardWhileLoading::active();
-    model = load_causal_lm(options.model_path, options.dtype, at::kCPU,
-                           [shards](const at::Tensor& weight) {
-                             if (shards) shards->shard(weight, /*trainable=*/false);
-                           });
+    model = load_causal_lm(options.model_path, options.dtype, at::kCPU);
   } else {
     model = CausalLM(student_decoder_config(options), at::TensorOptions().dtype(options.dtype));
     init_normal_(*model, options.init_std, options.seed);

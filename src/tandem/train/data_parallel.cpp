@@ -14,6 +14,7 @@ DistributedOptions read_distributed(const Config& config) {
   const Config section = config.section("distributed");
   DistributedOptions options;
   options.mode = section.get_choice("mode", {"ddp", "shard", "hybrid"}, "ddp");
+  options.where = section.where("mode");
   options.dp_replicate = section.get_int("dp_replicate", 0);
   options.dp_shard = section.get_int("dp_shard", 0);
   check(options.mode == "hybrid" || (options.dp_replicate == 0 && options.dp_shard == 0), "[train] ",
@@ -29,15 +30,21 @@ DistributedOptions read_distributed(const Config& config) {
   return options;
 }
 
+std::pair<int64_t, int64_t> replicas_and_shards(const DistributedOptions& options, int64_t ranks) {
+  if (options.mode == "ddp") return {ranks, 1};
+  if (options.mode == "shard") return {1, ranks};
+  const int64_t product = options.dp_replicate * options.dp_shard;
+  check(product == ranks, "[train] ", options.where, ": hybrid with dp_replicate ",
+        options.dp_replicate, " x dp_shard ", options.dp_shard, " = ", product,
+        " ranks, but the job has ", ranks);
+  return {options.dp_replicate, options.dp_shard};
+}
+
 ParallelGroups parallel_groups(std::shared_ptr<dist::ProcessGroup> world,
                                const DistributedOptions& options) {
   ParallelGroups groups;
   const int64_t ranks = world->size(), rank = world->rank();
-  int64_t replicas = ranks, shards = 1;  // ddp
-  if (options.mode == "shard") replicas = 1, shards = ranks;
-  if (options.mode == "hybrid") replicas = options.dp_replicate, shards = options.dp_shard;
-  check(replicas * shards == ranks, "[train] distributed: dp_replicate (", replicas,
-        ") x dp_shard (", shards, ") must equal the number of ranks, ", ranks);
+  const auto [replicas, shards] = replicas_and_shards(options, ranks);
   groups.sharded = options.mode != "ddp";
   // Rank = replica * shards + shard index: a shard group is `shards` consecutive ranks.
   std::vector<int64_t> shard_ranks, replica_ranks;

@@ -17,6 +17,7 @@
 #include <chrono>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <ATen/core/Tensor.h>
@@ -31,6 +32,7 @@ struct DistributedOptions {
   std::string mode = "ddp";  // ddp | shard | hybrid
   int64_t dp_replicate = 0;  // hybrid: replicas x shards = ranks
   int64_t dp_shard = 0;
+  std::string where;  // "FILE: distributed.mode", for errors
   std::string backend = "auto";  // auto = gloo; nccl is refused while training runs on the CPU
   std::chrono::seconds timeout{300};  // any collective, and joining the job
 };
@@ -48,7 +50,11 @@ struct ParallelGroups {
   bool sharded = false;                           // mode shard or hybrid
 };
 
-/// Forms the groups of `options.mode` from the joined `world`; checks dp_replicate x dp_shard.
+/// (replicas, shards) of `options.mode` on `ranks` ranks; for hybrid, checks dp_replicate x
+/// dp_shard = ranks (an Error naming the config otherwise).
+std::pair<int64_t, int64_t> replicas_and_shards(const DistributedOptions& options, int64_t ranks);
+
+/// Forms the groups of `options.mode` from the joined `world`.
 ParallelGroups parallel_groups(std::shared_ptr<dist::ProcessGroup> world,
                                const DistributedOptions& options);
 

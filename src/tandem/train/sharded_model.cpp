@@ -31,6 +31,19 @@ std::string state_parameter(const std::string& state_name) {
   return "";
 }
 
+// This rank's part of a padded slice: what its shard file stores.
+at::Tensor stored_part(const at::Tensor& slice, const ShardLayout& layout, int64_t shard) {
+  return slice.narrow(0, 0, layout.count(shard));
+}
+
+// `slice` (padded) becomes this rank's part of `full`, zeros after it.
+void fill_slice(at::Tensor slice, const at::Tensor& full, const ShardLayout& layout,
+                int64_t shard) {
+  slice.zero_();
+  stored_part(slice, layout, shard)
+      .copy_(full.reshape({-1}).narrow(0, layout.begin(shard), layout.count(shard)));
+}
+
 }  // namespace
 
 std::map<std::string, at::Tensor> read_full_checkpoint_tensors(const CheckpointReader& reader,
@@ -78,6 +91,8 @@ ShardedModel::ShardedModel(torch::nn::Module& trainable,
     decays_.push_back(MixedPrecisionAdamW::decays(parameter.value()));
   }
   for (const at::Tensor& weight : frozen_weights()) frozen.shard(weight, /*trainable=*/false);
+  state_ = model_state(module_);
+  for (const auto& [name, tensor] : state_) state_by_name_[name] = tensor;
 }
 
 std::vector<at::Tensor> ShardedModel::full_parameters() const {
@@ -90,28 +105,24 @@ std::vector<at::Tensor> ShardedModel::full_parameters() const {
 void ShardedModel::write_shard(const std::string& staging_dir,
                                const MixedPrecisionAdamW& optimizer) const {
   const int64_t shard = group_->rank(), shards = group_->size();
-  std::map<std::string, at::Tensor> full_by_name;
   NamedTensors model;
-  for (const auto& [name, tensor] : model_state(module_)) {
-    full_by_name[name] = tensor;
+  for (const auto& [name, tensor] : state_) {
     if (!is_sharded(tensor)) {
       if (shard == 0) model.emplace_back(name, tensor);  // buffers: whole, in shard 0
       continue;
     }
     const ShardLayout layout = trainable_.layout(tensor);
-    const int64_t count = layout.end(shard) - layout.begin(shard);
-    if (count > 0) model.emplace_back(name, trainable_.local_shard(tensor).narrow(0, 0, count));
+    if (layout.count(shard) > 0)
+      model.emplace_back(name, stored_part(trainable_.local_shard(tensor), layout, shard));
   }
   NamedTensors state;
   for (const auto& [name, value] : optimizer.state()) {
-    const std::string parameter = state_parameter(name);
-    if (parameter.empty()) {
-      if (shard == 0) state.emplace_back(name, value);
+    if (state_parameter(name).empty()) {
+      if (shard == 0) state.emplace_back(name, value);  // the step count: whole, in shard 0
       continue;
     }
-    const ShardLayout layout = trainable_.layout(full_by_name.at(parameter));
-    const int64_t count = layout.end(shard) - layout.begin(shard);
-    if (count > 0) state.emplace_back(name, value.narrow(0, 0, count));
+    const ShardLayout layout = trainable_.layout(state_by_name_.at(state_parameter(name)));
+    if (layout.count(shard) > 0) state.emplace_back(name, stored_part(value, layout, shard));
   }
   write_tensors(staging_dir + "/" + shard_file("model", shard, shards), model);
   write_tensors(staging_dir + "/" + shard_file("optimizer", shard, shards), state);
@@ -128,16 +139,12 @@ void ShardedModel::finish_checkpoint(CheckpointWriter& writer,
   meta["format"] = "tandem sharded checkpoint";
   meta["shards"] = shards;
   meta["model"] = nlohmann::json::object();
-  std::map<std::string, at::Tensor> full_by_name;
-  for (const auto& [name, tensor] : model_state(module_)) {
-    full_by_name[name] = tensor;
-    meta["model"][name] = tensor.sizes().vec();
-  }
+  for (const auto& [name, tensor] : state_) meta["model"][name] = tensor.sizes().vec();
   meta["optimizer"] = nlohmann::json::object();
   for (const auto& [name, value] : optimizer.state()) {
     const std::string parameter = state_parameter(name);
     meta["optimizer"][name] =
-        parameter.empty() ? value.sizes().vec() : full_by_name.at(parameter).sizes().vec();
+        parameter.empty() ? value.sizes().vec() : state_by_name_.at(parameter).sizes().vec();
   }
   writer.write_text("shards.json", meta.dump(2) + "\n");
 }
@@ -166,19 +173,12 @@ void ShardedModel::restore(dist::ProcessGroup& world, const std::map<std::string
     broadcast_tensors_from_rank0(world, one, "the checkpoint tensor '" + name + "'");
     return one[0];
   };
-  std::map<std::string, at::Tensor> full_by_name;
-  for (const auto& [name, tensor] : model_state(module_)) {
-    full_by_name[name] = tensor;
+  for (const auto& [name, tensor] : state_) {
     const at::Tensor full = receive(model, name, tensor, "model");
-    if (!is_sharded(tensor)) {
+    if (is_sharded(tensor))
+      fill_slice(trainable_.local_shard(tensor).detach(), full, trainable_.layout(tensor), shard);
+    else
       tensor.detach().copy_(full);
-      continue;
-    }
-    const ShardLayout layout = trainable_.layout(tensor);
-    const int64_t begin = layout.begin(shard), count = layout.end(shard) - begin;
-    at::Tensor slice = trainable_.local_shard(tensor).detach();
-    slice.zero_();
-    slice.narrow(0, 0, count).copy_(full.reshape({-1}).narrow(0, begin, count));
   }
   std::map<std::string, at::Tensor> local_state;
   for (const auto& [name, value] : optimizer.state()) {
@@ -187,13 +187,11 @@ void ShardedModel::restore(dist::ProcessGroup& world, const std::map<std::string
       local_state[name] = receive(optimizer_state, name, value, "optimizer state");
       continue;
     }
-    const at::Tensor& owner = full_by_name.at(parameter);
+    const at::Tensor& owner = state_by_name_.at(parameter);
     const at::Tensor full = receive(optimizer_state, name,
                                     at::empty(owner.sizes(), value.options()), "optimizer state");
-    const ShardLayout layout = trainable_.layout(owner);
-    const int64_t begin = layout.begin(shard), count = layout.end(shard) - begin;
-    at::Tensor slice = at::zeros_like(value);
-    slice.narrow(0, 0, count).copy_(full.reshape({-1}).narrow(0, begin, count));
+    at::Tensor slice = at::empty_like(value);
+    fill_slice(slice, full, trainable_.layout(owner), shard);
     local_state[name] = slice;
   }
   optimizer.load_state(local_state, "the checkpoint's optimizer state");

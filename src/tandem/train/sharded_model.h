@@ -68,6 +68,8 @@ class ShardedModel {
   torch::nn::Module& module_;
   std::shared_ptr<dist::ProcessGroup> group_;
   ParameterShards trainable_;  // every parameter of the trainable model
+  NamedTensors state_;         // model_state(module_): the sharded parameters, then buffers
+  std::map<std::string, at::Tensor> state_by_name_;
   NamedTensors optimizer_parameters_;
   std::vector<bool> decays_;
 };

@@ -259,11 +259,7 @@ TrainResult train(const Config& config) {
   check(options.docs_per_step > 0 || options.micro_batches % world == 0, "[train] ",
         config.section("training").where("micro_batches"), " = ", options.micro_batches,
         " is not a multiple of the ", world, " ranks (each rank runs micro_batches / ranks)");
-  if (distributed.mode == "hybrid")
-    check(distributed.dp_replicate * distributed.dp_shard == world, "[train] ",
-          config.section("distributed").where("mode"), ": hybrid with dp_replicate ",
-          distributed.dp_replicate, " x dp_shard ", distributed.dp_shard, " = ",
-          distributed.dp_replicate * distributed.dp_shard, " ranks, but the job has ", world);
+  replicas_and_shards(distributed, world);  // checks hybrid's dp sizes before connecting
   const std::shared_ptr<dist::ProcessGroup> group = join_job(distributed);
   const ParallelGroups groups = parallel_groups(group, distributed);
   const bool lead = group->rank() == 0;  // writes checkpoints, metrics and exports
