@@ -10,6 +10,8 @@
 #include <functional>
 #include <utility>
 
+#include "tandem/core/device.h"
+
 namespace tandem::bench {
 
 /// Best wall time in seconds of `repeats` runs of `work` after one warm-up run.
@@ -25,13 +27,10 @@ inline double best_seconds(const std::function<void()>& work, int repeats) {
   return best;
 }
 
-/// Achieved FLOP/s of an (n x n) @ (n x n) matmul in `dtype`: the practical peak of this machine.
+/// Achieved FLOP/s of an (n x n) @ (n x n) matmul in `dtype` on the CPU: the practical peak of
+/// this machine (core/device.h, which the trainer's MFU uses too).
 inline double matmul_peak_flops(c10::ScalarType dtype, int64_t n = 2048, int repeats = 5) {
-  const at::Tensor a = at::randn({n, n}).to(dtype);
-  const at::Tensor b = at::randn({n, n}).to(dtype);
-  at::Tensor c = at::empty({n, n}, dtype);
-  const double seconds = best_seconds([&] { at::mm_out(c, a, b); }, repeats);
-  return 2.0 * n * n * n / seconds;
+  return measure_matmul_peak(at::Device(at::kCPU), dtype, n, repeats);
 }
 
 /// Peak resident set size of this process so far, in MiB.

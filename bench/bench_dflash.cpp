@@ -2,7 +2,8 @@
 // (target features precomputed, as `tandem capture` provides them), on two target shapes: the
 // demo target (hidden 256, 8 layers, vocab 4096) and a larger one (hidden 1024, vocab 32000).
 //
-// Model FLOPs per step (fp32), with Q = block queries = valid anchors * block_size:
+// Model FLOPs per step (fp32), with Q = block queries = valid anchors * block_size (the draft term
+// is dflash_draft_forward_flops in objectives/dflash.h, which the trainer's MFU uses too):
 //   target forward (online only) = bench_model.h's forward FLOPs without the lm_head term
 //   draft forward = context: 2 * tokens * (k * H_t * H)                       (fc)
 //                 + per layer, context keys/values: 2 * tokens * H * 2 kv width
@@ -38,24 +39,6 @@ struct Case {
   bench::ModelShape target;
   int64_t seq, rows, max_anchors;
 };
-
-double draft_forward_flops(const DFlashConfig& c, const PackedBatch& batch,
-                           const DFlashBlocks& blocks) {
-  const DecoderConfig& l = c.layer;
-  const double tokens = static_cast<double>(batch.rows()) * batch.seq_len();
-  const double queries = blocks.anchor_valid.sum().item<double>() * c.block_size;
-  const double visible_context =  // sum over blocks of the context keys each block sees
-      dflash_context_mask(batch.document_ids, batch.padding_mask, blocks).sum().item<double>();
-  const double q = static_cast<double>(l.num_attention_heads) * l.head_dim;
-  const double kv = static_cast<double>(l.num_key_value_heads) * l.head_dim;
-  const double h = static_cast<double>(l.hidden_size);
-  const double fc = 2 * tokens * static_cast<double>(c.target_layer_ids.size()) *
-                    c.target_hidden_size * h;
-  const double context_kv = 2 * tokens * h * 2 * kv;
-  const double block_matmuls = 2 * queries * (h * (q + 2 * kv) + q * h + 3 * h * l.intermediate_size);
-  const double attention = 4 * q * (visible_context * c.block_size + queries * c.block_size);
-  return fc + l.num_hidden_layers * (context_kv + block_matmuls + attention);
-}
 
 void run_case(const Case& c, int64_t block_size, int64_t draft_layers, int repeats, double peak) {
   const std::string scratch = (std::filesystem::temp_directory_path() /
@@ -97,7 +80,7 @@ void run_case(const Case& c, int64_t block_size, int64_t draft_layers, int repea
   const double labels = static_cast<double>(totals.loss_tokens);
   const double head_flops = 2 * 2 * labels * target.vocab_size * target.hidden_size;
   const double draft_flops =
-      3 * draft_forward_flops(objective.draft()->config(), batch, anchors.blocks);
+      3 * dflash_draft_forward_flops(objective.draft()->config(), batch, anchors.blocks);
   const double online_flops = target_flops + head_flops + draft_flops;
   const double offline_flops = head_flops + draft_flops;
   std::printf("bench_dflash [%s]: target hidden %ld, layers %ld, heads %ld/%ld, intermediate %ld, "

@@ -2,7 +2,8 @@
 // (target features precomputed, as `tandem capture` provides them), on two target shapes: the
 // demo target (hidden 256, 8 layers, vocab 4096) and a larger one (hidden 1024, vocab 32000).
 //
-// Model FLOPs per step (fp32):
+// Model FLOPs per step (fp32; the draft term is eagle3_draft_forward_flops in objectives/eagle3.h,
+// which the trainer's MFU uses too):
 //   target forward (online only)  = bench_model.h's forward FLOPs without the lm_head term
 //   teacher                        = 2 * tokens * V * H   (full-vocab logits for argmax + probs)
 //   draft, per TTT step, forward   = 2 * tokens * (2H * (q + 2 kv widths) + q width * H
@@ -37,18 +38,6 @@ struct Case {
   bench::ModelShape target;
   int64_t draft_vocab, seq, rows;
 };
-
-double draft_forward_flops(const Eagle3Config& c, int64_t seq, int64_t rows, int64_t steps) {
-  const DecoderConfig& l = c.layer;
-  const double tokens = static_cast<double>(seq) * rows;
-  const double q = static_cast<double>(l.num_attention_heads) * l.head_dim;
-  const double kv = static_cast<double>(l.num_key_value_heads) * l.head_dim;
-  const double h = static_cast<double>(l.hidden_size);
-  const double per_step_params = 2 * h * (q + 2 * kv) + q * h + 3 * h * l.intermediate_size +
-                                 h * static_cast<double>(c.draft_vocab_size);
-  const double per_step = 2 * tokens * per_step_params + rows * 2.0 * seq * seq * q;
-  return steps * per_step + 2 * tokens * 3 * c.target_hidden_size * h;
-}
 
 void run_case(const Case& c, const std::string& given_target, int64_t ttt_length, int repeats,
               double peak) {
@@ -94,7 +83,8 @@ void run_case(const Case& c, const std::string& given_target, int64_t ttt_length
   const double target_flops = bench::forward_flops(target_body, c.seq, c.rows);
   const double teacher_flops = 2 * tokens * target.vocab_size * target.hidden_size;
   const double draft_flops =
-      3 * draft_forward_flops(objective.draft()->config(), c.seq, c.rows, ttt_length);
+      3 * eagle3_draft_forward_flops(objective.draft()->config(), tokens,
+                                     static_cast<double>(c.rows) * c.seq * c.seq, ttt_length);
   const double online_flops = target_flops + teacher_flops + draft_flops;
   const double offline_flops = teacher_flops + draft_flops;
   std::printf("bench_eagle3 [%s]: target hidden %ld, layers %ld, heads %ld/%ld, intermediate %ld, "

@@ -5,6 +5,7 @@
 #include <CLI/CLI.hpp>
 
 #include "tandem/models/decoder_config.h"
+#include "tandem/models/flops.h"
 
 namespace tandem::bench {
 
@@ -46,17 +47,11 @@ inline DecoderConfig llama_config(const ModelShape& shape) {
   return config;
 }
 
-/// Model FLOPs of one forward over `rows` sequences of `tokens_per_row` tokens.
+/// Model FLOPs of one forward over `rows` sequences of `tokens_per_row` tokens, lm_head included
+/// (models/flops.h; a config with vocab_size 0 counts the layers only).
 inline double forward_flops(const DecoderConfig& c, int64_t tokens_per_row, int64_t rows = 1) {
-  const double attention_width = static_cast<double>(c.num_attention_heads) * c.head_dim;
-  const double kv_width = static_cast<double>(c.num_key_value_heads) * c.head_dim;
-  const double per_layer_params = c.hidden_size * (2 * attention_width + 2 * kv_width) +
-                                  3.0 * c.hidden_size * c.intermediate_size;
-  const double matmul_params = c.num_hidden_layers * per_layer_params +
-                               static_cast<double>(c.vocab_size) * c.hidden_size;
-  const double t = static_cast<double>(tokens_per_row);
-  const double attention = c.num_hidden_layers * 2.0 * t * t * attention_width;
-  return rows * (2.0 * matmul_params * t + attention);
+  const double t = static_cast<double>(tokens_per_row), r = static_cast<double>(rows);
+  return decoder_forward_flops(c, r * t, r * t * t, /*with_lm_head=*/true);
 }
 
 }  // namespace tandem::bench

@@ -39,7 +39,7 @@ OverfitResult overfit_one_batch(Objective& objective, const PackedBatch& batch,
     optimizer.step(result.steps < schedule.warm_steps ? 5e-3 : 1e-3);
     optimizer.zero_grad();
     result.accuracy = 1.0;
-    for (const auto& [name, value] : output.metrics)
+    for (const auto& [name, value] : output.metric_values())
       if (name.rfind("acc_", 0) == 0) result.accuracy = std::min(result.accuracy, value);
   }
   return result;

@@ -1,11 +1,13 @@
 // Parity with transformers: every fixture model under tests/fixtures/models was written by
 // tools/make_model_fixtures.py together with transformers' own logits and per-layer hidden
-// states for fixed ids. tandem loads the same checkpoint and must reproduce them.
+// states for fixed ids. tandem loads the same checkpoint and must reproduce them, on the CPU and,
+// where a GPU is visible, on CUDA (skipped with the reason elsewhere; scripts/gpu_check.sh).
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
 #include <cstdio>
 
+#include "tandem/core/device.h"
 #include "tandem/io/safetensors.h"
 #include "tandem/io/tensor_io.h"
 #include "tandem/models/frozen.h"
@@ -37,30 +39,41 @@ double max_abs_diff(const at::Tensor& a, const at::Tensor& b) {
   return (a.to(at::kFloat) - b.to(at::kFloat)).abs().max().item<double>();
 }
 
-class DecoderParity : public ::testing::TestWithParam<std::string> {};
+// (fixture, device): "cpu" always, "cuda" where a GPU is visible.
+class DecoderParity : public ::testing::TestWithParam<std::tuple<std::string, std::string>> {
+ protected:
+  void SetUp() override {
+    if (std::get<1>(GetParam()) == "cuda" && tandem::cuda_device_count() == 0)
+      GTEST_SKIP() << "no CUDA device visible (CPU machine): scripts/gpu_check.sh runs this on a GPU";
+  }
+  std::string name() const { return std::get<0>(GetParam()); }
+  at::Device device() const {
+    return std::get<1>(GetParam()) == "cuda" ? at::Device(at::kCUDA, 0) : at::Device(at::kCPU);
+  }
+};
 
 // fp32: logits and every layer's raw output within 1e-4 of transformers (SPEC §2).
 TEST_P(DecoderParity, Fp32MatchesTransformers) {
-  const std::string dir = tandem::testing::model_fixture(GetParam());
+  const std::string dir = tandem::testing::model_fixture(name());
   const Reference reference = load_reference(dir);
-  const FrozenModel model = FrozenModel::load(dir, at::kFloat, at::kCPU);
-  const at::Tensor ids = reference["input_ids"];
+  const FrozenModel model = FrozenModel::load(dir, at::kFloat, device());
+  const at::Tensor ids = reference["input_ids"].to(device());
   std::vector<int64_t> layers;
   for (int64_t i = 0; i < model.config().num_hidden_layers; ++i) layers.push_back(i);
   const auto out =
-      model.forward(ids, AttentionLayout::causal(ids.size(0), ids.size(1), at::kCPU), layers);
+      model.forward(ids, AttentionLayout::causal(ids.size(0), ids.size(1), device()), layers);
 
   const at::Tensor& expected = reference["logits"];
   ASSERT_EQ(out.logits.sizes(), expected.sizes());
   // The check only means something if the logits are not all near zero.
   ASSERT_GT(expected.std().item<double>(), 0.3) << "fixture logits too flat to test parity";
   const double logits_diff = max_abs_diff(out.logits, expected);
-  std::printf("[parity] %s fp32: logits max|diff| %.3g (logit std %.2f)\n", GetParam().c_str(),
-              logits_diff, expected.std().item<double>());
-  EXPECT_LE(logits_diff, 1e-4) << GetParam();
+  std::printf("[parity] %s fp32 on %s: logits max|diff| %.3g (logit std %.2f)\n", name().c_str(),
+              device().str().c_str(), logits_diff, expected.std().item<double>());
+  EXPECT_LE(logits_diff, 1e-4) << name();
   for (int64_t i : layers) {
     const at::Tensor& hidden = reference["hidden." + std::to_string(i)];
-    EXPECT_LE(max_abs_diff(out.hidden.at(i), hidden), 1e-4) << GetParam() << " layer " << i;
+    EXPECT_LE(max_abs_diff(out.hidden.at(i), hidden), 1e-4) << name() << " layer " << i;
   }
 }
 
@@ -69,45 +82,56 @@ TEST_P(DecoderParity, Fp32MatchesTransformers) {
 // stated tolerance is 3% of the largest |logit|, and the diff must also stay well inside the
 // bf16-vs-fp32 error of transformers itself times 2.
 TEST_P(DecoderParity, Bf16WithinStatedTolerance) {
-  const std::string dir = tandem::testing::model_fixture(GetParam());
+  const std::string dir = tandem::testing::model_fixture(name());
   const Reference reference = load_reference(dir);
-  const FrozenModel model = FrozenModel::load(dir, at::kBFloat16, at::kCPU);
-  const at::Tensor ids = reference["input_ids"];
-  const auto out = model.forward(ids, AttentionLayout::causal(ids.size(0), ids.size(1), at::kCPU), {});
+  const FrozenModel model = FrozenModel::load(dir, at::kBFloat16, device());
+  const at::Tensor ids = reference["input_ids"].to(device());
+  const auto out =
+      model.forward(ids, AttentionLayout::causal(ids.size(0), ids.size(1), device()), {});
   ASSERT_EQ(out.logits.scalar_type(), at::kBFloat16);
   const at::Tensor& expected = reference["logits_bf16"];
   const double scale = expected.abs().max().item<double>();
   const double diff = max_abs_diff(out.logits, expected);
   const double transformers_bf16_error = max_abs_diff(expected, reference["logits"]);
-  std::printf("[parity] %s bf16: logits max|diff| %.3g vs transformers bf16 (its own bf16 error "
-              "%.3g, max|logit| %.2f)\n",
-              GetParam().c_str(), diff, transformers_bf16_error, scale);
-  EXPECT_LE(diff, 0.03 * scale) << GetParam() << " scale " << scale;
+  std::printf("[parity] %s bf16 on %s: logits max|diff| %.3g vs transformers bf16 (its own bf16 "
+              "error %.3g, max|logit| %.2f)\n",
+              name().c_str(), device().str().c_str(), diff, transformers_bf16_error, scale);
+  EXPECT_LE(diff, 0.03 * scale) << name() << " scale " << scale;
   EXPECT_LE(diff, 2 * transformers_bf16_error + 1e-3)
-      << GetParam() << " transformers' own bf16 error " << transformers_bf16_error;
+      << name() << " transformers' own bf16 error " << transformers_bf16_error;
+}
+
+// Packed documents: attention never crosses a boundary and positions restart, so each document
+// of a packed row equals that document run alone. (On CUDA with GQA this is the masked call
+// with K/V repeated per head: the memory-efficient kernel's path.)
+TEST_P(DecoderParity, PackedRowEqualsSeparateDocuments) {
+  const FrozenModel model =
+      FrozenModel::load(tandem::testing::model_fixture(name()), at::kFloat, device());
+  const at::TensorOptions ids = at::TensorOptions().dtype(at::kLong).device(device());
+  const at::Tensor first = at::arange(5, 12, ids).unsqueeze(0);   // (1, 7)
+  const at::Tensor second = at::arange(40, 49, ids).unsqueeze(0);  // (1, 9)
+  const at::Tensor packed = at::cat({first, second}, 1);          // (1, 16)
+  AttentionLayout layout;
+  layout.positions = at::cat({at::arange(7, ids), at::arange(9, ids)}).unsqueeze(0);
+  layout.document_ids = at::cat({at::zeros({7}, ids), at::ones({9}, ids)}).unsqueeze(0);
+  const auto together = model.forward(packed, layout, {});
+  const auto alone_first = model.forward(first, AttentionLayout::causal(1, 7, device()), {});
+  const auto alone_second = model.forward(second, AttentionLayout::causal(1, 9, device()), {});
+  // fp32 rounding of a masked vs a causal attention call: 1e-5 of the logits' scale (at least 1).
+  const double scale = std::max(1.0, alone_first.logits.abs().max().item<double>());
+  std::printf("[parity] %s packed on %s: max|logit| %.2f, diffs %.3g %.3g\n", name().c_str(),
+              device().str().c_str(), scale,
+              max_abs_diff(together.logits.narrow(1, 0, 7), alone_first.logits),
+              max_abs_diff(together.logits.narrow(1, 7, 9), alone_second.logits));
+  EXPECT_LE(max_abs_diff(together.logits.narrow(1, 0, 7), alone_first.logits), 1e-5 * scale);
+  EXPECT_LE(max_abs_diff(together.logits.narrow(1, 7, 9), alone_second.logits), 1e-5 * scale);
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, DecoderParity,
-                         ::testing::Values("llama3", "mistral", "qwen2", "qwen3"),
-                         [](const auto& info) { return info.param; });
-
-// Packed documents: attention never crosses a boundary and positions restart, so each document
-// of a packed row equals that document run alone.
-TEST(DecoderPacking, PackedRowEqualsSeparateDocuments) {
-  const FrozenModel model =
-      FrozenModel::load(tandem::testing::model_fixture("llama3"), at::kFloat, at::kCPU);
-  const at::Tensor first = at::arange(5, 12, at::kLong).unsqueeze(0);   // (1, 7)
-  const at::Tensor second = at::arange(40, 49, at::kLong).unsqueeze(0);  // (1, 9)
-  const at::Tensor packed = at::cat({first, second}, 1);                // (1, 16)
-  AttentionLayout layout;
-  layout.positions = at::cat({at::arange(7, at::kLong), at::arange(9, at::kLong)}).unsqueeze(0);
-  layout.document_ids =
-      at::cat({at::zeros({7}, at::kLong), at::ones({9}, at::kLong)}).unsqueeze(0);
-  const auto together = model.forward(packed, layout, {});
-  const auto alone_first = model.forward(first, AttentionLayout::causal(1, 7, at::kCPU), {});
-  const auto alone_second = model.forward(second, AttentionLayout::causal(1, 9, at::kCPU), {});
-  EXPECT_LE(max_abs_diff(together.logits.narrow(1, 0, 7), alone_first.logits), 1e-5);
-  EXPECT_LE(max_abs_diff(together.logits.narrow(1, 7, 9), alone_second.logits), 1e-5);
-}
+                         ::testing::Combine(::testing::Values("llama3", "mistral", "qwen2", "qwen3"),
+                                            ::testing::Values("cpu", "cuda")),
+                         [](const auto& info) {
+                           return std::get<0>(info.param) + "_" + std::get<1>(info.param);
+                         });
 
 }  // namespace

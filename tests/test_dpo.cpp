@@ -59,7 +59,7 @@ TEST(DpoObjective, PolicyEqualToItsReferenceHasLossLog2AndZeroRewards) {
   EXPECT_EQ(totals.documents, 4);
   tandem::ObjectiveOutput output = objective.compute(batch, totals);
   EXPECT_NEAR(output.loss.item<double>(), std::log(2.0), 1e-6);
-  std::map<std::string, double> metrics(output.metrics.begin(), output.metrics.end());
+  const std::map<std::string, double> metrics = output.metric_values();
   EXPECT_NEAR(metrics.at("rewards/chosen"), 0.0, 1e-6);
   EXPECT_NEAR(metrics.at("rewards/margin"), 0.0, 1e-6);
   EXPECT_EQ(metrics.at("pairs"), 2.0);

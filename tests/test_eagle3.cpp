@@ -125,10 +125,10 @@ TEST(Eagle3Fixture, OnlineFeaturesLogitsLossesAccuraciesAndGradientsMatchPyTorch
     EXPECT_LT(max_abs_diff(result.step_logits[i].index({real}), ref.at("logits." + s).index({real})), 1e-4)
         << "logits of step " << i;
     EXPECT_NEAR(result.step_losses[i].item<double>(), ref.at("loss." + s).item<double>(), 1e-5) << i;
-    EXPECT_NEAR(result.correct[i] / static_cast<double>(totals.unroll_tokens[i]),
+    EXPECT_NEAR(result.correct[i].item<int64_t>() / static_cast<double>(totals.unroll_tokens[i]),
                 ref.at("acc." + s).item<double>(), 1e-6)
         << "acc of step " << i;
-    EXPECT_EQ(result.loss_positions[i], ref.at("loss_mask." + s).sum().item<int64_t>()) << i;
+    EXPECT_EQ(result.loss_positions[i].item<int64_t>(), ref.at("loss_mask." + s).sum().item<int64_t>()) << i;
   }
   EXPECT_NEAR(result.loss.item<double>(), ref.at("loss_total").item<double>(), 1e-5);
 

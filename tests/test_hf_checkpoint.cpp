@@ -135,18 +135,14 @@ class Replaying : public tandem::CheckpointBroadcast {
   Channel& channel_;
 };
 
-struct Uninstall {
-  ~Uninstall() { tandem::set_checkpoint_broadcast(nullptr); }
-};
-
 TEST(CheckpointBroadcast, TheReceivingRankGetsBitIdenticalWeightsWithoutOpeningAFile) {
   ScratchDir dir;
   copy_fixture("llama3", dir / "m");
-  Uninstall uninstall;
   Channel channel;
   Recording reader(channel);
-  tandem::set_checkpoint_broadcast(&reader);
-  const tandem::CausalLM read = tandem::load_causal_lm(dir / "m", at::kBFloat16, at::kCPU);
+  tandem::RunContext reading;
+  reading.rank_zero = &reader;
+  const tandem::CausalLM read = tandem::load_causal_lm(dir / "m", at::kBFloat16, reading);
   const size_t sent = channel.tensors.size();
   EXPECT_GT(sent, 0u);
   // The receiver cannot open anything: the directory is gone.
@@ -154,8 +150,9 @@ TEST(CheckpointBroadcast, TheReceivingRankGetsBitIdenticalWeightsWithoutOpeningA
   fs::create_directories(dir / "m");
   fs::copy_file(dir / "gone/config.json", dir / "m/config.json");
   Replaying receiver(channel);
-  tandem::set_checkpoint_broadcast(&receiver);
-  const tandem::CausalLM received = tandem::load_causal_lm(dir / "m", at::kBFloat16, at::kCPU);
+  tandem::RunContext receiving;
+  receiving.rank_zero = &receiver;
+  const tandem::CausalLM received = tandem::load_causal_lm(dir / "m", at::kBFloat16, receiving);
   EXPECT_TRUE(channel.tensors.empty() && channel.texts.empty());
   const auto expected = read->named_parameters();
   int compared = 0;
@@ -173,14 +170,11 @@ TEST(CheckpointBroadcast, TheReceivingRankGetsBitIdenticalWeightsWithoutOpeningA
 
 TEST(CheckpointBroadcast, AnOpenErrorReachesEveryRankWithTheSameWords) {
   ScratchDir dir;
-  Uninstall uninstall;
   Channel channel;
   Recording reader(channel);
-  tandem::set_checkpoint_broadcast(&reader);
-  const std::string on_reader = error_of([&] { HfCheckpoint::open(dir.path()); });
+  const std::string on_reader = error_of([&] { HfCheckpoint::open(dir.path(), &reader); });
   Replaying receiver(channel);
-  tandem::set_checkpoint_broadcast(&receiver);
-  const std::string on_receiver = error_of([&] { HfCheckpoint::open(dir.path()); });
+  const std::string on_receiver = error_of([&] { HfCheckpoint::open(dir.path(), &receiver); });
   EXPECT_NE(on_reader.find("no model.safetensors"), std::string::npos) << on_reader;
   EXPECT_EQ(on_receiver, on_reader);
 }

@@ -54,7 +54,7 @@ TEST(Optimizer, MatchesTorchAdamWWithClippingAndDecayGroups) {
       ours[i].mutable_grad() = gradient_for(ours[i], step, i);
       theirs[i].mutable_grad() = gradient_for(theirs[i], step, i);
     }
-    const double norm = optimizer.step(lr);
+    const double norm = optimizer.step(lr).item<double>();
     const double reference_norm = torch::nn::utils::clip_grad_norm_(theirs, 1.0);
     reference.step();
     EXPECT_NEAR(norm, reference_norm, 1e-5 * reference_norm) << "step " << step;
@@ -141,7 +141,7 @@ TEST(Optimizer, Bf16GradientsAccumulateInFp32AcrossMicroBatches) {
   backward_with(1.0);
   for (int micro = 0; micro < 64; ++micro) backward_with(std::ldexp(1.0, -10));
   EXPECT_FALSE(weight.grad().defined());
-  const double norm = optimizer.step(0.0);
+  const double norm = optimizer.step(0.0).item<double>();
   EXPECT_DOUBLE_EQ(norm, 1.0 + 64 * std::ldexp(1.0, -10));
   // Plain autograd accumulation in bf16 loses every small addend.
   at::Tensor plain = at::zeros({1}, at::kBFloat16).requires_grad_();
@@ -149,7 +149,7 @@ TEST(Optimizer, Bf16GradientsAccumulateInFp32AcrossMicroBatches) {
   for (int micro = 0; micro < 64; ++micro) (plain.to(at::kFloat) * std::ldexp(1.0, -10)).sum().backward();
   EXPECT_EQ(plain.grad().item<float>(), 1.0f);
   optimizer.zero_grad();
-  EXPECT_DOUBLE_EQ(optimizer.step(0.0), 0.0);
+  EXPECT_DOUBLE_EQ(optimizer.step(0.0).item<double>(), 0.0);
 }
 
 // Two data-parallel "ranks" in one process: the all-reduce is played by hand (rank 1's buffer is
@@ -183,7 +183,7 @@ TEST(Optimizer, ReducedGradientsStepLikeOneProcessWithAllMicroBatches) {
   other.reduce_gradients([&](at::Tensor& buffer) { from_rank1 = buffer.clone(); });
   const int64_t bytes = zero.reduce_gradients([&](at::Tensor& buffer) { buffer.add_(from_rank1); });
   EXPECT_EQ(bytes, (3 + 15 + 3 + 4) * 4);
-  EXPECT_DOUBLE_EQ(zero.step(0.01), one.step(0.01));
+  EXPECT_DOUBLE_EQ(zero.step(0.01).item<double>(), one.step(0.01).item<double>());
   for (int i = 0; i < 3; ++i) EXPECT_TRUE(rank0[i].equal(single[i])) << i;
   EXPECT_FALSE(rank0[2].grad().defined());
   for (const auto& [name, value] : zero.state())

@@ -63,7 +63,7 @@ tandem::PolicyOptions options_for(bool sequence_level) {
 }
 
 std::map<std::string, double> metrics_of(const tandem::ObjectiveOutput& output) {
-  return {output.metrics.begin(), output.metrics.end()};
+  return output.metric_values();
 }
 
 TEST(PolicyObjective, OnPolicyRolloutsHaveRatioOneAndZeroKl) {

@@ -15,6 +15,7 @@
 #include <random>
 #include <thread>
 
+#include "tandem/core/device.h"
 #include "tandem/train/checkpoint.h"
 #include "test_util.h"
 
@@ -195,6 +196,37 @@ TEST(TrainResume, UnknownConfigKeyFailsBeforeAnyWork) {
   EXPECT_EQ(result.exit_code, 1) << result.output;
   EXPECT_NE(result.output.find("unknown key training.learning_rate"), std::string::npos) << result.output;
   EXPECT_FALSE(fs::exists(dir / "run"));
+}
+
+// training.device names a GPU this machine lacks: an error naming the key, before any work.
+TEST(TrainDevice, AMissingGpuFailsBeforeAnyWork) {
+  if (tandem::cuda_device_count() > 0) GTEST_SKIP() << "a GPU is visible: cuda is not missing here";
+  ScratchDir dir;
+  const std::string config = write_job(dir, dir / "run");
+  const auto result = run_command(train_command(config) + " training.device=cuda");
+  EXPECT_EQ(result.exit_code, 1) << result.output;
+  EXPECT_NE(result.output.find("training.device = cuda: no CUDA device is visible"),
+            std::string::npos)
+      << result.output;
+  EXPECT_FALSE(fs::exists(dir / "run"));
+}
+
+// training.mfu=true on the CPU: the matmul peak is measured at start and every step logs its
+// model FLOP utilisation, a fraction of that peak.
+TEST(TrainDevice, MfuIsLoggedAgainstTheMeasuredPeakWhenAsked) {
+  ScratchDir dir;
+  const std::string config = write_job(dir, dir / "run", 2);
+  const auto result = run_command(train_command(config) + " training.device=cpu training.mfu=true");
+  ASSERT_EQ(result.exit_code, 0) << result.output;
+  EXPECT_NE(result.output.find("fp32 matmul peak on cpu"), std::string::npos) << result.output;
+  std::ifstream in(dir / "run/metrics.jsonl");
+  int steps = 0;
+  for (std::string line; std::getline(in, line); ++steps) {
+    const double mfu = nlohmann::json::parse(line).at("mfu").get<double>();
+    EXPECT_GT(mfu, 0.0) << line;
+    EXPECT_LT(mfu, 1.0) << line;
+  }
+  EXPECT_EQ(steps, 2);
 }
 
 }  // namespace

@@ -1,7 +1,9 @@
 #include <sstream>
 
 #include "tandem/cli/commands.h"
+#include "tandem/core/device.h"
 #include "tandem/core/error.h"
+#include "tandem/dist/launch.h"
 
 namespace tandem::cli {
 
@@ -23,6 +25,16 @@ std::vector<int64_t> parse_int_list(const std::string& text, const std::string& 
   }
   check(!out.empty(), "[cli] ", what, ": empty list");
   return out;
+}
+
+void add_device_option(CLI::App& command, std::string& device) {
+  command.add_option("--device", device,
+                     "auto | cpu | cuda | cuda:N (auto: a GPU when one is visible, else the CPU)")
+      ->capture_default_str();
+}
+
+c10::Device device_from_option(const std::string& device) {
+  return resolve_device(device, dist::read_launch_env().local_rank, "--device");
 }
 
 }  // namespace tandem::cli

@@ -20,7 +20,7 @@ namespace tandem::cli {
 
 Runner add_capture_command(CLI::App& root) {
   struct Options {
-    std::string config_path, out, dtype;
+    std::string config_path, out, dtype, device = "auto";
     std::vector<std::string> overrides;
     int64_t documents_per_shard = 256, rows = 0;
   };
@@ -40,10 +40,12 @@ Runner add_capture_command(CLI::App& root) {
                       "stored dtype: fp32, bf16, fp16 (default: target.dtype)");
   command->add_option("--shard-documents", options->documents_per_shard,
                       "documents per shard file (default 256)");
+  add_device_option(*command, options->device);
   command->add_option("--rows", options->rows,
                       "rows of data.seq_len per target forward (default: data.micro_batch_rows)");
   return [options]() {
     const Config config = Config::load(options->config_path, options->overrides);
+    const at::Device device = device_from_option(options->device);
     const std::string objective =
         config.section("training").get_string("objective", "sft");
     check(objective == "eagle3" || objective == "dflash", "[capture] ", options->config_path,
@@ -53,12 +55,12 @@ Runner add_capture_command(CLI::App& root) {
     std::vector<int64_t> layer_ids;
     bool last_hidden = true;  // EAGLE-3's teacher reads the last layer, DFlash's only if distilled
     if (objective == "eagle3") {
-      const Eagle3Options eagle3 = eagle3_options(config);
+      const Eagle3Options eagle3 = eagle3_options(config, device);
       target_path = eagle3.target_path;
       target_dtype = eagle3.target_dtype;
       layer_ids = eagle3.aux_layer_ids;
     } else {
-      const DFlashOptions dflash = dflash_options(config);
+      const DFlashOptions dflash = dflash_options(config, device);
       target_path = dflash.target_path;
       target_dtype = dflash.target_dtype;
       layer_ids = dflash.target_layer_ids;
@@ -70,7 +72,7 @@ Runner add_capture_command(CLI::App& root) {
     const TrainingData data = read_training_data(config);
     check(data.dataset.has_value(), "[capture] ", options->config_path,
           ": capture reads document data, not rollouts");
-    const FrozenModel target = FrozenModel::load(target_path, target_dtype, at::Device(at::kCPU));
+    const FrozenModel target = FrozenModel::load(target_path, target_dtype, device);
     CaptureSettings settings;
     settings.target = target_path;
     settings.layer_ids = !layer_ids.empty() ? layer_ids

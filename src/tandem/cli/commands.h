@@ -2,6 +2,7 @@
 // One function per subcommand: it registers its options on the root app and returns the code
 // that runs it after parsing. main.cpp only dispatches.
 #include <CLI/CLI.hpp>
+#include <c10/core/Device.h>
 
 #include <functional>
 
@@ -22,5 +23,10 @@ Runner add_rollout_command(CLI::App& root);
 
 /// Comma-separated integers ("1,2,3"); `what` names the option in errors.
 std::vector<int64_t> parse_int_list(const std::string& text, const std::string& what);
+
+/// Adds `--device` (auto | cpu | cuda | cuda:N, default auto) to a subcommand that runs models.
+void add_device_option(CLI::App& command, std::string& device);
+/// The device `--device` names (core/device.h: resolve_device, LOCAL_RANK for a plain "cuda").
+c10::Device device_from_option(const std::string& device);
 
 }  // namespace tandem::cli

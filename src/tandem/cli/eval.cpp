@@ -23,7 +23,7 @@ namespace {
 
 struct EvalOptions {
   std::string target, draft, data, format = "conversations", tokenizer, chat_template = "llama3";
-  std::string dtype = "fp32", out, cache_dir;
+  std::string dtype = "fp32", out, cache_dir, device = "auto";
   int64_t num_prompts = 64, prompt_tokens = 32, max_new_tokens = 64, draft_tokens = 0;
   bool greedy_check = true;
 };
@@ -62,13 +62,15 @@ Runner add_eval_command(CLI::App& root) {
   command->add_option("--draft-tokens", o->draft_tokens, "draft tokens per step k (default: 7 for EAGLE-3; block_size - 1 for DFlash, "
                       "the most one block predicts: slot 0 of a block is the last verified token)");
   command->add_option("--dtype", o->dtype, "compute dtype of target and draft (default fp32)");
+  add_device_option(*command, o->device);
   command->add_option("--cache-dir", o->cache_dir, "token cache directory");
   command->add_option("--out", o->out, "write the report as JSON here");
   command->add_flag("!--no-greedy-check", o->greedy_check,
                     "skip the comparison with plain greedy decoding (halves the time)");
   return [o]() {
     const c10::ScalarType dtype = parse_compute_dtype(o->dtype, "--dtype");
-    const FrozenModel target = FrozenModel::load(o->target, dtype, at::Device(at::kCPU));
+    const at::Device device = device_from_option(o->device);
+    const FrozenModel target = FrozenModel::load(o->target, dtype, device);
     const std::string draft_dir = resolve_draft_dir(o->draft);
     const bool dflash = is_dflash_export(draft_dir);
     Eagle3Draft eagle3{nullptr};
@@ -76,6 +78,9 @@ Runner add_eval_command(CLI::App& root) {
     int64_t vocab_size = 0, target_hidden_size = 0, draft_tokens = o->draft_tokens;
     if (dflash) {
       dflash_draft = load_dflash_export(draft_dir, dtype);
+      dflash_draft.draft->to(device);
+      if (dflash_draft.mask_embedding.defined())
+        dflash_draft.mask_embedding = dflash_draft.mask_embedding.to(device);
       const DFlashConfig& config = dflash_draft.draft->config();
       vocab_size = config.layer.vocab_size;
       target_hidden_size = config.target_hidden_size;
@@ -91,6 +96,7 @@ Runner add_eval_command(CLI::App& root) {
               target.config().num_hidden_layers);
     } else {
       eagle3 = load_eagle3_export(draft_dir, dtype);
+      eagle3->to(device);
       vocab_size = eagle3->config().layer.vocab_size;
       target_hidden_size = eagle3->config().target_hidden_size;
       if (draft_tokens == 0) draft_tokens = 7;

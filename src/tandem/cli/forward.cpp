@@ -20,7 +20,7 @@ struct ForwardOptions {
   std::string input_ids;  // "1,2,3" or "1,2,3;4,5,6" (rows of equal length)
   std::string layers;     // "0,5"
   std::string dtype = "fp32";
-  std::string device = "cpu";
+  std::string device = "auto";
   std::string out;
 };
 
@@ -42,7 +42,7 @@ at::Tensor parse_id_rows(const std::string& text) {
 
 int run_forward(const ForwardOptions& options) {
   const c10::ScalarType dtype = parse_compute_dtype(options.dtype, "--dtype");
-  const at::Device device(options.device);
+  const at::Device device = device_from_option(options.device);
   at::Tensor ids = parse_id_rows(options.input_ids);
   std::vector<int64_t> layers;
   if (!options.layers.empty()) layers = parse_int_list(options.layers, "--layers");
@@ -87,7 +87,7 @@ Runner add_forward_command(CLI::App& root) {
                       "decoder layers whose raw outputs to write as hidden.{i} (0-based)");
   command->add_option("--dtype", options->dtype, "compute dtype: fp32, bf16, fp16")
       ->capture_default_str();
-  command->add_option("--device", options->device, "cpu or cuda[:N]")->capture_default_str();
+  add_device_option(*command, options->device);
   command->add_option("--out", options->out, "output .safetensors file")->required();
   return [options]() { return run_forward(*options); };
 }

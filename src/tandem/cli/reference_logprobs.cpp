@@ -18,7 +18,7 @@ namespace tandem::cli {
 
 Runner add_reference_logprobs_command(CLI::App& root) {
   struct Options {
-    std::string config_path, out;
+    std::string config_path, out, device = "auto";
     std::vector<std::string> overrides;
   };
   auto options = std::make_shared<Options>();
@@ -30,29 +30,32 @@ Runner add_reference_logprobs_command(CLI::App& root) {
   command->add_option("config", options->config_path, "the DPO training config (YAML)")->required();
   command->add_option("overrides", options->overrides, "dotted overrides, e.g. reference.dtype=bf16");
   command->add_option("--out", options->out, "output file (.safetensors)")->required();
+  add_device_option(*command, options->device);
   return [options]() {
     const Config config = Config::load(options->config_path, options->overrides);
-    const DpoOptions dpo = dpo_options(config);
+    const at::Device device = device_from_option(options->device);
+    const DpoOptions dpo = dpo_options(config, device);
     check(!dpo.reference_path.empty(), "[reference-logprobs] ", options->config_path,
           ": set reference.path (the model to run)");
     const TrainingData data = read_training_data(config);
     check(data.format == DataFormat::preference, "[reference-logprobs] ", data.path,
           ": DPO data must be preference pairs (data.format: preference)");
-    const FrozenModel reference = FrozenModel::load(dpo.reference_path, dpo.reference_dtype, at::kCPU);
+    const FrozenModel reference = FrozenModel::load(dpo.reference_path, dpo.reference_dtype, device);
     const int64_t documents = data.dataset->size();
     at::Tensor logprobs = at::zeros({documents}, at::kFloat);
     at::Tensor counts = at::full({documents}, -1, at::kLong);
     at::NoGradGuard no_grad;
     for (int64_t record = 0; record < data.num_records();) {
-      const PackedBatch batch = next_micro_batch_in_order(record, data);
+      const PackedBatch batch = next_micro_batch_in_order(record, data).to(device);
       const at::Tensor hidden =
           reference.forward(batch.input_ids, batch.layout(), {}, /*with_logits=*/false).final_hidden;
       std::vector<int64_t> indices;
       for (const PackedDocument& document : batch.documents) indices.push_back(document.dataset_index);
       const at::Tensor index = at::tensor(indices, at::kLong);
-      logprobs.index_copy_(0, index,
-                           document_logprobs(hidden, reference.lm_head_weight(), batch, dpo.policy.loss));
-      counts.index_copy_(0, index, document_target_counts(batch));
+      logprobs.index_copy_(
+          0, index,
+          document_logprobs(hidden, reference.lm_head_weight(), batch, dpo.policy.loss).cpu());
+      counts.index_copy_(0, index, document_target_counts(batch).cpu());
     }
     check((counts >= 0).all().item<bool>(), "[reference-logprobs] internal: a document was missed");
     ReferenceLogprobsInfo info;

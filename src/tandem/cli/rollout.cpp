@@ -26,7 +26,7 @@ namespace tandem::cli {
 Runner add_rollout_command(CLI::App& root) {
   struct Options {
     std::string model, data, format = "conversations", tokenizer, chat_template = "llama3";
-    std::string reward_regex, out, dtype = "fp32", cache_dir;
+    std::string reward_regex, out, dtype = "fp32", cache_dir, device = "auto";
     int64_t num_prompts = 16, prompt_tokens = 32, samples = 4, max_new_tokens = 32;
     uint64_t seed = 0;
   };
@@ -50,13 +50,15 @@ Runner add_rollout_command(CLI::App& root) {
       ->required();
   command->add_option("--seed", o->seed, "sampling seed (default 0)");
   command->add_option("--dtype", o->dtype, "compute dtype (default fp32)");
+  add_device_option(*command, o->device);
   command->add_option("--cache-dir", o->cache_dir, "token cache directory");
   command->add_option("--out", o->out, "output rollout JSONL")->required();
   return [o]() {
     check(o->samples >= 1 && o->num_prompts >= 1, "[rollout] --samples-per-prompt and "
           "--num-prompts must be positive");
     const FrozenModel model =
-        FrozenModel::load(o->model, parse_compute_dtype(o->dtype, "--dtype"), at::kCPU);
+        FrozenModel::load(o->model, parse_compute_dtype(o->dtype, "--dtype"),
+                          device_from_option(o->device));
     const Tokenizer tokenizer = Tokenizer::from_dir(o->tokenizer.empty() ? o->model : o->tokenizer);
     const Regex reward(o->reward_regex, /*literal=*/false, "--reward-regex");
     DatasetOptions dataset_options;

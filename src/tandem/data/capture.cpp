@@ -157,13 +157,14 @@ CaptureProgress capture_features(const FrozenModel& target, const TokenizedDatas
         alone.max_rows = 0;
         batch = pack_documents({documents.front()}, alone);
       }
+      const PackedBatch on_device = batch.to(target.device());
       const FrozenModel::Output out =
-          target.forward(batch.input_ids, batch.layout(), layers, /*with_logits=*/false);
+          target.forward(on_device.input_ids, on_device.layout(), layers, /*with_logits=*/false);
       std::vector<at::Tensor> aux_parts;
       for (int64_t layer : settings.layer_ids) aux_parts.push_back(out.hidden.at(layer));
-      const at::Tensor aux = at::cat(aux_parts, -1).to(dtype);  // (B, T, k*H)
-      const at::Tensor last =
-          settings.last_hidden ? out.hidden.at(last_layer).to(dtype) : at::Tensor();  // (B, T, H)
+      const at::Tensor aux = at::cat(aux_parts, -1).to(at::kCPU, dtype);  // (B, T, k*H)
+      const at::Tensor last = settings.last_hidden ? out.hidden.at(last_layer).to(at::kCPU, dtype)
+                                                   : at::Tensor();  // (B, T, H)
       for (const PackedDocument& piece : batch.documents)
         chunks[next + piece.source_index][piece.source_begin] = {
             aux[piece.row].narrow(0, piece.begin, piece.length),
@@ -274,7 +275,11 @@ void check_capture_matches_data(const CaptureStore& capture, const TokenizedData
 CapturedBatch read_captured_batch(const CaptureStore& capture, const PackedBatch& batch,
                                   c10::ScalarType dtype, const std::string& who) {
   const CaptureSettings& settings = capture.settings();
-  const at::TensorOptions options = at::TensorOptions().dtype(dtype);
+  // Assembled on the host (pinned when the batch is on a GPU), then copied once to its device.
+  const at::Device device = batch.input_ids.device();
+  const at::TensorOptions options =
+      at::TensorOptions().dtype(dtype).pinned_memory(device.is_cuda());
+  const at::Tensor input_ids = batch.input_ids.cpu();
   const int64_t hidden = settings.hidden_size;
   const int64_t features = static_cast<int64_t>(settings.layer_ids.size()) * hidden;
   CapturedBatch out;
@@ -283,13 +288,15 @@ CapturedBatch read_captured_batch(const CaptureStore& capture, const PackedBatch
   for (const PackedDocument& document : batch.documents) {
     check(document.dataset_index >= 0, who,
           " offline training needs batches that know their dataset documents");
-    const at::Tensor ids = batch.input_ids[document.row].narrow(0, document.begin, document.length);
+    const at::Tensor ids = input_ids[document.row].narrow(0, document.begin, document.length);
     const CaptureStore::Slice slice =
         capture.read(document.dataset_index, document.source_begin, document.length, ids);
     out.aux[document.row].narrow(0, document.begin, document.length).copy_(slice.aux);
     if (out.last.defined())
       out.last[document.row].narrow(0, document.begin, document.length).copy_(slice.last);
   }
+  out.aux = out.aux.to(device, /*non_blocking=*/true);
+  if (out.last.defined()) out.last = out.last.to(device, /*non_blocking=*/true);
   return out;
 }
 

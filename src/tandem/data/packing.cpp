@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <limits>
 
+#include "tandem/core/device.h"
 #include "tandem/core/error.h"
 #include "tandem/models/decoder.h"
 
@@ -203,12 +204,28 @@ at::Tensor PackedBatch::global_document_ids() const {
 
 AttentionLayout PackedBatch::layout() const { return AttentionLayout{position_ids, document_ids}; }
 
+double PackedBatch::attention_pairs() const {
+  double pairs = 0;
+  for (const PackedDocument& document : documents)
+    pairs += static_cast<double>(document.length) * static_cast<double>(document.length);
+  return pairs;
+}
+
+const PackedBatch& PackedBatch::on_host() const {
+  if (input_ids.is_cpu()) return *this;
+  check(host_batch != nullptr, "[packing] a batch on ", input_ids.device().str(),
+        " without its host copy");
+  return *host_batch;
+}
+
 PackedBatch PackedBatch::to(const at::Device& device) const {
   PackedBatch moved = *this;
+  if (!device.is_cpu() && !host_batch) moved.host_batch = std::make_shared<const PackedBatch>(*this);
+  if (device.is_cpu()) moved.host_batch.reset();
   for (at::Tensor* tensor :
        {&moved.input_ids, &moved.position_ids, &moved.document_ids, &moved.loss_mask,
         &moved.padding_mask, &moved.num_documents, &moved.cu_seqlens})
-    *tensor = tensor->to(device);
+    *tensor = to_device(*tensor, device);
   return moved;
 }
 

@@ -19,6 +19,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -71,7 +72,9 @@ struct PackedDocument {
                       // lets an objective draw fresh random choices on every pass over the data
 };
 
-/// A packed micro-batch. Tensors live on the CPU until `to(device)`.
+/// A packed micro-batch. Tensors live on the CPU until `to(device)`; a batch on a GPU keeps the
+/// host batch it came from (`on_host()`), so masks, indices and per-document loops are computed
+/// on the host without waiting for the device.
 struct PackedBatch {
   at::Tensor input_ids;      // (B, T) int64, pad_id on padding
   at::Tensor position_ids;   // (B, T) int64, restart at 0 per document; padding continues the last
@@ -95,12 +98,20 @@ struct PackedBatch {
   int64_t seq_len() const { return input_ids.size(1); }
   /// Documents in the batch (sum of num_documents): the normaliser for per-document losses.
   int64_t total_documents() const { return static_cast<int64_t>(documents.size()); }
+  /// Sum over the documents of length^2: what causal attention within documents spans.
+  double attention_pairs() const;
   /// (B, T) int64 document index over the whole batch: document_ids + documents in earlier rows.
   at::Tensor global_document_ids() const;
   /// The decoder's view: { position_ids, document_ids } (shared, not copied).
   AttentionLayout layout() const;
-  /// A copy with every tensor on `device` (cu_seqlens included).
+  /// A copy with every tensor on `device` (cu_seqlens included); the host-side fields are shared.
+  /// To a GPU the host tensors are pinned and copied asynchronously (no wait for the copy: work
+  /// queued after it on the device's stream sees the data); on the same device, no copy at all.
   PackedBatch to(const at::Device& device) const;
+  /// This batch with its tensors on the CPU: itself, or the host batch it was copied from.
+  const PackedBatch& on_host() const;
+
+  std::shared_ptr<const PackedBatch> host_batch;  // set by to() when the copy left the CPU
 };
 
 /// The rows of a packing plan: for each row, the pieces it holds in order.

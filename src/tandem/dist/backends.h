@@ -17,10 +17,12 @@ c10::intrusive_ptr<c10d::Backend> make_gloo_backend(const c10::intrusive_ptr<c10
                                                     std::chrono::milliseconds timeout,
                                                     const std::string& host);
 
-/// NCCL on this rank's CUDA device; an Error in a build without NCCL.
+/// NCCL on CUDA device `device_index` (made the current device first, and bound to the group);
+/// an Error in a build without NCCL.
 c10::intrusive_ptr<c10d::Backend> make_nccl_backend(const c10::intrusive_ptr<c10d::Store>& store,
                                                     int rank, int size,
-                                                    std::chrono::milliseconds timeout);
+                                                    std::chrono::milliseconds timeout,
+                                                    int device_index);
 bool nccl_built();
 
 }  // namespace tandem::dist

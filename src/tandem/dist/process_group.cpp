@@ -15,8 +15,16 @@ namespace tandem::dist {
 
 struct ProcessGroup::Impl {
   c10::intrusive_ptr<c10d::Store> store;
-  c10::intrusive_ptr<c10d::Backend> backend;
+  c10::intrusive_ptr<c10d::Backend> backend;       // the group's own: Gloo or NCCL
+  c10::intrusive_ptr<c10d::Backend> host_backend;  // NCCL groups: Gloo for host tensors
   std::string host;  // Gloo's device address ("" = the default interface)
+
+  /// The backend that moves `tensor`: NCCL takes device memory only.
+  c10d::Backend& for_tensor(const at::Tensor& tensor) const {
+    return host_backend && !tensor.is_cuda() ? *host_backend : *backend;
+  }
+  /// The backend for barriers and other host-side synchronisation.
+  c10d::Backend& for_host() const { return host_backend ? *host_backend : *backend; }
 };
 
 namespace {
@@ -49,13 +57,18 @@ std::shared_ptr<ProcessGroup> ProcessGroup::single() {
 }
 
 std::shared_ptr<ProcessGroup> ProcessGroup::connect(const LaunchEnv& env, Backend backend,
-                                                    std::chrono::seconds timeout) {
+                                                    std::chrono::seconds timeout,
+                                                    c10::Device device) {
+  check(backend != Backend::Nccl || device.is_cuda(), "[dist] rank ", env.rank,
+        ": NCCL needs this rank's CUDA device, got ", device.str());
   std::shared_ptr<ProcessGroup> group(new ProcessGroup());
   group->rank_ = env.rank;
   group->size_ = env.world_size;
   group->backend_ = backend;
+  group->device_ = device;
   group->timeout_ = timeout;
-  if (env.world_size == 1) return group;
+  // A group of one connects too (a real backend whose collectives are local): the GPU check
+  // runs NCCL this way on a one-GPU machine. ProcessGroup::single() is the unconnected one.
   group->impl_ = std::make_unique<Impl>();
   try {
     c10d::TCPStoreOptions store_options;
@@ -80,9 +93,14 @@ std::shared_ptr<ProcessGroup> ProcessGroup::connect(const LaunchEnv& env, Backen
 void ProcessGroup::connect_backend(const c10::intrusive_ptr<c10d::Store>& store) {
   const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(timeout_);
   const int rank = static_cast<int>(rank_), size = static_cast<int>(size_);
-  impl_->backend = backend_ == Backend::Nccl
-                       ? make_nccl_backend(store, rank, size, ms)
-                       : make_gloo_backend(store, rank, size, ms, impl_->host);
+  if (backend_ == Backend::Gloo) {
+    impl_->backend = make_gloo_backend(store, rank, size, ms, impl_->host);
+    return;
+  }
+  impl_->backend = make_nccl_backend(store, rank, size, ms, device_.index());
+  // The Gloo group beside it rendezvouses under its own prefix of the same store.
+  impl_->host_backend = make_gloo_backend(c10::make_intrusive<c10d::PrefixStore>("host", store),
+                                          rank, size, ms, impl_->host);
 }
 
 std::shared_ptr<ProcessGroup> ProcessGroup::subgroup(const std::vector<int64_t>& ranks,
@@ -93,6 +111,7 @@ std::shared_ptr<ProcessGroup> ProcessGroup::subgroup(const std::vector<int64_t>&
   group->rank_ = me - ranks.begin();
   group->size_ = static_cast<int64_t>(ranks.size());
   group->backend_ = backend_;
+  group->device_ = device_;
   group->timeout_ = timeout_;
   if (group->size_ == 1) return group;
   group->impl_ = std::make_unique<Impl>();
@@ -133,36 +152,36 @@ void guarded(const ProcessGroup& group, const char* name, Op op) {
 void ProcessGroup::all_reduce_sum(at::Tensor& tensor) {
   bytes_.all_reduce += static_cast<int64_t>(tensor.nbytes());
   ++bytes_.calls;
-  if (size_ == 1) return;
+  if (!impl_) return;
   guarded(*this, "all_reduce", [&] {
     std::vector<at::Tensor> tensors{tensor};
-    impl_->backend->allreduce(tensors)->wait();
+    impl_->for_tensor(tensor).allreduce(tensors)->wait();
   });
 }
 
 void ProcessGroup::broadcast(at::Tensor& tensor, int64_t root) {
   bytes_.broadcast += static_cast<int64_t>(tensor.nbytes());
   ++bytes_.calls;
-  if (size_ == 1) return;
+  if (!impl_) return;
   check(tensor.is_contiguous(), "[dist] broadcast needs a contiguous tensor");
   guarded(*this, "broadcast", [&] {
     std::vector<at::Tensor> tensors{tensor};
     c10d::BroadcastOptions options;
     options.rootRank = root;
-    impl_->backend->broadcast(tensors, options)->wait();
+    impl_->for_tensor(tensor).broadcast(tensors, options)->wait();
   });
 }
 
 at::Tensor ProcessGroup::all_gather(const at::Tensor& local) {
   bytes_.all_gather += static_cast<int64_t>(local.nbytes());
   ++bytes_.calls;
-  if (size_ == 1) return local.clone();
+  if (!impl_) return local.clone();
   std::vector<int64_t> shape = local.sizes().vec();
   check(!shape.empty(), "[dist] all_gather needs a tensor with a first dimension");
   shape[0] *= size_;
   at::Tensor out = at::empty(shape, local.options());
   at::Tensor input = local.contiguous();
-  guarded(*this, "all_gather", [&] { impl_->backend->_allgather_base(out, input)->wait(); });
+  guarded(*this, "all_gather", [&] { impl_->for_tensor(input)._allgather_base(out, input)->wait(); });
   return out;
 }
 
@@ -170,7 +189,7 @@ at::Tensor ProcessGroup::reduce_scatter_sum(const at::Tensor& full, bool emulate
   check(full.dim() >= 1 && full.size(0) % size_ == 0, "[dist] reduce_scatter: dim 0 (",
         full.dim() >= 1 ? full.size(0) : 0, ") is not a multiple of the ", size_, " ranks");
   const int64_t rows = full.size(0) / size_;
-  if (size_ == 1) {
+  if (!impl_) {
     bytes_.reduce_scatter += static_cast<int64_t>(full.nbytes());
     ++bytes_.calls;
     return full.clone();
@@ -187,12 +206,12 @@ at::Tensor ProcessGroup::reduce_scatter_sum(const at::Tensor& full, bool emulate
   at::Tensor out = at::empty(shape, full.options());
   at::Tensor input = full.contiguous();
   guarded(*this, "reduce_scatter",
-          [&] { impl_->backend->_reduce_scatter_base(out, input)->wait(); });
+          [&] { impl_->for_tensor(input)._reduce_scatter_base(out, input)->wait(); });
   return out;
 }
 
 void ProcessGroup::broadcast_text(std::string& text, int64_t root) {
-  if (size_ == 1) return;
+  if (!impl_) return;
   at::Tensor length = at::full({1}, static_cast<int64_t>(text.size()), at::kLong);
   broadcast(length, root);
   at::Tensor bytes = at::empty({length.item<int64_t>()}, at::kByte);
@@ -208,8 +227,8 @@ int64_t ProcessGroup::all_reduce_int64(int64_t value) {
 }
 
 void ProcessGroup::barrier() {
-  if (size_ == 1) return;
-  guarded(*this, "barrier", [&] { impl_->backend->barrier()->wait(); });
+  if (!impl_) return;
+  guarded(*this, "barrier", [&] { impl_->for_host().barrier()->wait(); });
 }
 
 }  // namespace tandem::dist

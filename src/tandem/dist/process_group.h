@@ -1,10 +1,13 @@
 #pragma once
 // A c10d process group (PyTorch's own distributed layer) behind a small interface: rendezvous
-// through a c10d TCPStore, Gloo on CPU, NCCL on CUDA. The c10d headers stay inside dist/, so
+// through a c10d TCPStore, Gloo on CPU, NCCL on CUDA. An NCCL group also holds a Gloo group
+// over the same ranks ("cpu:gloo,cuda:nccl", as PyTorch does): every collective goes by its
+// tensor's device, CUDA tensors over NCCL and host tensors (metrics, text, checkpoint state)
+// over Gloo, and barriers over Gloo. The c10d headers stay inside dist/, so
 // nothing else needs Gloo's or NCCL's headers. Every collective turns a c10d failure (a peer
 // that exited, a connection reset, the collective timeout) into a tandem Error naming the rank,
 // the operation and the timeout, so a run ends with a clear message instead of hanging.
-// With one process every operation is local and nothing is connected.
+// ProcessGroup::single() is a group of one process where every operation is local.
 #include <ATen/core/Tensor.h>
 
 #include <chrono>
@@ -13,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include <c10/core/Device.h>
 #include <c10/util/intrusive_ptr.h>
 
 #include "tandem/dist/launch.h"
@@ -45,11 +49,13 @@ struct CollectiveBytes {
 
 class ProcessGroup {
  public:
-  /// A group of one: every collective is the identity.
+  /// A group of one with no backend: every collective is the identity, nothing is connected.
   static std::shared_ptr<ProcessGroup> single();
   /// Connects to the job's other processes (blocks until all arrive or `timeout` passes).
+  /// NCCL needs `device`, this rank's GPU (made current before NCCL starts).
   static std::shared_ptr<ProcessGroup> connect(const LaunchEnv& env, Backend backend,
-                                               std::chrono::seconds timeout);
+                                               std::chrono::seconds timeout,
+                                               c10::Device device = c10::Device(c10::kCPU));
   ~ProcessGroup();
   /// The group of `ranks` (ranks of this group, this rank among them), named `name`: every
   /// member calls it with the same list; disjoint groups may be formed at the same time.
@@ -91,6 +97,7 @@ class ProcessGroup {
   int64_t rank_ = 0;
   int64_t size_ = 1;
   Backend backend_ = Backend::Gloo;
+  c10::Device device_{c10::kCPU};  // NCCL: this rank's GPU
   std::chrono::seconds timeout_{0};
   CollectiveBytes bytes_;
 };

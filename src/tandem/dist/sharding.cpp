@@ -89,7 +89,7 @@ class GatherScope {
 // (undefined: this rank's call did not reach it, which counts as zeros).
 at::Tensor slice_gradient(const ShardedTensor& sharded, const at::Tensor& full_gradient) {
   const ShardLayout& layout = sharded.layout;
-  at::Tensor flat = at::zeros({layout.ranks * layout.chunk()}, at::kFloat);
+  at::Tensor flat = at::zeros({layout.ranks * layout.chunk()}, sharded.shard.options().dtype(at::kFloat));
   if (full_gradient.defined())
     flat.narrow(0, 0, layout.numel).copy_(full_gradient.reshape({-1}));
   return sharded.group->reduce_scatter_sum(flat).to(sharded.shard.scalar_type());
@@ -235,19 +235,8 @@ int64_t held_bytes(const at::Tensor& tensor) {
          (sharded ? static_cast<int64_t>(sharded->shard.nbytes()) : 0);
 }
 
-namespace {
-ParameterShards* active_load_shards = nullptr;
-}
-
-ShardWhileLoading::ShardWhileLoading(ParameterShards& shards) {
-  check(active_load_shards == nullptr, "[shard] loaded models are already being sharded");
-  active_load_shards = &shards;
-}
-
-ShardWhileLoading::~ShardWhileLoading() { active_load_shards = nullptr; }
-
-void shard_if_loading(const at::Tensor& weight) {
-  if (active_load_shards) active_load_shards->shard(weight, /*trainable=*/false);
+void shard_on_load(ParameterShards* shards, const at::Tensor& weight) {
+  if (shards) shards->shard(weight, /*trainable=*/false);
 }
 
 FullParameters::FullParameters(std::vector<at::Tensor> tensors) {

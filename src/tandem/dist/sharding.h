@@ -69,21 +69,12 @@ bool is_sharded(const at::Tensor& tensor);
 /// Bytes this rank holds for `tensor`: its storage (empty while sharded) plus its slice.
 int64_t held_bytes(const at::Tensor& tensor);
 
-/// While alive, every model loaded from an HF checkpoint in this process (frozen models, and a
-/// trained model that starts from a checkpoint) is sharded by `shards` weight by weight as it
-/// arrives, so no rank ever holds a whole loaded model. A trained model's slices become
-/// trainable when it is sharded again with trainable = true (ParameterShards::shard).
-class ShardWhileLoading {
- public:
-  explicit ShardWhileLoading(ParameterShards& shards);
-  ~ShardWhileLoading();
-  ShardWhileLoading(const ShardWhileLoading&) = delete;
-  ShardWhileLoading& operator=(const ShardWhileLoading&) = delete;
-};
-
-/// Inside a ShardWhileLoading scope, shards `weight` (not trainable yet); otherwise nothing.
-/// Called on every weight as it is read from a checkpoint (models/load.cpp, FrozenHead::load).
-void shard_if_loading(const at::Tensor& weight);
+/// Sharded training loads every model from its HF checkpoint (frozen models, and a trained model
+/// that starts from one) with RunContext::shard_on_load set: each weight is split by those
+/// shards as it arrives (not trainable yet), so no rank ever holds a whole loaded model. A
+/// trained model's slices become trainable when it is sharded again with trainable = true.
+/// Without shards (nullptr) this does nothing.
+void shard_on_load(ParameterShards* shards, const at::Tensor& weight);
 
 /// While alive, the full values of every sharded tensor among `tensors` are present (gathered
 /// in order, freed in reverse). No autograd: for frozen weights, exports and checkpoints.

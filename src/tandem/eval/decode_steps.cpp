@@ -14,8 +14,8 @@ bool is_stop(int64_t id, const DecodeOptions& options) {
 
 }  // namespace
 
-at::Tensor decode_row(const std::vector<int64_t>& ids) {
-  return at::tensor(ids, at::kLong).view({1, static_cast<int64_t>(ids.size())});
+at::Tensor decode_row(const std::vector<int64_t>& ids, const at::Device& device) {
+  return at::tensor(ids, at::kLong).view({1, static_cast<int64_t>(ids.size())}).to(device);
 }
 
 bool decode_finished(std::vector<int64_t>& tokens, const DecodeOptions& options) {
@@ -32,13 +32,14 @@ bool decode_finished(std::vector<int64_t>& tokens, const DecodeOptions& options)
 
 TargetPass run_target(const FrozenModel& target, const std::vector<int64_t>& ids, int64_t count,
                       const std::vector<int64_t>& layers) {
-  const at::Tensor row = decode_row(ids);
+  const at::Tensor row = decode_row(ids, target.device());
   const int64_t length = row.size(1);
   const FrozenModel::Output out = target.forward(
-      row, AttentionLayout::causal(1, length, at::kCPU), layers, /*with_logits=*/false);
+      row, AttentionLayout::causal(1, length, target.device()), layers, /*with_logits=*/false);
   TargetPass pass;
   const at::Tensor last = out.final_hidden[0].narrow(0, length - count, count);  // (count, H)
-  pass.choices = at::linear(last, target.lm_head_weight()).argmax(-1);
+  // Read on the host: verification compares them with the proposal token by token.
+  pass.choices = at::linear(last, target.lm_head_weight()).argmax(-1).cpu();
   if (!layers.empty()) {
     std::vector<at::Tensor> parts;
     for (int64_t layer : layers) parts.push_back(out.hidden.at(layer));

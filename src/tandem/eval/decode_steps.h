@@ -13,7 +13,7 @@
 namespace tandem {
 
 /// ids as a (1, T) int64 row.
-at::Tensor decode_row(const std::vector<int64_t>& ids);
+at::Tensor decode_row(const std::vector<int64_t>& ids, const at::Device& device);
 
 /// Cuts `tokens` after the first stop id and at max_new_tokens; true when generation is over.
 bool decode_finished(std::vector<int64_t>& tokens, const DecodeOptions& options);

@@ -29,8 +29,10 @@ SpeculativeOutput dflash_decode(const FrozenModel& target, const DFlashDraftImpl
           .to(dtype)
           .view({1, 1, -1});
   const at::Tensor masks = mask_row.expand({1, block_size - 1, mask_row.size(2)});
-  const at::Tensor block_offsets = at::arange(block_size, at::kLong).view({1, block_size});
-  const at::Tensor anchor_valid = at::ones({1, 1}, at::kBool);
+  const at::Device device = target.device();
+  const at::Tensor block_offsets =
+      at::arange(block_size, at::TensorOptions().dtype(at::kLong).device(device)).view({1, block_size});
+  const at::Tensor anchor_valid = at::ones({1, 1}, at::TensorOptions().dtype(at::kBool).device(device));
 
   SpeculativeOutput output;
   std::vector<int64_t> ids = prompt;  // tokens whose target features are known
@@ -44,12 +46,13 @@ SpeculativeOutput dflash_decode(const FrozenModel& target, const DFlashDraftImpl
     const at::Tensor block_embeds =
         at::cat({embed_tokens[bonus].to(dtype).view({1, 1, -1}), masks}, 1);  // (1, bs, H)
     const at::Tensor hidden = draft.forward(
-        block_embeds, context, at::arange(n, at::kLong).view({1, n}), block_offsets + n,
-        at::ones({1, 1, n}, at::kBool), anchor_valid);  // (1, bs, H)
+        block_embeds, context, at::arange(n, block_offsets.options()).view({1, n}),
+        block_offsets + n, at::ones({1, 1, n}, anchor_valid.options()), anchor_valid);  // (1, bs, H)
     // Slot k predicts token n + k (same-position prediction); slot 0 is the anchor.
     const at::Tensor predicted =
         at::linear(hidden[0].narrow(0, 1, draft_tokens).to(lm_head.scalar_type()), lm_head)
-            .argmax(-1);
+            .argmax(-1)
+            .cpu();
     const std::vector<int64_t> proposal(predicted.data_ptr<int64_t>(),
                                         predicted.data_ptr<int64_t>() + draft_tokens);
 

@@ -30,7 +30,9 @@ SpeculativeOutput speculative_decode(const FrozenModel& target, const Eagle3Draf
   const std::vector<int64_t>& aux_layers = draft.config().aux_layer_ids;
   const FrozenHead head = target.head();
   const c10::ScalarType dtype = draft.fc->weight.scalar_type();
-  const at::Tensor draft_to_target = draft.draft_to_target();
+  const at::Tensor draft_to_target = draft.draft_to_target().cpu();  // read on the host
+  const at::Device device = target.device();
+  const at::TensorOptions ids_on_device = at::TensorOptions().dtype(at::kLong).device(device);
 
   SpeculativeOutput output;
   std::vector<int64_t> ids = prompt;  // tokens whose target features are known
@@ -43,17 +45,17 @@ SpeculativeOutput speculative_decode(const FrozenModel& target, const Eagle3Draf
     std::vector<int64_t> shifted(ids.begin() + 1, ids.end());
     shifted.push_back(bonus);  // position t reads x_{t+1}
     TttState state;
-    at::Tensor out = draft.step(head.embed(decode_row(shifted)).to(dtype),
+    at::Tensor out = draft.step(head.embed(decode_row(shifted, device)).to(dtype),
                                 draft.fc->forward(pass.features.narrow(1, 0, n).to(dtype)),
-                                at::arange(n, at::kLong).view({1, n}),
-                                causal_context_mask(AttentionLayout::causal(1, n, at::kCPU)), state);
+                                at::arange(n, ids_on_device).view({1, n}),
+                                causal_context_mask(AttentionLayout::causal(1, n, device)), state);
     at::Tensor last = out.narrow(1, n - 1, 1);  // (1, 1, H)
-    const at::Tensor all_context = at::ones({1, 1, 1, n}, at::kBool);
+    const at::Tensor all_context = at::ones({1, 1, 1, n}, ids_on_device.dtype(at::kBool));
     std::vector<int64_t> proposal;
     for (int64_t j = 0; j < draft_tokens; ++j) {
       if (j > 0)
-        last = draft.step(head.embed(decode_row({proposal.back()})).to(dtype), last,
-                          at::full({1, 1}, n - 1 + j, at::kLong), all_context, state);
+        last = draft.step(head.embed(decode_row({proposal.back()}, device)).to(dtype), last,
+                          at::full({1, 1}, n - 1 + j, ids_on_device), all_context, state);
       const int64_t draft_id = draft.logits(last).argmax(-1).item<int64_t>();
       proposal.push_back(draft_to_target[draft_id].item<int64_t>());
     }

@@ -29,17 +29,9 @@ std::string shard_name(size_t index, size_t count) {
   return name;
 }
 
-CheckpointBroadcast*& installed_broadcast() {
-  static CheckpointBroadcast* broadcast = nullptr;
-  return broadcast;
-}
-
 }  // namespace
 
-void set_checkpoint_broadcast(CheckpointBroadcast* broadcast) { installed_broadcast() = broadcast; }
-
-HfCheckpoint HfCheckpoint::open(const std::string& dir) {
-  CheckpointBroadcast* broadcast = installed_broadcast();
+HfCheckpoint HfCheckpoint::open(const std::string& dir, CheckpointBroadcast* broadcast) {
   if (!broadcast) return open_files(dir);
   std::string header;
   if (broadcast->reads_files()) {

@@ -24,21 +24,19 @@ class CheckpointBroadcast {
   virtual bool reads_files() const = 0;
   /// From the reading rank to all: `text` is replaced by the reader's on the other ranks.
   virtual void broadcast_text(std::string& text) = 0;
-  /// From the reading rank to all, in place (contiguous, same dtype and shape on every rank).
+  /// From the reading rank to all (contiguous, same dtype and shape on every rank). In place, or
+  /// `tensor` replaced by the same values on the implementation's device (NCCL sends GPU memory).
   virtual void broadcast_tensor(at::Tensor& tensor) = 0;
   /// Told each weight file the reading rank opens, and each checkpoint a rank receives.
   virtual void log(const std::string& line) = 0;
 };
 
-/// Installs `broadcast` for every HfCheckpoint opened afterwards (nullptr: each process reads
-/// its own files, the default). Not owned; it must outlive those checkpoints.
-void set_checkpoint_broadcast(CheckpointBroadcast* broadcast);
-
 class HfCheckpoint {
  public:
   /// Opens (mmaps) every weight file of `dir` and checks the index against the shards; with a
-  /// CheckpointBroadcast installed, only its reading rank does, the others receive the header.
-  static HfCheckpoint open(const std::string& dir);
+  /// `broadcast` (not owned; it must outlive the checkpoint), only its reading rank does and the
+  /// others receive the header. nullptr: this process reads its own files.
+  static HfCheckpoint open(const std::string& dir, CheckpointBroadcast* broadcast = nullptr);
 
   const std::string& dir() const { return dir_; }
   /// All tensor names, sorted.
@@ -48,8 +46,9 @@ class HfCheckpoint {
   const safetensors::TensorInfo& info(const std::string& name) const;
   /// The file holding `name` (an error on a rank that received the checkpoint).
   const safetensors::File& file_of(const std::string& name) const;
-  /// A new CPU tensor with the stored values of `name` in its stored dtype (received from the
-  /// reading rank when a CheckpointBroadcast is installed).
+  /// A new tensor with the stored values of `name` in its stored dtype, on the CPU (or on the
+  /// broadcast's device, when it sends over a GPU) (received from the
+  /// reading rank when the checkpoint was opened with a CheckpointBroadcast).
   at::Tensor read(const std::string& name) const;
   /// The paths of the weight files, in shard order.
   std::vector<std::string> file_paths() const;

@@ -72,10 +72,19 @@ at::Tensor AttentionImpl::forward(const at::Tensor& x, const RopeTables& rope,
                                   const at::Tensor& mask) const {
   const QueryKeyValue qkv = project(x, rope);
   const bool causal = !mask.defined();
+  at::Tensor k = qkv.k, v = qkv.v;  // (B, kv_heads, T, d)
+  bool grouped = num_kv_heads != num_heads;
+  if (grouped && mask.defined() && x.is_cuda()) {
+    // On CUDA, SDPA's flash kernel takes GQA but no mask, and its memory-efficient kernel takes
+    // a mask but not GQA: with a mask (packed documents), K/V are repeated per query head so the
+    // memory-efficient kernel runs rather than the math fallback that materialises (T, T) scores.
+    k = k.repeat_interleave(num_heads / num_kv_heads, 1);
+    v = v.repeat_interleave(num_heads / num_kv_heads, 1);
+    grouped = false;
+  }
   return output(at::scaled_dot_product_attention(
-      qkv.q, qkv.k, qkv.v, mask.defined() ? std::optional<at::Tensor>(mask) : std::nullopt,
-      /*dropout_p=*/0.0, /*is_causal=*/causal, /*scale=*/std::nullopt,
-      /*enable_gqa=*/num_kv_heads != num_heads));
+      qkv.q, k, v, mask.defined() ? std::optional<at::Tensor>(mask) : std::nullopt,
+      /*dropout_p=*/0.0, /*is_causal=*/causal, /*scale=*/std::nullopt, /*enable_gqa=*/grouped));
 }
 
 MlpImpl::MlpImpl(int64_t hidden_size, int64_t intermediate_size, bool bias,

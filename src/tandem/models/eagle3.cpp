@@ -61,8 +61,9 @@ Eagle3DraftImpl::Eagle3DraftImpl(const Eagle3Config& config, const at::TensorOpt
   norm = register_module("norm", RMSNorm(hidden, config.layer.rms_norm_eps, options));
   lm_head = register_module("lm_head", Linear(hidden, config.draft_vocab_size, false, options));
   // Until a vocab map is set: the first D target ids.
-  d2t = register_buffer("d2t", at::zeros({config.draft_vocab_size}, at::kLong));
-  t2d = register_buffer("t2d", at::arange(config.layer.vocab_size) < config.draft_vocab_size);
+  const at::TensorOptions ids = options.dtype(at::kLong).requires_grad(false);
+  d2t = register_buffer("d2t", at::zeros({config.draft_vocab_size}, ids));
+  t2d = register_buffer("t2d", at::arange(config.layer.vocab_size, ids) < config.draft_vocab_size);
   inverse_frequencies_ = rope_inverse_frequencies(config.layer.head_dim, config.layer.rope_theta,
                                                   config.layer.rope_scaling);
 }

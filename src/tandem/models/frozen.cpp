@@ -59,15 +59,14 @@ FrozenHead::~FrozenHead() {
     unregister_frozen(*tensor);
 }
 
-FrozenHead FrozenHead::load(const std::string& dir, c10::ScalarType dtype,
-                            const at::Device& device) {
+FrozenHead FrozenHead::load(const std::string& dir, c10::ScalarType dtype, const RunContext& run) {
   const DecoderConfig config = DecoderConfig::from_dir(dir);
-  const HfCheckpoint checkpoint = HfCheckpoint::open(dir);
+  const HfCheckpoint checkpoint = HfCheckpoint::open(dir, run.rank_zero);
   auto read = [&](const std::string& name, std::vector<int64_t> shape) {
     const at::Tensor tensor = checkpoint.read(name);
     check(tensor.sizes() == at::IntArrayRef(shape), "[frozen] ", dir, ": '", name, "' has shape ",
           tensor.sizes(), ", config.json implies ", at::IntArrayRef(shape));
-    return tensor.to(device, dtype);
+    return tensor.to(run.device, dtype);
   };
   const int64_t vocab = config.vocab_size, hidden = config.hidden_size;
   at::Tensor embed = read("model.embed_tokens.weight", {vocab, hidden});
@@ -75,7 +74,7 @@ FrozenHead FrozenHead::load(const std::string& dir, c10::ScalarType dtype,
       config.tie_word_embeddings ? embed : read("lm_head.weight", {vocab, hidden});
   at::Tensor final_norm = read("model.norm.weight", {hidden});
   for (const at::Tensor& weight : {embed, lm_head, final_norm})  // before they are registered
-    shard_if_loading(weight);
+    shard_on_load(run.shard_on_load, weight);
   return FrozenHead(embed, final_norm, config.rms_norm_eps, lm_head);
 }
 
@@ -106,8 +105,8 @@ FrozenModel::~FrozenModel() {
 }
 
 FrozenModel FrozenModel::load(const std::string& dir, c10::ScalarType dtype,
-                              const at::Device& device) {
-  return FrozenModel(dir, load_causal_lm(dir, dtype, device));
+                              const RunContext& run) {
+  return FrozenModel(dir, load_causal_lm(dir, dtype, run));
 }
 
 FrozenModel::Output FrozenModel::forward(const at::Tensor& ids, const AttentionLayout& layout,
@@ -180,13 +179,13 @@ std::vector<std::pair<std::string, at::Tensor>> model_state(const torch::nn::Mod
 }
 
 void load_draft_target(const std::string& dir, c10::ScalarType dtype, bool offline,
-                       std::optional<FrozenModel>& target, std::unique_ptr<FrozenHead>& head) {
-  const at::Device cpu(at::kCPU);
+                       const RunContext& run, std::optional<FrozenModel>& target,
+                       std::unique_ptr<FrozenHead>& head) {
   if (offline) {
-    head = std::make_unique<FrozenHead>(FrozenHead::load(dir, dtype, cpu));
+    head = std::make_unique<FrozenHead>(FrozenHead::load(dir, dtype, run));
     return;
   }
-  target.emplace(FrozenModel::load(dir, dtype, cpu));
+  target.emplace(FrozenModel::load(dir, dtype, run));
   head = std::make_unique<FrozenHead>(target->head());
 }
 

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "tandem/core/run_context.h"
 #include "tandem/models/decoder.h"
 
 namespace tandem {
@@ -20,7 +21,7 @@ namespace tandem {
 class FrozenHead {
  public:
   /// Reads only those tensors from the HF checkpoint `dir` (offline training: no layers loaded).
-  static FrozenHead load(const std::string& dir, c10::ScalarType dtype, const at::Device& device);
+  static FrozenHead load(const std::string& dir, c10::ScalarType dtype, const RunContext& run);
   FrozenHead(at::Tensor embed_tokens, at::Tensor final_norm, double rms_norm_eps,
              at::Tensor lm_head);
   FrozenHead(const FrozenHead& other);
@@ -44,8 +45,9 @@ class FrozenHead {
 
 class FrozenModel {
  public:
-  /// Loads `dir` (config.json + safetensors) in `dtype` on `device`, frozen.
-  static FrozenModel load(const std::string& dir, c10::ScalarType dtype, const at::Device& device);
+  /// Loads `dir` (config.json + safetensors) in `dtype` on `run.device`, frozen (through rank-0
+  /// loading and split on arrival when the context says so).
+  static FrozenModel load(const std::string& dir, c10::ScalarType dtype, const RunContext& run);
   FrozenModel(FrozenModel&&) = default;
   FrozenModel& operator=(FrozenModel&&) = delete;  // would drop the old model's registration
   ~FrozenModel();
@@ -61,6 +63,8 @@ class FrozenModel {
 
   const DecoderConfig& config() const { return model_->config(); }
   const std::string& dir() const { return dir_; }
+  /// Where its weights live (and where its inputs must be).
+  at::Device device() const { return embed_tokens().device(); }
   /// Read-only views of the weights by HF name (for sharing with drafts and for checks).
   std::map<std::string, at::Tensor> named_weights() const;
   /// The token embedding (V, H) and output projection (V, H), frozen.
@@ -76,10 +80,11 @@ class FrozenModel {
   CausalLM model_{nullptr};
 };
 
-/// A draft's frozen target on the CPU: online, the whole model into `target` and `head` sharing
-/// its tensors; offline (features from a capture), only the head, read from `dir`.
+/// A draft's frozen target on `run.device`: online, the whole model into `target` and `head`
+/// sharing its tensors; offline (features from a capture), only the head, read from `dir`.
 void load_draft_target(const std::string& dir, c10::ScalarType dtype, bool offline,
-                       std::optional<FrozenModel>& target, std::unique_ptr<FrozenHead>& head);
+                       const RunContext& run, std::optional<FrozenModel>& target,
+                       std::unique_ptr<FrozenHead>& head);
 
 /// What a draft reads from its frozen target on a batch (online: a forward; offline: a capture).
 struct TargetFeatures {

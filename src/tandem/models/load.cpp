@@ -30,7 +30,7 @@ std::string join_first(const std::vector<std::string>& names, size_t limit) {
 }  // namespace
 
 void load_parameters(torch::nn::Module& module, const HfCheckpoint& checkpoint,
-                     c10::ScalarType dtype, const at::Device& device, bool tied_embeddings) {
+                     c10::ScalarType dtype, const RunContext& run, bool tied_embeddings) {
   at::NoGradGuard no_grad;
   std::set<std::string> used;
   std::vector<std::string> missing;
@@ -44,9 +44,9 @@ void load_parameters(torch::nn::Module& module, const HfCheckpoint& checkpoint,
     check(info.shape == param.value().sizes().vec(), "[checkpoint] ", checkpoint.dir(),
           ": tensor '", name, "' has shape ", at::IntArrayRef(info.shape),
           " but the config implies ", param.value().sizes());
-    at::Tensor value = checkpoint.read(name).to(device, dtype);
+    at::Tensor value = checkpoint.read(name).to(run.device, dtype);
     param.value().set_data(value);
-    shard_if_loading(param.value());  // sharded training: split as soon as it arrives
+    shard_on_load(run.shard_on_load, param.value());  // sharded training: split on arrival
     used.insert(name);
   }
   check(missing.empty(), "[checkpoint] ", checkpoint.dir(), ": missing tensors ",
@@ -59,12 +59,13 @@ void load_parameters(torch::nn::Module& module, const HfCheckpoint& checkpoint,
         " (a different architecture or config?)");
 }
 
-CausalLM load_causal_lm(const std::string& dir, c10::ScalarType dtype, const at::Device& device) {
+CausalLM load_causal_lm(const std::string& dir, c10::ScalarType dtype, const RunContext& run) {
   const DecoderConfig config = DecoderConfig::from_dir(dir);
-  const HfCheckpoint checkpoint = HfCheckpoint::open(dir);
-  // Parameters start uninitialised (at::empty: pages untouched until filled); load fills them.
-  CausalLM model(config, at::TensorOptions().dtype(dtype).device(device));
-  load_parameters(*model, checkpoint, dtype, device, config.tie_word_embeddings);
+  const HfCheckpoint checkpoint = HfCheckpoint::open(dir, run.rank_zero);
+  // Parameters start uninitialised (at::empty: on the CPU, pages untouched until filled); load
+  // replaces each with its checkpoint tensor, so at most one tensor's host copy exists at a time.
+  CausalLM model(config, at::TensorOptions().dtype(dtype).device(run.device));
+  load_parameters(*model, checkpoint, dtype, run, config.tie_word_embeddings);
   return model;
 }
 

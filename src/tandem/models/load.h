@@ -5,21 +5,24 @@
 
 #include <string>
 
+#include "tandem/core/run_context.h"
 #include "tandem/io/hf_checkpoint.h"
 #include "tandem/models/decoder.h"
 
 namespace tandem {
 
 /// Replaces every parameter of `module` with the checkpoint tensor of the same name, converted
-/// to `dtype` on `device`. Errors name the directory and list missing, unexpected or misshapen
+/// to `dtype` on `run.device` one tensor at a time (the host copy of a weight is dropped once
+/// it is on the device). Errors name the directory and list missing, unexpected or misshapen
 /// tensors. Tensors that carry no weights (`rotary_emb.inv_freq`) and, for tied models, a stored
 /// `lm_head.weight` are skipped.
-/// In sharded training (dist/sharding.h: ShardWhileLoading) each parameter is split as soon as
-/// it is filled, so the whole model never exists on one rank.
+/// In sharded training (`run.shard_on_load`) each parameter is split as soon as it is filled,
+/// so the whole model never exists on one rank.
 void load_parameters(torch::nn::Module& module, const HfCheckpoint& checkpoint,
-                     c10::ScalarType dtype, const at::Device& device, bool tied_embeddings);
+                     c10::ScalarType dtype, const RunContext& run, bool tied_embeddings);
 
-/// config.json + weights of `dir` -> a causal LM in `dtype` on `device`.
-CausalLM load_causal_lm(const std::string& dir, c10::ScalarType dtype, const at::Device& device);
+/// config.json + weights of `dir` -> a causal LM in `dtype` on `run.device` (read through
+/// `run.rank_zero` when set).
+CausalLM load_causal_lm(const std::string& dir, c10::ScalarType dtype, const RunContext& run);
 
 }  // namespace tandem

@@ -4,6 +4,8 @@
 
 #include <cmath>
 
+#include "tandem/core/device.h"
+
 namespace tandem {
 
 at::Tensor rope_inverse_frequencies(int64_t head_dim, double theta, const RopeScaling& scaling) {
@@ -28,8 +30,9 @@ at::Tensor rope_inverse_frequencies(int64_t head_dim, double theta, const RopeSc
 
 RopeTables rope_tables(const at::Tensor& inverse_frequencies, const at::Tensor& positions,
                        c10::ScalarType dtype) {
+  // The frequencies live on the host; to a GPU they go pinned, without waiting.
   const at::Tensor freqs = positions.to(at::kFloat).unsqueeze(-1) *
-                           inverse_frequencies.to(positions.device()).view({1, 1, -1});
+                           to_device(inverse_frequencies, positions.device()).view({1, 1, -1});
   const at::Tensor angles = at::cat({freqs, freqs}, -1).unsqueeze(1);  // (B, 1, T, head_dim)
   return {angles.cos().to(dtype), angles.sin().to(dtype)};
 }

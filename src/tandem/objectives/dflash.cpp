@@ -7,11 +7,13 @@
 #include <filesystem>
 
 #include "tandem/core/config.h"
+#include "tandem/core/device.h"
 #include "tandem/core/dtype.h"
 #include "tandem/core/error.h"
 #include "tandem/core/hash.h"
 #include "tandem/core/json_file.h"
 #include "tandem/dist/sharding.h"
+#include "tandem/models/flops.h"
 #include "tandem/objectives/dflash_export.h"
 #include "tandem/objectives/vocab_head.h"
 #include "tandem/text/tokenizer.h"
@@ -88,6 +90,11 @@ at::Tensor chunked_argmax(const at::Tensor& hidden, const at::Tensor& head,
   return parts.empty() ? at::zeros({0}, hidden.options().dtype(at::kLong)) : at::cat(parts);
 }
 
+// `blocks` with their tensors on the CPU (as drawn; a copy when a caller moved them).
+DFlashBlocks on_host(const DFlashBlocks& blocks) {
+  return {blocks.block_size, blocks.anchors.cpu(), blocks.anchor_valid.cpu()};
+}
+
 std::vector<int64_t> to_vector(const at::Tensor& tensor) {
   const at::Tensor values = tensor.to(at::kCPU, at::kLong).contiguous();
   return {values.data_ptr<int64_t>(), values.data_ptr<int64_t>() + values.numel()};
@@ -95,12 +102,14 @@ std::vector<int64_t> to_vector(const at::Tensor& tensor) {
 
 }  // namespace
 
-DFlashOptions dflash_options(const Config& config) {
+DFlashOptions dflash_options(const Config& config, const RunContext& run) {
   DFlashOptions options;
+  options.run = run;
   const Config target = config.section("target");
   options.target_path = target.get_string("path");
   options.target_dtype =
-      parse_compute_dtype(target.get_string("dtype", "fp32"), target.where("dtype"));
+      parse_compute_dtype(target.get_string("dtype", frozen_dtype_default(run.device)),
+                          target.where("dtype"));
   const Config draft = config.section("draft");
   options.draft_dtype =
       parse_compute_dtype(draft.get_string("dtype", "fp32"), draft.where("dtype"));
@@ -164,7 +173,7 @@ at::Tensor dflash_slot_weights(int64_t block_size, double gamma) {
 
 DFlashAnchors sample_dflash_anchors(const PackedBatch& batch, int64_t block_size,
                                     int64_t max_anchors, uint64_t seed) {
-  const at::Tensor loss_mask = batch.loss_mask.to(at::kCPU, at::kByte).contiguous();
+  const at::Tensor loss_mask = batch.on_host().loss_mask.to(at::kByte).contiguous();
   const auto trained = loss_mask.accessor<uint8_t, 2>();
   const int64_t rows = batch.rows();
   std::vector<std::vector<int64_t>> candidates(static_cast<size_t>(rows));
@@ -202,8 +211,7 @@ DFlashAnchors sample_dflash_anchors(const PackedBatch& batch, int64_t block_size
       anchors[b][static_cast<int64_t>(i)] = chosen[b][i];
       valid[b][static_cast<int64_t>(i)] = true;
     }
-  const at::Device device = batch.input_ids.device();
-  out.blocks = {block_size, anchors.to(device), valid.to(device)};
+  out.blocks = {block_size, anchors, valid};
   return out;
 }
 
@@ -234,7 +242,7 @@ DFlashTargets dflash_targets(const PackedBatch& batch, const DFlashBlocks& block
 DFlashObjective::DFlashObjective(const DFlashOptions& options) : options_(options) {
   target_config_ = DecoderConfig::from_dir(options.target_path);
   load_draft_target(options.target_path, options.target_dtype, !options.capture_dir.empty(),
-                    target_, head_);
+                    options.run, target_, head_);
   gamma_ = options.gamma > 0 ? options.gamma : dflash_default_gamma(options.block_size);
 
   mask_token_ = resolve_dflash_mask_token(options, target_config_.vocab_size);
@@ -245,7 +253,7 @@ DFlashObjective::DFlashObjective(const DFlashOptions& options) : options_(option
       input_embedding_ = grow_embedding(input_embedding_, mean_embedding_row(input_embedding_));
     }
     mask_embedding_ = input_embedding_[mask_token_.id].clone();  // (H,) for the export
-    shard_if_loading(input_embedding_);  // sharded training: split like the target's weights
+    shard_on_load(options.run.shard_on_load, input_embedding_);  // split like the target's
   }
 
   DFlashConfig config = DFlashConfig::for_target(
@@ -261,7 +269,8 @@ DFlashObjective::DFlashObjective(const DFlashOptions& options) : options_(option
     check(layer >= 0 && layer < last_layer, "[dflash] target layer ", layer,
           " cannot be read: ", options.target_path, " has layers 0..", last_layer,
           " and serving engines expose the outputs of layers 0..", last_layer - 1, " only");
-  draft_ = DFlashDraft(config, at::TensorOptions().dtype(options.draft_dtype));
+  draft_ = DFlashDraft(config,
+                       at::TensorOptions().dtype(options.draft_dtype).device(options.run.device));
   init_normal_(*draft_, options.init_std, options.seed);
   for (auto& parameter : draft_->parameters()) parameter.set_requires_grad(true);
   if (!options.capture_dir.empty()) {
@@ -284,7 +293,8 @@ DFlashAnchors DFlashObjective::anchors(const PackedBatch& batch) const {
 StepTotals DFlashObjective::totals(const PackedBatch& batch, const DFlashBlocks& blocks) const {
   StepTotals totals;
   totals.documents = batch.total_documents();
-  totals.unroll_tokens = to_vector(dflash_targets(batch, blocks).valid.sum({0, 1}));  // (bs)
+  totals.unroll_tokens =
+      to_vector(dflash_targets(batch.on_host(), on_host(blocks)).valid.sum({0, 1}));  // (bs)
   for (int64_t count : totals.unroll_tokens) totals.loss_tokens += count;
   return totals;
 }
@@ -305,9 +315,47 @@ TargetFeatures DFlashObjective::features(const PackedBatch& batch) const {
   return features;
 }
 
+double dflash_draft_forward_flops(const DFlashConfig& c, const PackedBatch& batch,
+                                  const DFlashBlocks& blocks) {
+  const DecoderConfig& l = c.layer;
+  const double tokens = static_cast<double>(batch.rows()) * batch.seq_len();
+  const double queries = blocks.anchor_valid.sum().item<double>() * c.block_size;
+  const double visible_context =  // sum over blocks of the context keys each block sees
+      dflash_context_mask(batch.document_ids, batch.padding_mask, blocks).sum().item<double>();
+  const double q = static_cast<double>(l.num_attention_heads) * l.head_dim;
+  const double kv = static_cast<double>(l.num_key_value_heads) * l.head_dim;
+  const double h = static_cast<double>(l.hidden_size);
+  const double fc = 2 * tokens * static_cast<double>(c.target_layer_ids.size()) *
+                    c.target_hidden_size * h;
+  const double context_kv = 2 * tokens * h * 2 * kv;
+  const double block_matmuls =
+      2 * queries * (h * (q + 2 * kv) + q * h + 3 * h * l.intermediate_size);
+  const double attention = 4 * q * (visible_context * c.block_size + queries * c.block_size);
+  return fc + l.num_hidden_layers * (context_kv + block_matmuls + attention);
+}
+
+double DFlashObjective::model_flops(const PackedBatch& batch) const {
+  const PackedBatch& host = batch.on_host();  // counted on the host: no wait for the device
+  const DFlashAnchors drawn = anchors(host);
+  const double labels = static_cast<double>(totals(host, drawn.blocks).loss_tokens);
+  // Online the target's layers; the frozen lm_head forward and its hidden-state gradient on the
+  // labelled slots; the draft's forward and backward.
+  const double target = target_ ? decoder_forward_flops(
+                                      target_config_, static_cast<double>(host.num_tokens),
+                                      host.attention_pairs(), /*with_lm_head=*/false)
+                                : 0.0;
+  return target + 2 * lm_head_flops(target_config_, labels) +
+         3 * dflash_draft_forward_flops(draft_->config(), host, drawn.blocks);
+}
+
 DFlashResult DFlashObjective::run(const PackedBatch& batch, const TargetFeatures& features,
-                                  const DFlashBlocks& blocks, const StepTotals& totals) const {
-  const int64_t block_size = blocks.block_size;
+                                  const DFlashBlocks& drawn, const StepTotals& totals) const {
+  const int64_t block_size = drawn.block_size;
+  // The blocks and their targets are laid out on the host, then sent: the device never waits.
+  const at::Device device = batch.input_ids.device();
+  const DFlashBlocks host_blocks = on_host(drawn);
+  const DFlashBlocks blocks{block_size, to_device(host_blocks.anchors, device),
+                            to_device(host_blocks.anchor_valid, device)};
   check(static_cast<int64_t>(totals.unroll_tokens.size()) == block_size,
         "[dflash] step totals carry ", totals.unroll_tokens.size(), " block slots, the blocks ",
         block_size);
@@ -332,12 +380,15 @@ DFlashResult DFlashObjective::run(const PackedBatch& batch, const TargetFeatures
   result.hidden = draft_->forward(
       block_embeds, context, batch.position_ids, dflash_block_positions(batch.position_ids, blocks),
       dflash_context_mask(batch.document_ids, batch.padding_mask, blocks), blocks.anchor_valid);
-  result.targets = dflash_targets(batch, blocks);
+  const DFlashTargets host_targets = dflash_targets(batch.on_host(), host_blocks);
+  result.targets = {to_device(host_targets.labels, device), to_device(host_targets.valid, device)};
 
   // Only the labelled slots go through the lm_head.
   const int64_t hidden_size = result.hidden.size(2);
-  const at::Tensor labelled = result.targets.valid.reshape(-1).nonzero().squeeze(1);  // (N,)
-  const at::Tensor slots = labelled.remainder(block_size);                            // (N,)
+  const at::Tensor labelled_on_host = host_targets.valid.reshape(-1).nonzero().squeeze(1);  // (N,)
+  const at::Tensor slots_on_host = labelled_on_host.remainder(block_size);                  // (N,)
+  const at::Tensor labelled = to_device(labelled_on_host, device);
+  const at::Tensor slots = to_device(slots_on_host, device);
   // In the lm_head's dtype (the target's): a bf16 draft may train against an fp32 target.
   const at::Tensor hidden = result.hidden.reshape({-1, hidden_size})
                                 .index_select(0, labelled)
@@ -383,20 +434,19 @@ DFlashResult DFlashObjective::run(const PackedBatch& batch, const TargetFeatures
     const at::Tensor weights = slot_weights.to(logprobs.device()).index_select(0, slots);
     result.loss = -(logprobs * weights).sum() / weight_total;
     at::NoGradGuard no_grad;
-    const at::Tensor per_slot =
-        at::zeros({block_size}, at::kDouble)
-            .index_add_(0, slots.cpu(), -logprobs.detach().cpu().to(at::kDouble));
-    result.loss_sums.assign(per_slot.data_ptr<double>(), per_slot.data_ptr<double>() + block_size);
+    result.loss_sums = at::zeros({block_size}, logprobs.options().dtype(at::kDouble))
+                           .index_add_(0, slots, -logprobs.detach().to(at::kDouble));
   }
-  result.loss_sums.resize(static_cast<size_t>(block_size), 0.0);
+  if (!result.loss_sums.defined())  // teacher target: no per-slot cross-entropy
+    result.loss_sums = at::zeros({block_size}, hidden.options().dtype(at::kDouble));
   const FullParameters lm_head({head_->lm_head()});  // for the accuracy metrics, when sharded
   const at::Tensor wanted =  // (N,) what greedy verification would accept at each slot
       distill ? chunked_argmax(teacher_hidden, head_->lm_head(), options_.loss) : labels;
   const at::Tensor hits =
       chunked_argmax(hidden.detach(), head_->lm_head(), options_.loss).eq(wanted);
-  result.correct = to_vector(
-      at::zeros({block_size}, at::kLong).index_add_(0, slots.cpu(), hits.cpu().to(at::kLong)));
-  result.counts = to_vector(at::bincount(slots.cpu(), {}, block_size));
+  result.correct =
+      at::zeros({block_size}, slots.options()).index_add_(0, slots, hits.to(at::kLong));
+  result.counts = to_vector(at::bincount(slots_on_host, {}, block_size));
   return result;
 }
 
@@ -410,15 +460,15 @@ ObjectiveOutput DFlashObjective::compute(const PackedBatch& batch, const StepTot
   const DFlashResult result = run(batch, target, drawn.blocks, totals);
   ObjectiveOutput output;
   output.loss = result.loss;
-  output.metrics.emplace_back("loss", result.loss.item<double>());
+  output.add_metric("loss", result.loss);
   for (int64_t k = 1; k < options_.block_size; ++k) {
     const double count = static_cast<double>(std::max<int64_t>(totals.unroll_tokens[k], 1));
-    output.metrics.emplace_back("acc_" + std::to_string(k), result.correct[k] / count);
+    output.add_metric("acc_" + std::to_string(k), result.correct[k].to(at::kDouble) / count);
     if (options_.teacher == DFlashTeacher::Labels)
-      output.metrics.emplace_back("loss_" + std::to_string(k), result.loss_sums[k] / count);
+      output.add_metric("loss_" + std::to_string(k), result.loss_sums[k] / count);
   }
-  output.metrics.emplace_back("anchors", drawn.blocks.anchor_valid.sum().item<double>());
-  output.metrics.emplace_back("skipped_documents", static_cast<double>(drawn.skipped_documents));
+  output.add_metric("anchors", drawn.blocks.anchor_valid.sum().item<double>());  // host blocks
+  output.add_metric("skipped_documents", static_cast<double>(drawn.skipped_documents));
   return output;
 }
 

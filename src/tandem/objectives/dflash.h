@@ -48,6 +48,8 @@
 #include "tandem/objectives/fused_vocab_loss.h"
 #include "tandem/objectives/objective.h"
 
+#include "tandem/core/run_context.h"
+
 namespace tandem {
 
 /// What block slots are trained towards (see the top of this file).
@@ -71,12 +73,13 @@ struct DFlashOptions {
   DFlashTeacher teacher = DFlashTeacher::Labels;
   DistillLossOptions distill;  // teacher Target: divergence, beta, temperature, hard_label_weight
   std::string capture_dir;  // offline mode when set
+  RunContext run;           // device (and rank-0 loading, sharding on load)
 };
 
 /// Reads `target.*`, `draft.*`, `loss.*`, `data.tokenizer`, `data.capture` and `training.seed`.
 /// The distillation keys (loss.divergence, beta, temperature, hard_label_weight) are errors
 /// unless loss.teacher is target.
-DFlashOptions dflash_options(const Config& config);
+DFlashOptions dflash_options(const Config& config, const RunContext& run = {});
 
 /// SpecForge's suggested decay, piecewise linear through (8, 4), (10, 5), (16, 7) and extended
 /// along the nearest segment: bs / 2 up to 10, 5 + (bs - 10) / 3 above (4 -> 2, 32 -> 12.33).
@@ -91,8 +94,9 @@ struct DFlashAnchors {
   int64_t skipped_documents = 0;  // fewer than 2 * block_size loss tokens
 };
 
-/// Draws the anchors of `batch` (see the top of this file). Deterministic in its arguments and
-/// the identities of each row's documents.
+/// Draws the anchors of `batch` (see the top of this file), on the host (the blocks are CPU
+/// tensors, read from the batch's host copy). Deterministic in its arguments and the identities
+/// of each row's documents.
 DFlashAnchors sample_dflash_anchors(const PackedBatch& batch, int64_t block_size,
                                     int64_t max_anchors, uint64_t seed);
 
@@ -103,16 +107,25 @@ struct DFlashTargets {
 };
 DFlashTargets dflash_targets(const PackedBatch& batch, const DFlashBlocks& blocks);
 
+/// Model FLOPs of one draft forward on `batch` (host tensors) with `blocks` (host), Q = valid
+/// anchors * block_size block queries: fc 2 * tokens * k H_t H; per layer the context keys and
+/// values 2 * tokens * H * 2 kv widths, the blocks 2 * Q * (H (q + 2 kv) + q H + 3 H I), and
+/// attention over the VISIBLE keys only (the context before each anchor in its document, plus
+/// the block): 4 * q width * (visible context + Q) * block_size. Masked work is not counted.
+double dflash_draft_forward_flops(const DFlashConfig& config, const PackedBatch& batch,
+                                  const DFlashBlocks& blocks);
+
 /// One micro-batch's forward (tensors kept for tests).
 struct DFlashResult {
   at::Tensor loss;    // 0-dim: this micro-batch's share of the step loss
   at::Tensor hidden;  // (B, A * bs, H) the draft's normed output, zeros on invalid blocks
   DFlashTargets targets;
-  std::vector<double> loss_sums;  // (bs) sum of CE over this micro-batch's labels at slot k
-                                  // (teacher labels only; zeros with teacher target)
-  std::vector<int64_t> correct;   // (bs) of those, target-lm_head argmax == label (teacher
-                                  // target: == the target's argmax at a + k - 1)
-  std::vector<int64_t> counts;    // (bs) labels at slot k
+  // Per slot k, on the batch's device (read once per step by the trainer):
+  at::Tensor loss_sums;          // (bs) fp64 sum of CE over this micro-batch's labels at slot k
+                                 // (teacher labels only; zeros with teacher target)
+  at::Tensor correct;            // (bs) int64 of those, target-lm_head argmax == label (teacher
+                                 // target: == the target's argmax at a + k - 1)
+  std::vector<int64_t> counts;   // (bs) labels at slot k (counted on the host)
 };
 
 class DFlashObjective : public Objective {
@@ -127,6 +140,7 @@ class DFlashObjective : public Objective {
   /// grown mask row beside it when the mask token was grown.
   void export_model(const std::string& dir) const override;
   bool export_at_checkpoints() const override { return true; }
+  double model_flops(const PackedBatch& batch) const override;
   void finish_metrics(std::vector<std::pair<std::string, double>>& step_metrics) const override;
   /// Offline: checks the capture was made from this data at this seq_len.
   void attach_data(const DataContext& data) override;

@@ -2,6 +2,8 @@
 
 #include <ATen/ATen.h>
 
+#include "tandem/core/device.h"
+#include "tandem/models/flops.h"
 #include "tandem/core/config.h"
 #include "tandem/core/dtype.h"
 #include "tandem/core/error.h"
@@ -9,13 +11,14 @@
 
 namespace tandem {
 
-DistillOptions distill_options(const Config& config) {
+DistillOptions distill_options(const Config& config, const RunContext& run) {
   DistillOptions options;
-  options.student = sft_options(config);
+  options.student = sft_options(config, run);
   const Config teacher = config.section("teacher");
   options.teacher_path = teacher.get_string("path");
   options.teacher_dtype =
-      parse_compute_dtype(teacher.get_string("dtype", "fp32"), teacher.where("dtype"));
+      parse_compute_dtype(teacher.get_string("dtype", frozen_dtype_default(run.device)),
+                          teacher.where("dtype"));
   const Config loss = config.section("loss");
   options.loss.divergence = parse_divergence(
       loss.get_choice("divergence", {"forward_kl", "reverse_kl", "jsd"}, "forward_kl"));
@@ -35,7 +38,13 @@ DistillObjective::DistillObjective(const DistillOptions& options) : options_(opt
         options.student.model_path.empty() ? options.student.model_config : options.student.model_path,
         ") ", student_config.vocab_size, ": distillation needs the same vocabulary");
   student_ = make_causal_lm(options.student);
-  teacher_.emplace(FrozenModel::load(options.teacher_path, options.teacher_dtype, at::kCPU));
+  teacher_.emplace(FrozenModel::load(options.teacher_path, options.teacher_dtype, options.student.run));
+}
+
+double DistillObjective::model_flops(const PackedBatch& batch) const {
+  const double tokens = static_cast<double>(batch.num_tokens), pairs = batch.attention_pairs();
+  return 3 * decoder_forward_flops(student_->config(), tokens, pairs, /*with_lm_head=*/true) +
+         decoder_forward_flops(teacher_->config(), tokens, pairs, /*with_lm_head=*/true);
 }
 
 StepTotals DistillObjective::count(const PackedBatch& batch) const {
@@ -44,17 +53,17 @@ StepTotals DistillObjective::count(const PackedBatch& batch) const {
 
 ObjectiveOutput DistillObjective::compute(const PackedBatch& batch, const StepTotals& totals) {
   check(totals.loss_tokens > 0, "[distill] the step has no loss tokens");
-  const int64_t length = batch.seq_len();
-  const at::Tensor targets_mask = next_token_targets(batch);  // (B, T-1)
+  const NextTokenPositions targets = next_token_positions(batch);
   const at::Tensor student_hidden = student_->forward_hidden(batch.input_ids, batch.layout());
   const at::Tensor teacher_hidden =
       teacher_->forward(batch.input_ids, batch.layout(), {}, /*with_logits=*/false).final_hidden;
   auto targets_of = [&](const at::Tensor& hidden) {  // (B, T, H) -> (N, H)
-    return hidden.narrow(1, 0, length - 1).index({targets_mask});
+    return gather_positions(hidden, targets.index);
   };
-  const at::Tensor labels = batch.input_ids.narrow(1, 1, length - 1).index({targets_mask});
+  const at::Tensor& labels = targets.labels;
   const at::Tensor weights =
-      at::full({labels.size(0)}, 1.0 / static_cast<double>(totals.loss_tokens), at::kFloat);
+      at::full({labels.size(0)}, 1.0 / static_cast<double>(totals.loss_tokens),
+               student_hidden.options().dtype(at::kFloat));
   // Both output projections through with_full_parameters: gathered here when sharded.
   const DistillLossOptions loss_options = options_.loss;
   const at::Tensor loss = with_full_parameters(
@@ -64,7 +73,9 @@ ObjectiveOutput DistillObjective::compute(const PackedBatch& batch, const StepTo
         return std::vector<at::Tensor>{
             fused_distillation_loss(in[0], head[0], in[1], head[1], in[2], in[3], loss_options)};
       })[0];
-  return {loss, {{"loss", loss.item<double>()}}};
+  ObjectiveOutput output{loss, {}};
+  output.add_metric("loss", loss);
+  return output;
 }
 
 }  // namespace tandem

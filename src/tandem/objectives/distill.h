@@ -20,7 +20,7 @@ struct DistillOptions {
 };
 
 /// Reads `model.*`, `teacher.*` and `loss.*` (divergence, beta, temperature, hard_label_weight).
-DistillOptions distill_options(const Config& config);
+DistillOptions distill_options(const Config& config, const RunContext& run = {});
 
 class DistillObjective : public Objective {
  public:
@@ -32,6 +32,7 @@ class DistillObjective : public Objective {
   StepTotals count(const PackedBatch& batch) const override;
   ObjectiveOutput compute(const PackedBatch& batch, const StepTotals& totals) override;
   void export_model(const std::string& dir) const override { export_causal_lm(student_, dir); }
+  double model_flops(const PackedBatch& batch) const override;
 
   CausalLM& student() { return student_; }
   const FrozenModel& teacher() const { return *teacher_; }

@@ -6,18 +6,20 @@
 #include <map>
 
 #include "tandem/core/config.h"
+#include "tandem/core/device.h"
 #include "tandem/core/dtype.h"
 #include "tandem/core/error.h"
 #include "tandem/core/hash.h"
 #include "tandem/dist/sharding.h"
+#include "tandem/models/flops.h"
 #include "tandem/data/token_cache.h"
 #include "tandem/objectives/dpo_loss.h"
 
 namespace tandem {
 
-DpoOptions dpo_options(const Config& config) {
+DpoOptions dpo_options(const Config& config, const RunContext& run) {
   DpoOptions options;
-  options.policy = sft_options(config);
+  options.policy = sft_options(config, run);
   const Config reference = config.section("reference");
   options.reference_logprobs = reference.get_string("logprobs", "");
   options.reference_path = reference.get_string("path", "");
@@ -28,7 +30,8 @@ DpoOptions dpo_options(const Config& config) {
     options.reference_path = options.policy.model_path;  // the usual choice: the initial policy
   }
   options.reference_dtype =
-      parse_compute_dtype(reference.get_string("dtype", "fp32"), reference.where("dtype"));
+      parse_compute_dtype(reference.get_string("dtype", frozen_dtype_default(run.device)),
+                          reference.where("dtype"));
   const Config loss = config.section("loss");
   options.loss_type = parse_dpo_loss_type(loss.get_choice("type", {"sigmoid", "hinge", "ipo"}, "sigmoid"));
   options.beta = loss.get_double("beta", 0.1);
@@ -36,39 +39,23 @@ DpoOptions dpo_options(const Config& config) {
   return options;
 }
 
-namespace {
-
-// (B, T-1) positions with a next-token target, and their labels and global document ids.
-struct NextTokenTargets {
-  at::Tensor mask;      // (B, T-1) bool
-  at::Tensor labels;    // (N,)
-  at::Tensor document;  // (N,) global document index
-};
-
-NextTokenTargets next_token_targets_of(const PackedBatch& batch) {
-  const int64_t length = batch.seq_len();
-  NextTokenTargets out;
-  out.mask = next_token_targets(batch);
-  out.labels = batch.input_ids.narrow(1, 1, length - 1).index({out.mask});
-  out.document = batch.global_document_ids().narrow(1, 0, length - 1).index({out.mask});
-  return out;
-}
-
-}  // namespace
-
 at::Tensor document_logprobs(const at::Tensor& hidden, const at::Tensor& lm_head,
                              const PackedBatch& batch, const FusedLossOptions& options) {
-  const NextTokenTargets targets = next_token_targets_of(batch);
-  const at::Tensor inputs = hidden.narrow(1, 0, batch.seq_len() - 1).index({targets.mask});  // (N, H)
+  const NextTokenPositions targets = next_token_positions(batch);
+  const at::Tensor inputs = gather_positions(hidden, targets.index);  // (N, H)
   const at::Tensor logprobs = fused_token_logprobs(inputs, lm_head, targets.labels, options);
   return at::zeros({batch.total_documents()}, logprobs.options())
       .index_add(0, targets.document, logprobs);  // (D,)
 }
 
 at::Tensor document_target_counts(const PackedBatch& batch) {
-  const NextTokenTargets targets = next_token_targets_of(batch);
-  return at::zeros({batch.total_documents()}, at::kLong)
-      .index_add(0, targets.document, at::ones_like(targets.document));
+  const PackedBatch& host = batch.on_host();  // counted on the host, then sent
+  const int64_t length = host.seq_len();
+  const at::Tensor mask = next_token_targets(host);
+  const at::Tensor document = host.global_document_ids().narrow(1, 0, length - 1).index({mask});
+  return to_device(at::zeros({host.total_documents()}, at::kLong)
+                       .index_add(0, document, at::ones_like(document)),
+                   batch.input_ids.device());
 }
 
 DpoObjective::DpoObjective(const DpoOptions& options) : options_(options) {
@@ -96,7 +83,7 @@ DpoObjective::DpoObjective(const DpoOptions& options) : options_(options) {
   }
   policy_ = make_causal_lm(options.policy);
   if (cache_) return;
-  reference_.emplace(FrozenModel::load(options.reference_path, options.reference_dtype, at::kCPU));
+  reference_.emplace(FrozenModel::load(options.reference_path, options.reference_dtype, options.policy.run));
 }
 
 std::vector<std::string> DpoObjective::frozen_models() const {
@@ -112,6 +99,13 @@ void DpoObjective::attach_data(const DataContext& data) {
   if (cache_)
     cache_->check_matches(hex64(dataset.key()), dataset.size(), data.seq_len,
                           dataset.source_path());
+}
+
+double DpoObjective::model_flops(const PackedBatch& batch) const {
+  const double tokens = static_cast<double>(batch.num_tokens), pairs = batch.attention_pairs();
+  const double policy = decoder_forward_flops(policy_->config(), tokens, pairs, true);
+  return 3 * policy + (reference_ ? decoder_forward_flops(reference_->config(), tokens, pairs, true)
+                                  : 0.0);  // a cached reference costs nothing here
 }
 
 StepTotals DpoObjective::count(const PackedBatch& batch) const {
@@ -137,8 +131,9 @@ ObjectiveOutput DpoObjective::compute(const PackedBatch& batch, const StepTotals
     chosen_positions.push_back(positions.first);
     rejected_positions.push_back(positions.second);
   }
-  const at::Tensor chosen = at::tensor(chosen_positions, at::kLong);
-  const at::Tensor rejected = at::tensor(rejected_positions, at::kLong);
+  const at::Device device = batch.input_ids.device();
+  const at::Tensor chosen = to_device(at::tensor(chosen_positions, at::kLong), device);
+  const at::Tensor rejected = to_device(at::tensor(rejected_positions, at::kLong), device);
 
   const at::Tensor hidden = policy_->forward_hidden(batch.input_ids, batch.layout());  // (B, T, H)
   const at::Tensor counts = document_target_counts(batch);                            // (D,)
@@ -146,7 +141,9 @@ ObjectiveOutput DpoObjective::compute(const PackedBatch& batch, const StepTotals
   if (cache_) {
     std::vector<int64_t> indices;
     for (const PackedDocument& document : batch.documents) indices.push_back(document.dataset_index);
-    reference = cache_->lookup(at::tensor(indices, at::kLong), counts);
+    reference = to_device(
+        cache_->lookup(at::tensor(indices, at::kLong), document_target_counts(batch.on_host())),
+        device);
   } else {
     at::NoGradGuard no_grad;
     const at::Tensor reference_hidden =
@@ -159,13 +156,13 @@ ObjectiveOutput DpoObjective::compute(const PackedBatch& batch, const StepTotals
   at::Tensor loss;
   DpoPairLosses losses;
   if (options_.policy.loss.chunk_tokens > 0) {  // fused per pair (objectives/dpo_loss.h)
-    const NextTokenTargets targets = next_token_targets_of(batch);
+    const NextTokenPositions targets = next_token_positions(batch);
     const DpoLossType type = options_.loss_type;
     const double beta = options_.beta;
     const FusedLossOptions loss_options = options_.policy.loss;
     const std::vector<at::Tensor> out = with_full_parameters(  // gathered here when sharded
         {policy_->lm_head_weight()},
-        {hidden.narrow(1, 0, batch.seq_len() - 1).index({targets.mask}), targets.labels,
+        {gather_positions(hidden, targets.index), targets.labels,
          targets.document, chosen, rejected, reference, counts},
         [type, beta, scale, loss_options](const auto& in, const auto& head) {
           DpoPairLosses pairs;
@@ -190,13 +187,14 @@ ObjectiveOutput DpoObjective::compute(const PackedBatch& batch, const StepTotals
     loss = losses.losses.sum() * scale;
   }
   const at::Tensor margins = losses.rewards_chosen - losses.rewards_rejected;
-  return {loss,
-          {{"loss", loss.item<double>()},
-           {"rewards/chosen", losses.rewards_chosen.sum().item<double>() * scale},
-           {"rewards/rejected", losses.rewards_rejected.sum().item<double>() * scale},
-           {"rewards/margin", margins.sum().item<double>() * scale},
-           {"rewards/accuracy", (margins > 0).sum().item<double>() * scale},
-           {"pairs", static_cast<double>(chosen_positions.size())}}};
+  ObjectiveOutput output{loss, {}};
+  output.add_metric("loss", loss);
+  output.add_metric("rewards/chosen", losses.rewards_chosen.sum().to(at::kDouble) * scale);
+  output.add_metric("rewards/rejected", losses.rewards_rejected.sum().to(at::kDouble) * scale);
+  output.add_metric("rewards/margin", margins.sum().to(at::kDouble) * scale);
+  output.add_metric("rewards/accuracy", (margins > 0).sum().to(at::kDouble) * scale);
+  output.add_metric("pairs", static_cast<double>(chosen_positions.size()));
+  return output;
 }
 
 }  // namespace tandem

@@ -28,7 +28,7 @@ struct DpoOptions {
 };
 
 /// Reads `model.*`, `reference.*` (path, dtype, logprobs) and `loss.*` (type, beta).
-DpoOptions dpo_options(const Config& config);
+DpoOptions dpo_options(const Config& config, const RunContext& run = {});
 
 /// Summed log-probabilities of each document's trained next tokens, (D,) fp32 in the batch's
 /// global document order. hidden (B, T, H) final-normed; lm_head (V, H).
@@ -49,6 +49,7 @@ class DpoObjective : public Objective {
   StepTotals count(const PackedBatch& batch) const override;
   ObjectiveOutput compute(const PackedBatch& batch, const StepTotals& totals) override;
   void export_model(const std::string& dir) const override { export_causal_lm(policy_, dir); }
+  double model_flops(const PackedBatch& batch) const override;
   /// Checks the data are preference pairs, and that a reference cache was made from them.
   void attach_data(const DataContext& data) override;
 

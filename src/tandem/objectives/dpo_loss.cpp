@@ -20,8 +20,9 @@ PairCoefficients pair_coefficients(double policy_chosen, double policy_rejected,
                                    const DpoHeadInputs& in, int64_t chosen, int64_t rejected,
                                    DpoLossType type, double beta, bool want_grad) {
   at::AutoGradMode enable(true);
-  const at::Tensor sums =
-      at::tensor({policy_chosen, policy_rejected}, at::kDouble).requires_grad_(want_grad);
+  const at::Tensor sums = at::tensor({policy_chosen, policy_rejected}, at::kDouble)
+                              .to(in.reference.device())
+                              .requires_grad_(want_grad);
   const at::Tensor reference = in.reference.to(at::kDouble);
   const at::Tensor counts = in.counts.to(at::kDouble);
   const DpoPairLogprobs pair{sums.narrow(0, 0, 1),           sums.narrow(0, 1, 1),

@@ -6,11 +6,13 @@
 #include <filesystem>
 
 #include "tandem/core/config.h"
+#include "tandem/core/device.h"
 #include "tandem/core/dtype.h"
 #include "tandem/core/error.h"
 #include "tandem/core/hash.h"
 #include "tandem/data/token_cache.h"
 #include "tandem/dist/sharding.h"
+#include "tandem/models/flops.h"
 #include "tandem/objectives/eagle3_export.h"
 
 namespace tandem {
@@ -28,12 +30,14 @@ at::Tensor shift_left(const at::Tensor& x, int64_t k, double fill) {
 
 }  // namespace
 
-Eagle3Options eagle3_options(const Config& config) {
+Eagle3Options eagle3_options(const Config& config, const RunContext& run) {
   Eagle3Options options;
+  options.run = run;
   const Config target = config.section("target");
   options.target_path = target.get_string("path");
   options.target_dtype =
-      parse_compute_dtype(target.get_string("dtype", "fp32"), target.where("dtype"));
+      parse_compute_dtype(target.get_string("dtype", frozen_dtype_default(run.device)),
+                          target.where("dtype"));
   const Config draft = config.section("draft");
   options.draft_dtype = parse_compute_dtype(draft.get_string("dtype", "fp32"), draft.where("dtype"));
   options.aux_layer_ids = draft.get_int_list("aux_layer_ids", std::vector<int64_t>{});
@@ -59,10 +63,32 @@ at::Tensor eagle3_step_targets(const PackedBatch& batch, int64_t step) {
   return same_document.logical_and(real).logical_and(trained);
 }
 
+double eagle3_draft_forward_flops(const Eagle3Config& c, double tokens, double attention_pairs,
+                                  int64_t steps) {
+  const DecoderConfig& l = c.layer;
+  const double q = static_cast<double>(l.num_attention_heads) * l.head_dim;
+  const double kv = static_cast<double>(l.num_key_value_heads) * l.head_dim;
+  const double h = static_cast<double>(l.hidden_size);
+  const double per_step_params = 2 * h * (q + 2 * kv) + q * h + 3 * h * l.intermediate_size +
+                                 h * static_cast<double>(c.draft_vocab_size);
+  const double per_step = 2 * tokens * per_step_params + 2.0 * attention_pairs * q;
+  return static_cast<double>(steps) * per_step + 2 * tokens * 3 * c.target_hidden_size * h;
+}
+
+double Eagle3Objective::model_flops(const PackedBatch& batch) const {
+  const double tokens = static_cast<double>(batch.num_tokens), pairs = batch.attention_pairs();
+  // Online, the target's layers (its logits come from the teacher term); the teacher's
+  // full-vocab logits at every position; the draft's forward and backward.
+  const double target =
+      target_ ? decoder_forward_flops(target_config_, tokens, pairs, /*with_lm_head=*/false) : 0.0;
+  return target + lm_head_flops(target_config_, tokens) +
+         3 * eagle3_draft_forward_flops(draft_->config(), tokens, pairs, options_.ttt_length);
+}
+
 Eagle3Objective::Eagle3Objective(const Eagle3Options& options) : options_(options) {
   target_config_ = DecoderConfig::from_dir(options.target_path);
   load_draft_target(options.target_path, options.target_dtype, !options.capture_dir.empty(),
-                    target_, head_);
+                    options.run, target_, head_);
   const int64_t draft_vocab = std::min(options.draft_vocab_size, target_config_.vocab_size);
   Eagle3Config config = Eagle3Config::for_target(target_config_, options.aux_layer_ids,
                                                  draft_vocab, options.intermediate_size);
@@ -77,7 +103,8 @@ Eagle3Objective::Eagle3Objective(const Eagle3Options& options) : options_(option
           " only, so a draft reading it could not be served; choose draft.aux_layer_ids below ",
           last_layer);
   }
-  draft_ = Eagle3Draft(config, at::TensorOptions().dtype(options.draft_dtype));
+  draft_ = Eagle3Draft(config,
+                       at::TensorOptions().dtype(options.draft_dtype).device(options.run.device));
   init_normal_(*draft_, options.init_std, options.seed);
   for (auto& parameter : draft_->parameters()) parameter.set_requires_grad(true);
   draft_->lm_head->weight.set_requires_grad(options.train_lm_head);
@@ -97,7 +124,8 @@ void Eagle3Objective::set_vocab_map(const VocabMap& map) {
   draft_->t2d.copy_(map.t2d);
   // lm_head starts as the target's output rows of the draft vocab (SPEC §6).
   const FullParameters target_lm_head({head_->lm_head()});  // gathered here when sharded
-  draft_->lm_head->weight.copy_(head_->lm_head().index_select(0, map.draft_to_target()));
+  draft_->lm_head->weight.copy_(
+      head_->lm_head().index_select(0, map.draft_to_target().to(head_->lm_head().device())));
 }
 
 void Eagle3Objective::use_capture(const std::string& dir) {
@@ -177,7 +205,7 @@ Eagle3Result Eagle3Objective::unroll(const PackedBatch& batch, const TargetFeatu
   Eagle3Result result;
   TttState state;
   at::Tensor hidden = draft_->fc->forward(features.aux.to(dtype));  // (B, T, H)
-  at::Tensor loss = at::zeros({}, at::kFloat);
+  at::Tensor loss = at::zeros({}, hidden.options().dtype(at::kFloat));
   for (int64_t i = 0; i < options_.ttt_length; ++i) {
     const at::Tensor ids = shift_left(batch.input_ids, 1 + i, 0);  // x_{t+1+i}
     at::Tensor embeds;
@@ -192,19 +220,21 @@ Eagle3Result Eagle3Objective::unroll(const PackedBatch& batch, const TargetFeatu
     const at::Tensor valid = eagle3_step_targets(batch, i);  // (B, T)
     const at::Tensor target_argmax = shift_left(teacher_all.argmax, 1 + i, 0);
     const at::Tensor in_vocab = shift_left(teacher_all.in_vocab, 1 + i, 0);
-    const at::Tensor loss_positions = valid.logical_and(in_vocab);
-    const at::Tensor probs = shift_left(teacher_all.probs, 1 + i, 0).index({loss_positions});
-    const at::Tensor log_q = at::log_softmax(logits.index({loss_positions}).to(at::kFloat), -1);
+    const at::Tensor loss_positions = valid.logical_and(in_vocab);  // (B, T)
+    const at::Tensor probs = shift_left(teacher_all.probs, 1 + i, 0);  // (B, T, D)
+    const at::Tensor log_q = at::log_softmax(logits.to(at::kFloat), -1);
+    // Soft cross-entropy at every position, kept where loss_i counts (a select, not boolean
+    // indexing, which would make the host wait for the device to count the positions).
+    const at::Tensor cross_entropy = -(probs * log_q).sum(-1);  // (B, T)
     const double normaliser = static_cast<double>(std::max<int64_t>(totals.unroll_tokens[i], 1));
-    const at::Tensor step_loss = -(probs * log_q).sum() / normaliser;
+    const at::Tensor step_loss =
+        at::where(loss_positions, cross_entropy, at::zeros_like(cross_entropy)).sum() / normaliser;
     loss = loss + std::pow(options_.decay, static_cast<double>(i)) * step_loss;
     {
       at::NoGradGuard no_grad;
       const at::Tensor predicted = draft_ids.index({logits.argmax(-1)});
-      result.targets.push_back(valid.sum().item<int64_t>());
-      result.correct.push_back(
-          predicted.eq(target_argmax).logical_and(valid).sum().item<int64_t>());
-      result.loss_positions.push_back(loss_positions.sum().item<int64_t>());
+      result.correct.push_back(predicted.eq(target_argmax).logical_and(valid).sum());
+      result.loss_positions.push_back(loss_positions.sum());
     }
     result.step_losses.push_back(step_loss);
     result.step_logits.push_back(logits);
@@ -219,15 +249,17 @@ ObjectiveOutput Eagle3Objective::compute(const PackedBatch& batch, const StepTot
   Eagle3Result result = unroll(batch, target_features, totals);
   ObjectiveOutput output;
   output.loss = result.loss;
-  output.metrics.emplace_back("loss", result.loss.item<double>());
+  output.add_metric("loss", result.loss);
   for (int64_t i = 0; i < options_.ttt_length; ++i) {
     const double count = static_cast<double>(std::max<int64_t>(totals.unroll_tokens[i], 1));
-    output.metrics.emplace_back("acc_" + std::to_string(i), result.correct[i] / count);
-    output.metrics.emplace_back("loss_" + std::to_string(i), result.step_losses[i].item<double>());
+    output.add_metric("acc_" + std::to_string(i), result.correct[i].to(at::kDouble) / count);
+    output.add_metric("loss_" + std::to_string(i), result.step_losses[i]);
   }
-  const int64_t out_of_vocab = result.targets[0] - result.loss_positions[0];
-  output.metrics.emplace_back("target_out_of_draft_vocab",
-                              out_of_vocab / static_cast<double>(std::max<int64_t>(totals.unroll_tokens[0], 1)));
+  // Positions with a target at step 0 (counted on the host) whose target is outside the vocab.
+  const int64_t with_target = eagle3_step_targets(batch.on_host(), 0).sum().item<int64_t>();
+  const double first_count = static_cast<double>(std::max<int64_t>(totals.unroll_tokens[0], 1));
+  output.add_metric("target_out_of_draft_vocab",
+                    (with_target - result.loss_positions[0].to(at::kDouble)) / first_count);
   return output;
 }
 

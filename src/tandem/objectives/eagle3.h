@@ -23,6 +23,8 @@
 #include "tandem/models/frozen.h"
 #include "tandem/objectives/objective.h"
 
+#include "tandem/core/run_context.h"
+
 namespace tandem {
 
 struct Eagle3Options {
@@ -38,15 +40,22 @@ struct Eagle3Options {
   double init_std = 0.02;
   uint64_t seed = 0;
   std::string capture_dir;  // offline mode when set
+  RunContext run;           // device (and rank-0 loading, sharding on load)
   int64_t teacher_chunk_tokens = 1024;
 };
 
 /// Reads `target.*`, `draft.*` and `data.capture` of the config.
-Eagle3Options eagle3_options(const Config& config);
+Eagle3Options eagle3_options(const Config& config, const RunContext& run = {});
 
 /// (B, T) bool: position t has a target at unroll step i, i.e. token t+2+i exists in t's
 /// document, is real and is loss-masked.
 at::Tensor eagle3_step_targets(const PackedBatch& batch, int64_t step);
+
+/// Model FLOPs of one draft forward over `tokens` tokens (attention spanning `attention_pairs`,
+/// sum of len^2) unrolled `steps` TTT steps: per step 2 * tokens * (2H (q + 2 kv widths)
+/// + q width * H + 3 H I + H D) + 2 * pairs * q width, plus fc once: 2 * tokens * 3 H_t * H.
+double eagle3_draft_forward_flops(const Eagle3Config& config, double tokens,
+                                  double attention_pairs, int64_t steps);
 
 /// The target's distribution at every position, over the draft vocab.
 struct Teacher {
@@ -60,9 +69,11 @@ struct Eagle3Result {
   at::Tensor loss;                        // 0-dim: sum_i decay^i * loss_i
   std::vector<at::Tensor> step_losses;    // loss_i, 0-dim, already normalised
   std::vector<at::Tensor> step_logits;    // (B, T, D) per step
-  std::vector<int64_t> targets;           // positions with a target (this micro-batch)
-  std::vector<int64_t> correct;           // of those, whose mapped draft argmax = target argmax
-  std::vector<int64_t> loss_positions;    // of those, in loss_i (target argmax in the draft vocab)
+  // Counts per step i as 0-dim int64 tensors on the batch's device (read once per step):
+  std::vector<at::Tensor> correct;         // positions with a target whose mapped draft argmax
+                                           // = the target's argmax
+  std::vector<at::Tensor> loss_positions;  // positions with a target in loss_i (the target's
+                                           // argmax is in the draft vocab)
 };
 
 class Eagle3Objective : public Objective {
@@ -78,6 +89,7 @@ class Eagle3Objective : public Objective {
   void attach_data(const DataContext& data) override;
   void finish_metrics(std::vector<std::pair<std::string, double>>& step_metrics) const override;
   bool export_at_checkpoints() const override { return true; }
+  double model_flops(const PackedBatch& batch) const override;
 
   /// Installs the draft vocabulary and re-initialises lm_head from the target's rows for it.
   void set_vocab_map(const VocabMap& map);

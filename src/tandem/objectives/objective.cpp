@@ -1,5 +1,7 @@
 #include "tandem/objectives/objective.h"
 
+#include <ATen/ATen.h>
+
 #include "tandem/core/error.h"
 
 namespace tandem {
@@ -16,6 +18,21 @@ void StepTotals::add(const StepTotals& other) {
 }  // namespace tandem
 
 namespace tandem {
+
+void ObjectiveOutput::add_metric(const std::string& name, const at::Tensor& value) {
+  check(value.numel() == 1, "[objective] metric '", name, "' is not a single value");
+  metrics.emplace_back(name, value.detach().reshape({}));
+}
+
+void ObjectiveOutput::add_metric(const std::string& name, double value) {
+  metrics.emplace_back(name, at::scalar_tensor(value, at::kDouble));
+}
+
+std::map<std::string, double> ObjectiveOutput::metric_values() const {
+  std::map<std::string, double> values;
+  for (const auto& [name, value] : metrics) values[name] = value.item<double>();
+  return values;
+}
 
 const TokenizedDataset& DataContext::documents(const std::string& objective) const {
   check(dataset != nullptr, "[", objective, "] trains on documents (conversations, text, "

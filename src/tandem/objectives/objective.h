@@ -7,11 +7,13 @@
 #include <ATen/core/Tensor.h>
 #include <torch/nn/module.h>
 
+#include <map>
 #include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "tandem/core/run_context.h"
 #include "tandem/data/packing.h"
 
 namespace tandem {
@@ -51,7 +53,15 @@ struct DataContext {
 
 struct ObjectiveOutput {
   at::Tensor loss;  // 0-dim, this micro-batch's share of the step loss (already normalised)
-  std::vector<std::pair<std::string, double>> metrics;  // summed over micro-batches by the trainer
+  /// Named 0-dim values (on the run's device or the host), summed over the step's micro-batches
+  /// by the trainer, which reads them once per step: an objective never waits for the device.
+  std::vector<std::pair<std::string, at::Tensor>> metrics;
+
+  /// Adds a metric (a 0-dim tensor, detached) / a host number.
+  void add_metric(const std::string& name, const at::Tensor& value);
+  void add_metric(const std::string& name, double value);
+  /// The metrics read as numbers (waits for the device): for tests and tools.
+  std::map<std::string, double> metric_values() const;
 };
 
 class Objective {
@@ -65,7 +75,8 @@ class Objective {
   virtual Normalization normalization() const { return Normalization::Tokens; }
   /// This micro-batch's contribution to StepTotals (computed from the batch, no forward).
   virtual StepTotals count(const PackedBatch& batch) const = 0;
-  /// Forward on one micro-batch; `totals` are the step's global totals.
+  /// Forward on one micro-batch, whose tensors are on the run's device (the trainer copies each
+  /// micro-batch there once); `totals` are the step's global totals.
   virtual ObjectiveOutput compute(const PackedBatch& batch, const StepTotals& totals) = 0;
   /// Writes the trained model in its serving format (HF directory for causal LMs).
   virtual void export_model(const std::string& dir) const = 0;
@@ -79,9 +90,16 @@ class Objective {
   }
   /// Whether an export is written at every checkpoint (drafts: serving engines pick them up).
   virtual bool export_at_checkpoints() const { return false; }
+  /// Model FLOPs of forward + backward on `batch` (models/flops.h), frozen forwards included:
+  /// the numerator of the trainer's MFU. 0 = not counted.
+  virtual double model_flops(const PackedBatch& batch) const {
+    (void)batch;
+    return 0;
+  }
 };
 
-/// Builds the objective named by `training.objective` from the config's model sections.
-std::unique_ptr<Objective> make_objective(const Config& config);
+/// Builds the objective named by `training.objective` from the config's model sections, its
+/// models placed and loaded as `run` says (device, rank-0 loading, sharding on load).
+std::unique_ptr<Objective> make_objective(const Config& config, const RunContext& run);
 
 }  // namespace tandem

@@ -3,15 +3,18 @@
 #include <ATen/ATen.h>
 
 #include "tandem/core/config.h"
+#include "tandem/core/device.h"
 #include "tandem/core/error.h"
 #include "tandem/data/datasets.h"
 #include "tandem/dist/sharding.h"
+#include "tandem/models/flops.h"
 
 namespace tandem {
 
-PolicyOptions policy_options(const Config& config, const std::string& objective) {
+PolicyOptions policy_options(const Config& config, const std::string& objective,
+                             const RunContext& run) {
   PolicyOptions options;
-  options.policy = sft_options(config);
+  options.policy = sft_options(config, run);
   options.sequence_level = objective == "gspo";
   const Config loss = config.section("loss");
   options.clip.low = loss.get_double("epsilon_low", options.sequence_level ? 3e-4 : 0.2);
@@ -43,7 +46,7 @@ namespace {
 
 // What the loss needs at each labelled position, gathered from the batch and its rollouts.
 struct RolloutTargets {
-  at::Tensor mask;        // (B, T-1) bool: positions that predict a completion token
+  at::Tensor index;       // (N,) flat positions b * T + t that predict a completion token
   at::Tensor labels;      // (N,)
   at::Tensor old;         // (N,) log pi_old of the label
   at::Tensor document;    // (N,) index among the documents that have labelled tokens
@@ -51,17 +54,24 @@ struct RolloutTargets {
   std::vector<double> rewards;  // (D,) where the rollout has a reward
 };
 
-RolloutTargets rollout_targets(const PackedBatch& batch, const std::vector<RolloutSample>& rollouts) {
+// Built on the host (a loop over the batch's documents and their rollouts), then moved to
+// `device` in one go.
+RolloutTargets rollout_targets(const PackedBatch& device_batch,
+                               const std::vector<RolloutSample>& rollouts) {
+  const at::Device device = device_batch.input_ids.device();
+  const PackedBatch& batch = device_batch.on_host();
   const int64_t length = batch.seq_len();
   RolloutTargets out;
-  out.mask = next_token_targets(batch);
-  out.labels = batch.input_ids.narrow(1, 1, length - 1).index({out.mask});
+  const NextTokenPositions positions = next_token_positions(batch);  // on the host here
+  const at::Tensor mask = next_token_targets(batch);                 // (B, T-1), same order
+  out.index = positions.index;
+  out.labels = positions.labels;
   at::Tensor old = at::zeros({batch.rows(), length - 1}, at::kFloat);
   at::Tensor document = at::full({batch.rows(), length - 1}, -1, at::kLong);
   std::vector<float> advantages;
   auto old_rows = old.accessor<float, 2>();
   auto document_rows = document.accessor<int64_t, 2>();
-  const auto mask = out.mask.accessor<bool, 2>();
+  const auto labelled_at = mask.accessor<bool, 2>();
   for (const PackedDocument& packed : batch.documents) {
     const RolloutSample& sample = rollouts.at(static_cast<size_t>(packed.dataset_index));
     const int64_t prompt = static_cast<int64_t>(sample.prompt_ids.size());
@@ -69,7 +79,7 @@ RolloutTargets rollout_targets(const PackedBatch& batch, const std::vector<Rollo
     bool labelled = false;
     for (int64_t i = std::max<int64_t>(prompt - 1, 0); i + 1 < packed.length; ++i) {
       const int64_t column = packed.begin + i;
-      if (!mask[packed.row][column]) continue;
+      if (!labelled_at[packed.row][column]) continue;
       old_rows[packed.row][column] = sample.old_logprobs[static_cast<size_t>(i + 1 - prompt)];
       document_rows[packed.row][column] = static_cast<int64_t>(advantages.size());
       labelled = true;
@@ -78,15 +88,22 @@ RolloutTargets rollout_targets(const PackedBatch& batch, const std::vector<Rollo
     advantages.push_back(static_cast<float>(*sample.advantage));
     if (sample.reward) out.rewards.push_back(*sample.reward);
   }
-  out.old = old.index({out.mask});
-  out.document = document.index({out.mask});
+  out.old = old.index({mask});
+  out.document = document.index({mask});
   check(out.document.numel() == 0 || out.document.min().item<int64_t>() >= 0,
         "[policy] a labelled position outside every rollout's completion");
   out.advantages = at::tensor(advantages, at::kFloat);
+  for (at::Tensor* tensor : {&out.index, &out.labels, &out.old, &out.document, &out.advantages})
+    *tensor = to_device(*tensor, device);
   return out;
 }
 
 }  // namespace
+
+double PolicyObjective::model_flops(const PackedBatch& batch) const {
+  return 3 * decoder_forward_flops(policy_->config(), static_cast<double>(batch.num_tokens),
+                                   batch.attention_pairs(), /*with_lm_head=*/true);
+}
 
 StepTotals PolicyObjective::count(const PackedBatch& batch) const {
   StepTotals totals;
@@ -102,7 +119,7 @@ ObjectiveOutput PolicyObjective::compute(const PackedBatch& batch, const StepTot
   check(totals.loss_tokens > 0, "[", name(), "] the step has no completion tokens");
   const RolloutTargets targets = rollout_targets(batch, *rollouts_);
   const at::Tensor hidden = policy_->forward_hidden(batch.input_ids, batch.layout());  // (B, T, H)
-  const at::Tensor inputs = hidden.narrow(1, 0, batch.seq_len() - 1).index({targets.mask});
+  const at::Tensor inputs = gather_positions(hidden, targets.index);  // (N, H)
   const FusedLossOptions loss_options = options_.policy.loss;
   const std::vector<at::Tensor> head = with_full_parameters(  // gathered here when sharded
       {policy_->lm_head_weight()}, {inputs, targets.labels},
@@ -124,15 +141,15 @@ ObjectiveOutput PolicyObjective::compute(const PackedBatch& batch, const StepTot
   at::Tensor loss = losses.losses.sum() * scale;
   double reward_sum = 0;
   for (double reward : targets.rewards) reward_sum += reward;
-  std::vector<std::pair<std::string, double>> metrics = {
-      {"loss", loss.item<double>()},
-      {"ratio_mean", losses.ratio.sum().item<double>() * scale},
-      {"clipped_fraction", losses.clipped.sum().item<double>() * scale},
-      {"kl_new_old", kl_k3(logprobs, targets.old).sum().item<double>() * per_token},
-      {"entropy", entropy.sum().item<double>() * per_token},
-      {"advantage_mean", targets.advantages.sum().item<double>() * per_document}};
-  if (!targets.rewards.empty()) metrics.emplace_back("reward_mean", reward_sum * per_document);
-  return {loss, metrics};
+  ObjectiveOutput output{loss, {}};
+  output.add_metric("loss", loss);
+  output.add_metric("ratio_mean", losses.ratio.sum().to(at::kDouble) * scale);
+  output.add_metric("clipped_fraction", losses.clipped.sum().to(at::kDouble) * scale);
+  output.add_metric("kl_new_old", kl_k3(logprobs, targets.old).sum().to(at::kDouble) * per_token);
+  output.add_metric("entropy", entropy.sum().to(at::kDouble) * per_token);
+  output.add_metric("advantage_mean", targets.advantages.sum().to(at::kDouble) * per_document);
+  if (!targets.rewards.empty()) output.add_metric("reward_mean", reward_sum * per_document);
+  return output;
 }
 
 }  // namespace tandem

@@ -25,7 +25,8 @@ struct PolicyOptions {
 
 /// Reads `model.*` and `loss.*` (epsilon_low, epsilon_high) for objective "grpo" or "gspo".
 /// Defaults: GRPO 0.2 / 0.2 (TRL), GSPO 3e-4 / 4e-4 (the GSPO paper's ranges).
-PolicyOptions policy_options(const Config& config, const std::string& objective);
+PolicyOptions policy_options(const Config& config, const std::string& objective,
+                             const RunContext& run = {});
 
 class PolicyObjective : public Objective {
  public:
@@ -39,6 +40,7 @@ class PolicyObjective : public Objective {
   StepTotals count(const PackedBatch& batch) const override;
   ObjectiveOutput compute(const PackedBatch& batch, const StepTotals& totals) override;
   void export_model(const std::string& dir) const override { export_causal_lm(policy_, dir); }
+  double model_flops(const PackedBatch& batch) const override;
   /// Takes the rollouts (old log-probs, advantages); checks their ids against the vocabulary.
   void attach_data(const DataContext& data) override;
 

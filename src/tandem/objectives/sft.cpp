@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tandem/core/config.h"
+#include "tandem/core/device.h"
 #include "tandem/core/dtype.h"
 #include "tandem/core/error.h"
 #include "tandem/core/file_io.h"
@@ -13,11 +14,13 @@
 #include "tandem/dist/sharding.h"
 #include "tandem/io/hf_checkpoint.h"
 #include "tandem/models/load.h"
+#include "tandem/models/flops.h"
 
 namespace tandem {
 
-SftOptions sft_options(const Config& config) {
+SftOptions sft_options(const Config& config, const RunContext& run) {
   SftOptions options;
+  options.run = run;
   const Config model = config.section("model");
   options.model_path = model.get_string("path", "");
   options.model_config = model.get_string("config", "");
@@ -42,6 +45,25 @@ at::Tensor next_token_targets(const PackedBatch& batch) {
   return same_document.logical_and(trained).logical_and(real);  // (B, T-1)
 }
 
+NextTokenPositions next_token_positions(const PackedBatch& batch) {
+  const PackedBatch& host = batch.on_host();
+  const int64_t rows = host.rows();
+  // (B, T): the (B, T-1) target mask with a last column that never predicts.
+  const at::Tensor predicts =
+      at::cat({next_token_targets(host), at::zeros({rows, 1}, at::kBool)}, 1);
+  const at::Tensor index = predicts.reshape(-1).nonzero().squeeze(1);  // (N,) on the host
+  const at::Device device = batch.input_ids.device();
+  NextTokenPositions out;
+  out.index = to_device(index, device);
+  out.labels = to_device(host.input_ids.reshape(-1).index_select(0, index + 1), device);
+  out.document = to_device(host.global_document_ids().reshape(-1).index_select(0, index), device);
+  return out;
+}
+
+at::Tensor gather_positions(const at::Tensor& hidden, const at::Tensor& index) {
+  return hidden.reshape({-1, hidden.size(-1)}).index_select(0, index);
+}
+
 DecoderConfig student_decoder_config(const SftOptions& options) {
   if (!options.model_path.empty()) return DecoderConfig::from_dir(options.model_path);
   return DecoderConfig::from_json(
@@ -51,9 +73,10 @@ DecoderConfig student_decoder_config(const SftOptions& options) {
 CausalLM make_causal_lm(const SftOptions& options) {
   CausalLM model{nullptr};
   if (!options.model_path.empty()) {
-    model = load_causal_lm(options.model_path, options.dtype, at::kCPU);
+    model = load_causal_lm(options.model_path, options.dtype, options.run);
   } else {
-    model = CausalLM(student_decoder_config(options), at::TensorOptions().dtype(options.dtype));
+    model = CausalLM(student_decoder_config(options),
+                     at::TensorOptions().dtype(options.dtype).device(options.run.device));
     init_normal_(*model, options.init_std, options.seed);
   }
   for (auto& parameter : model->parameters()) parameter.set_requires_grad(true);
@@ -75,12 +98,12 @@ StepTotals SftObjective::count(const PackedBatch& batch) const { return next_tok
 ObjectiveOutput SftObjective::compute(const PackedBatch& batch, const StepTotals& totals) {
   check(totals.loss_tokens > 0, "[sft] the step has no loss tokens");
   const at::Tensor hidden = model_->forward_hidden(batch.input_ids, batch.layout());  // (B, T, H)
-  const int64_t length = batch.seq_len();
-  const at::Tensor targets_mask = next_token_targets(batch);                          // (B, T-1)
-  const at::Tensor inputs = hidden.narrow(1, 0, length - 1).index({targets_mask});    // (N, H)
-  const at::Tensor targets = batch.input_ids.narrow(1, 1, length - 1).index({targets_mask});
+  const NextTokenPositions targets_at = next_token_positions(batch);
+  const at::Tensor inputs = gather_positions(hidden, targets_at.index);  // (N, H)
+  const at::Tensor& targets = targets_at.labels;                         // (N,)
   const at::Tensor weights =
-      at::full({targets.size(0)}, 1.0 / static_cast<double>(totals.loss_tokens), at::kFloat);
+      at::full({targets.size(0)}, 1.0 / static_cast<double>(totals.loss_tokens),
+               inputs.options().dtype(at::kFloat));
   const FusedLossOptions loss_options = options_.loss;
   const at::Tensor loss = with_full_parameters(
       {model_->lm_head_weight()}, {inputs, targets, weights},
@@ -88,10 +111,17 @@ ObjectiveOutput SftObjective::compute(const PackedBatch& batch, const StepTotals
         return std::vector<at::Tensor>{
             fused_linear_cross_entropy(in[0], w[0], in[1], in[2], loss_options)};
       })[0];
-  return {loss, {{"loss", loss.item<double>()}}};
+  ObjectiveOutput output{loss, {}};
+  output.add_metric("loss", loss);
+  return output;
 }
 
 void SftObjective::export_model(const std::string& dir) const { export_causal_lm(model_, dir); }
+
+double SftObjective::model_flops(const PackedBatch& batch) const {
+  return 3 * decoder_forward_flops(model_->config(), static_cast<double>(batch.num_tokens),
+                                   batch.attention_pairs(), /*with_lm_head=*/true);
+}
 
 void export_causal_lm(const CausalLM& model, const std::string& dir) {
   std::filesystem::create_directories(dir);

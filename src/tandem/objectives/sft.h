@@ -7,6 +7,8 @@
 #include "tandem/objectives/fused_vocab_loss.h"
 #include "tandem/objectives/objective.h"
 
+#include "tandem/core/run_context.h"
+
 namespace tandem {
 
 struct SftOptions {
@@ -16,10 +18,11 @@ struct SftOptions {
   double init_std = 0.02;  // fresh model: N(0, init_std) matrices, unit norms
   uint64_t seed = 0;
   FusedLossOptions loss;
+  RunContext run;  // device (and rank-0 loading, sharding on load) the model lives with
 };
 
 /// Reads `model.*` and `loss.*` of the config.
-SftOptions sft_options(const Config& config);
+SftOptions sft_options(const Config& config, const RunContext& run = {});
 
 /// The architecture `options` describe: model.path's config.json, or model.config.
 DecoderConfig student_decoder_config(const SftOptions& options);
@@ -33,6 +36,17 @@ at::Tensor next_token_targets(const PackedBatch& batch);
 /// StepTotals of a next-token objective (SFT, distillation): its targets and documents.
 StepTotals next_token_totals(const PackedBatch& batch);
 
+/// The positions of `batch` that predict a target, on the batch's device, found on its host
+/// copy (so the device is never waited for):
+struct NextTokenPositions {
+  at::Tensor index;     // (N,) int64: flat position b * T + t among the batch's B * T tokens
+  at::Tensor labels;    // (N,) int64: the target x_{t+1}
+  at::Tensor document;  // (N,) int64: global document index (PackedBatch::global_document_ids)
+};
+NextTokenPositions next_token_positions(const PackedBatch& batch);
+/// The rows of `hidden` (B, T, H) at flat positions `index` (N,) -> (N, H).
+at::Tensor gather_positions(const at::Tensor& hidden, const at::Tensor& index);
+
 class SftObjective : public Objective {
  public:
   explicit SftObjective(const SftOptions& options);
@@ -41,6 +55,7 @@ class SftObjective : public Objective {
   StepTotals count(const PackedBatch& batch) const override;
   ObjectiveOutput compute(const PackedBatch& batch, const StepTotals& totals) override;
   void export_model(const std::string& dir) const override;
+  double model_flops(const PackedBatch& batch) const override;
   CausalLM& model() { return model_; }
 
  private:

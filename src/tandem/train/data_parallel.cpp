@@ -56,16 +56,20 @@ ParallelGroups parallel_groups(std::shared_ptr<dist::ProcessGroup> world,
   return groups;
 }
 
-std::shared_ptr<dist::ProcessGroup> join_job(const DistributedOptions& options) {
+std::shared_ptr<dist::ProcessGroup> join_job(const DistributedOptions& options,
+                                             const c10::Device& device) {
   const dist::LaunchEnv env = dist::read_launch_env();
-  // The trainer keeps its models and batches on the CPU today, so "auto" is Gloo, and NCCL
-  // (built and linked in CUDA builds) is refused rather than handed CPU tensors it cannot use.
-  const dist::Backend backend = dist::choose_backend(options.backend, /*cuda_available=*/false);
-  check(backend != dist::Backend::Nccl, "[train] distributed.backend: nccl needs the model and ",
-        "batches on CUDA devices, and tandem's trainer runs on the CPU: use gloo (or auto)");
-  if (env.world_size == 1) return dist::ProcessGroup::single();
+  // auto: NCCL when the run computes on GPUs (with a Gloo group beside it for host tensors),
+  // Gloo on the CPU. NCCL cannot move CPU tensors, so it is refused for a CPU run.
+  const dist::Backend backend = dist::choose_backend(options.backend, device.is_cuda());
+  check(backend != dist::Backend::Nccl || device.is_cuda(), "[train] ", options.where,
+        ": distributed.backend: nccl needs the run on CUDA devices, and training.device is ",
+        device.str(), ": use gloo (or auto), or training.device: cuda");
+  // One process: no group, unless NCCL is named, which then runs for real on this one GPU
+  // (the GPU check exercises NCCL this way on a one-GPU machine).
+  if (env.world_size == 1 && options.backend != "nccl") return dist::ProcessGroup::single();
   std::shared_ptr<dist::ProcessGroup> group =
-      dist::ProcessGroup::connect(env, backend, options.timeout);
+      dist::ProcessGroup::connect(env, backend, options.timeout, device);
   if (group->rank() == 0)
     std::cerr << "[dist] " << group->size() << " ranks (" << env.launcher << ", "
               << dist::backend_name(backend) << ", mode " << options.mode << ", timeout "
@@ -73,12 +77,17 @@ std::shared_ptr<dist::ProcessGroup> join_job(const DistributedOptions& options) 
   return group;
 }
 
-RankZeroLoading::RankZeroLoading(std::shared_ptr<dist::ProcessGroup> group)
-    : group_(std::move(group)) {
-  set_checkpoint_broadcast(this);
-}
+RankZeroLoading::RankZeroLoading(std::shared_ptr<dist::ProcessGroup> group, c10::Device device)
+    : group_(std::move(group)), device_(device) {}
 
-RankZeroLoading::~RankZeroLoading() { set_checkpoint_broadcast(nullptr); }
+void RankZeroLoading::broadcast_tensor(at::Tensor& tensor) {
+  // On a GPU the weights travel over NCCL (the ranks' receive buffers are allocated from the
+  // header, so every rank agrees on dtype and shape before anything moves).
+  if (device_.is_cuda())  // rank 0 sends what it read; the others receive into GPU memory
+    tensor = group_->rank() == 0 ? tensor.to(device_)
+                                 : at::empty(tensor.sizes(), tensor.options().device(device_));
+  group_->broadcast(tensor, 0);
+}
 
 void RankZeroLoading::log(const std::string& line) {
   // One write per line: ranks sharing a terminal or torchrun's pipe do not interleave mid-line.

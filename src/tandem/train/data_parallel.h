@@ -33,7 +33,7 @@ struct DistributedOptions {
   int64_t dp_replicate = 0;  // hybrid: replicas x shards = ranks
   int64_t dp_shard = 0;
   std::string where;  // "FILE: distributed.mode", for errors
-  std::string backend = "auto";  // auto = gloo; nccl is refused while training runs on the CPU
+  std::string backend = "auto";  // auto: nccl when training on CUDA, else gloo
   std::chrono::seconds timeout{300};  // any collective, and joining the job
 };
 
@@ -59,24 +59,28 @@ ParallelGroups parallel_groups(std::shared_ptr<dist::ProcessGroup> world,
                                const DistributedOptions& options);
 
 /// Joins the job the launcher started (dist/launch.h): a connected group when WORLD_SIZE (or
-/// SLURM_NTASKS) > 1, else a group of one. Logs the rank, world size and backend on rank 0.
-std::shared_ptr<dist::ProcessGroup> join_job(const DistributedOptions& options);
+/// SLURM_NTASKS) > 1, else a group of one. Backend auto = NCCL when `device` is CUDA (Gloo
+/// beside it for host tensors), else Gloo. Logs the rank, world size and backend on rank 0.
+std::shared_ptr<dist::ProcessGroup> join_job(const DistributedOptions& options,
+                                             const c10::Device& device);
 
-/// While alive, HF checkpoints are opened by rank 0 only and their headers and tensors sent to
-/// the other ranks (io/hf_checkpoint.h). Each rank logs what it opened or received to stderr.
+/// Rank-0 loading over `group`: HF checkpoints opened with it (RunContext::rank_zero) are read
+/// by rank 0 only and their headers and tensors sent to the other ranks (io/hf_checkpoint.h).
+/// Each rank logs what it opened or received to stderr.
 class RankZeroLoading : public CheckpointBroadcast {
  public:
-  explicit RankZeroLoading(std::shared_ptr<dist::ProcessGroup> group);
-  ~RankZeroLoading() override;
+  /// `device`: where the tensors travel (a CUDA device: over NCCL, arriving on that GPU).
+  RankZeroLoading(std::shared_ptr<dist::ProcessGroup> group, c10::Device device);
   RankZeroLoading(const RankZeroLoading&) = delete;
   RankZeroLoading& operator=(const RankZeroLoading&) = delete;
   bool reads_files() const override { return group_->rank() == 0; }
   void broadcast_text(std::string& text) override { group_->broadcast_text(text, 0); }
-  void broadcast_tensor(at::Tensor& tensor) override { group_->broadcast(tensor, 0); }
+  void broadcast_tensor(at::Tensor& tensor) override;
   void log(const std::string& line) override;
 
  private:
   std::shared_ptr<dist::ProcessGroup> group_;
+  c10::Device device_;
 };
 
 /// Whether micro-batch `index` of a step runs on this rank.

@@ -26,7 +26,9 @@ ExportResult export_run(const std::string& run_dir, int64_t step, const std::str
     reader.emplace(CheckpointReader::open(run_dir + "/" + checkpoint_dir_name(step)));
   }
   const Config config = Config::parse(reader->read_text("config.yaml"), reader->dir() + "/config.yaml");
-  std::unique_ptr<Objective> objective = make_objective(config);
+  // On the CPU whatever device the run trained on: checkpoints hold device-independent tensors,
+  // and an export needs no GPU.
+  std::unique_ptr<Objective> objective = make_objective(config, RunContext(at::kCPU));
   const auto stored = read_full_checkpoint_tensors(*reader, "model");  // either layout
   torch::nn::Module& model = objective->trainable();
   {

@@ -69,7 +69,9 @@ int64_t MixedPrecisionAdamW::reduce_gradients(
   const int64_t count = static_cast<int64_t>(parameters_.size());
   int64_t total = count;
   for (const auto& entry : parameters_) total += entry.second.numel();
-  at::Tensor buffer = at::zeros({total}, at::kFloat);  // [flags (P) | gradients]
+  // [flags (P) | gradients], on the parameters' device (NCCL reduces device memory).
+  const at::Device device = count > 0 ? parameters_.front().second.device() : at::Device(at::kCPU);
+  at::Tensor buffer = at::zeros({total}, at::TensorOptions().dtype(at::kFloat).device(device));
   int64_t offset = count;
   for (int64_t i = 0; i < count; ++i) {
     const at::Tensor& parameter = parameters_[i].second;
@@ -83,11 +85,13 @@ int64_t MixedPrecisionAdamW::reduce_gradients(
     offset += numel;
   }
   all_reduce_sum(buffer);
+  const at::Tensor reached = buffer.narrow(0, 0, count).cpu();  // one read of the P flags
+  const float* flags = reached.data_ptr<float>();
   offset = count;
   for (int64_t i = 0; i < count; ++i) {
     at::Tensor& parameter = parameters_[i].second;
     const int64_t numel = parameter.numel();
-    if (buffer[i].item<float>() > 0) {
+    if (flags[i] > 0) {
       const at::Tensor summed = buffer.narrow(0, offset, numel).view(parameter.sizes()).clone();
       if (parameter.scalar_type() == at::kFloat)
         parameter.mutable_grad() = summed;
@@ -99,7 +103,7 @@ int64_t MixedPrecisionAdamW::reduce_gradients(
   return total * static_cast<int64_t>(sizeof(float));
 }
 
-double MixedPrecisionAdamW::step(double lr) {
+at::Tensor MixedPrecisionAdamW::step(double lr) {
   at::NoGradGuard no_grad;
   // Global norm over every gradient (and, through the hook, every shard): squares in fp32,
   // summed in fp64, so the clipping factor does not depend on how the sum was split (one
@@ -114,12 +118,20 @@ double MixedPrecisionAdamW::step(double lr) {
     const at::Tensor part = grads[i].pow(2).sum(at::kDouble);
     norm_sq = norm_sq.defined() ? norm_sq + part : part;
   }
-  if (!norm_sq.defined()) norm_sq = at::zeros({}, at::kDouble);
+  if (!norm_sq.defined()) {
+    const at::Device device =
+        parameters_.empty() ? at::Device(at::kCPU) : parameters_.front().second.device();
+    norm_sq = at::zeros({}, at::TensorOptions().dtype(at::kDouble).device(device));
+  }
   if (reduce_norm_sq_) norm_sq = reduce_norm_sq_(norm_sq);
-  const double grad_norm = std::sqrt(norm_sq.item<double>());
-  double clip = 1.0;
-  if (options_.max_grad_norm > 0 && grad_norm > options_.max_grad_norm)
-    clip = options_.max_grad_norm / (grad_norm + 1e-6);
+  const at::Tensor grad_norm = norm_sq.sqrt();
+  // clip = max / (norm + 1e-6) when the norm exceeds max, else 1 (in fp64, as a host double
+  // would be; multiplying by exactly 1 leaves the gradients untouched).
+  at::Tensor clip;
+  if (options_.max_grad_norm > 0)
+    clip = at::where(grad_norm > options_.max_grad_norm,
+                     at::full_like(grad_norm, options_.max_grad_norm).div(grad_norm + 1e-6),
+                     at::ones_like(grad_norm));
 
   ++step_count_;
   const double bias1 = 1.0 - std::pow(options_.beta1, static_cast<double>(step_count_));
@@ -127,7 +139,7 @@ double MixedPrecisionAdamW::step(double lr) {
   for (size_t i = 0; i < parameters_.size(); ++i) {
     if (!grads[i].defined()) continue;
     Slot& slot = slots_[i];
-    at::Tensor grad = clip != 1.0 ? grads[i].mul(clip) : grads[i];
+    at::Tensor grad = clip.defined() ? grads[i].mul(clip.to(at::kFloat)) : grads[i];
     if (slot.decay && options_.weight_decay > 0) slot.master.mul_(1.0 - lr * options_.weight_decay);
     slot.exp_avg.mul_(options_.beta1).add_(grad, 1.0 - options_.beta1);
     slot.exp_avg_sq.mul_(options_.beta2).addcmul_(grad, grad, 1.0 - options_.beta2);

@@ -35,9 +35,11 @@ class MixedPrecisionAdamW {
     reduce_norm_sq_ = std::move(reduce);
   }
 
-  /// One update with learning rate `lr`. Returns the global gradient norm before clipping.
+  /// One update with learning rate `lr`. Returns the global gradient norm before clipping, a
+  /// 0-dim fp64 tensor on the parameters' device: the clipping factor is formed there too, so
+  /// the update never waits for the host to read the norm.
   /// Parameters without a gradient are skipped (their moments do not advance).
-  double step(double lr);
+  at::Tensor step(double lr);
   /// Moves the gradients of non-fp32 parameters into fp32 sums and clears them: called after
   /// each micro-batch's backward, so a bf16 weight's gradient is summed over micro-batches in
   /// fp32 and rounded never (autograd alone would accumulate it in bf16). fp32 parameters keep

@@ -166,7 +166,7 @@ void ShardedModel::restore(dist::ProcessGroup& world, const std::map<std::string
             "[train] the checkpoint's ", file, " '", name, "' is ", found->second.sizes(),
             " ", found->second.scalar_type(), "; the run being trained has ", like.sizes(), " ",
             like.scalar_type(), " (shape or dtype changed?)");
-      one[0] = found->second.contiguous();
+      one[0] = found->second.to(like.device()).contiguous();  // every rank on the same device
     } else {
       one[0] = at::empty(like.sizes(), like.options().requires_grad(false));
     }

@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
+#include <ATen/detail/CUDAHooksInterface.h>
 #include <sys/resource.h>
 
 #include <atomic>
@@ -13,7 +14,9 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 
+#include "tandem/core/device.h"
 #include "tandem/core/error.h"
+#include "tandem/core/run_context.h"
 #include "tandem/data/packing.h"
 #include "tandem/data/sampler.h"
 #include "tandem/data/token_cache.h"
@@ -29,6 +32,7 @@
 #include "tandem/train/training_data.h"
 #include "tandem/train/metrics.h"
 #include "tandem/train/optimizer.h"
+#include "tandem/train/phase_timer.h"
 #include "tandem/train/schedule.h"
 #include "tandem/train/sharded_model.h"
 
@@ -44,6 +48,31 @@ using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// The device's random generator (CUDA), next to the CPU one that at::manual_seed also seeds.
+std::optional<at::Generator> device_generator(const at::Device& device) {
+  if (!device.is_cuda()) return std::nullopt;
+  return at::detail::getCUDAHooks().getDefaultGenerator(device.index());
+}
+
+// The random generators' states by name: "cpu_generator", and "cuda_generator" on a GPU.
+std::vector<std::pair<std::string, at::Tensor>> generator_states(const at::Device& device) {
+  std::vector<std::pair<std::string, at::Tensor>> states{
+      {"cpu_generator", at::detail::getDefaultCPUGenerator().get_state()}};
+  if (auto generator = device_generator(device))
+    states.emplace_back("cuda_generator", generator->get_state());
+  return states;
+}
+
+// Restores what `states` holds; a checkpoint from another device type keeps this device's
+// generator as seeded (its draws then differ from the original run's, which had none).
+void restore_generators(const std::map<std::string, at::Tensor>& states, const at::Device& device) {
+  at::Generator cpu = at::detail::getDefaultCPUGenerator();  // a handle to the global one
+  cpu.set_state(states.at("cpu_generator"));
+  auto generator = device_generator(device);
+  auto saved = states.find("cuda_generator");
+  if (generator && saved != states.end()) generator->set_state(saved->second);
 }
 
 double peak_rss_mib() {
@@ -64,7 +93,19 @@ struct TrainingOptions {
   int64_t keep_last = 3;
   int64_t log_every = 10;
   bool export_at_end = true;
+  std::string mfu = "auto";  // auto: measure the matmul peak and report MFU on GPUs only
 };
+
+// training.device and training.deterministic, on this rank's launch (LOCAL_RANK picks the GPU).
+RunContext read_run_context(const Config& config, const dist::LaunchEnv& launch) {
+  const Config training = config.section("training");
+  RunContext run;
+  run.device = resolve_device(training.get_string("device", "auto"), launch.local_rank,
+                              training.where("device"));
+  run.deterministic = training.get_bool("deterministic", false);
+  use_deterministic_algorithms(run.deterministic);
+  return run;
+}
 
 TrainingOptions read_training(const Config& config) {
   const Config training = config.section("training");
@@ -95,6 +136,7 @@ TrainingOptions read_training(const Config& config) {
   options.keep_last = training.get_int("keep_last", 3);
   options.log_every = training.get_int("log_every", 10);
   options.export_at_end = training.get_bool("export", true);
+  options.mfu = training.get_choice("mfu", {"auto", "true", "false"}, "auto");
   return options;
 }
 
@@ -116,7 +158,7 @@ nlohmann::json counters_json(const Counters& counters, const SamplerState& sampl
 void save_checkpoint(const TrainingOptions& options, const Config& config,
                      const MixedPrecisionAdamW& optimizer, const torch::nn::Module& model_module,
                      const ShardedModel* sharded, const ParallelGroups& groups,
-                     const Counters& counters, const Sampler& sampler) {
+                     const Counters& counters, const Sampler& sampler, const at::Device& device) {
   dist::ProcessGroup& world = *groups.world;
   std::optional<CheckpointWriter> staged;
   std::string staging_dir;
@@ -137,8 +179,7 @@ void save_checkpoint(const TrainingOptions& options, const Config& config,
     writer.write_tensors("model.safetensors", model_state(model_module));
     writer.write_tensors("optimizer.safetensors", optimizer.state());
   }
-  writer.write_tensors("rng.safetensors",
-                       {{"cpu_generator", at::detail::getDefaultCPUGenerator().get_state()}});
+  writer.write_tensors("rng.safetensors", generator_states(device));
   writer.write_text("trainer_state.json", counters_json(counters, sampler.state()).dump(2) + "\n");
   writer.write_text("config.yaml", config.resolved_yaml() + "\n");
   for (const std::string& warning : writer.commit(static_cast<int>(options.keep_last)).warnings)
@@ -147,11 +188,10 @@ void save_checkpoint(const TrainingOptions& options, const Config& config,
 
 Counters counters_from_json(const nlohmann::json& state, Sampler& sampler);
 
-// The random generator, counters and sampler position of a checkpoint.
-Counters restore_trainer_state(const CheckpointReader& reader, Sampler& sampler) {
-  const auto rng = reader.read_tensors("rng.safetensors");
-  at::Generator generator = at::detail::getDefaultCPUGenerator();  // a handle to the global one
-  generator.set_state(rng.at("cpu_generator"));
+// The random generators, counters and sampler position of a checkpoint.
+Counters restore_trainer_state(const CheckpointReader& reader, Sampler& sampler,
+                               const at::Device& device) {
+  restore_generators(reader.read_tensors("rng.safetensors"), device);
   return counters_from_json(nlohmann::json::parse(reader.read_text("trainer_state.json")), sampler);
 }
 
@@ -167,7 +207,8 @@ Counters counters_from_json(const nlohmann::json& state, Sampler& sampler) {
 // Restores everything a checkpoint holds (either layout, sharded_model.h) into an unsharded
 // model; returns the counters it was saved with.
 Counters restore_checkpoint(const CheckpointReader& reader, MixedPrecisionAdamW& optimizer,
-                            const torch::nn::Module& model_module, Sampler& sampler) {
+                            const torch::nn::Module& model_module, Sampler& sampler,
+                            const at::Device& device) {
   const std::string& dir = reader.dir();
   const auto model = read_full_checkpoint_tensors(reader, "model");
   {
@@ -183,17 +224,17 @@ Counters restore_checkpoint(const CheckpointReader& reader, MixedPrecisionAdamW&
     }
   }
   optimizer.load_state(read_full_checkpoint_tensors(reader, "optimizer"), dir + " optimizer state");
-  return restore_trainer_state(reader, sampler);
+  return restore_trainer_state(reader, sampler, device);
 }
 
 // Data parallel resume: rank 0 restored the checkpoint; every other rank takes its weights,
 // optimizer state, random generator, counters and sampler position.
 Counters share_trainer_state(dist::ProcessGroup& group, const Counters& counters,
-                             Sampler& sampler);
+                             Sampler& sampler, const at::Device& device);
 
 Counters share_resumed_state(dist::ProcessGroup& group, MixedPrecisionAdamW& optimizer,
                              const torch::nn::Module& model_module, const Counters& counters,
-                             Sampler& sampler) {
+                             Sampler& sampler, const at::Device& device) {
   std::vector<at::Tensor> weights;
   for (const auto& [name, tensor] : model_state(model_module)) weights.push_back(tensor.detach());
   broadcast_tensors_from_rank0(group, weights, "the trained model's tensors");
@@ -206,19 +247,22 @@ Counters share_resumed_state(dist::ProcessGroup& group, MixedPrecisionAdamW& opt
     for (size_t i = 0; i < state.size(); ++i) named[state[i].first] = values[i];
     optimizer.load_state(named, "rank 0's optimizer state");
   }
-  return share_trainer_state(group, counters, sampler);
+  return share_trainer_state(group, counters, sampler, device);
 }
 
-// Every rank takes rank 0's random generator, counters and sampler position.
+// Every rank takes rank 0's random generators, counters and sampler position.
 Counters share_trainer_state(dist::ProcessGroup& group, const Counters& counters,
-                             Sampler& sampler) {
-  std::vector<at::Tensor> rng{at::detail::getDefaultCPUGenerator().get_state()};
-  broadcast_tensors_from_rank0(group, rng, "the random generator state");
+                             Sampler& sampler, const at::Device& device) {
+  const auto states = generator_states(device);
+  std::vector<at::Tensor> rng;
+  for (const auto& entry : states) rng.push_back(entry.second);
+  broadcast_tensors_from_rank0(group, rng, "the random generator states");
   std::string text = counters_json(counters, sampler.state()).dump();
   group.broadcast_text(text, 0);
   if (group.rank() == 0) return counters;
-  at::Generator generator = at::detail::getDefaultCPUGenerator();
-  generator.set_state(rng[0]);
+  std::map<std::string, at::Tensor> received;
+  for (size_t i = 0; i < states.size(); ++i) received[states[i].first] = rng[i];
+  restore_generators(received, device);
   return counters_from_json(nlohmann::json::parse(text), sampler);
 }
 
@@ -245,6 +289,70 @@ void export_trained_model(const Objective& objective, const TrainingData& data,
 
 double mib(int64_t bytes) { return static_cast<double>(bytes) / (1024.0 * 1024.0); }
 
+// A step's metrics as fp64 tensors (on the device, or the host for host-computed ones), summed
+// over its micro-batches by name in order of first appearance; read() copies them to the host
+// in one transfer: the step's one wait for the device.
+class StepMetrics {
+ public:
+  void add(const std::vector<std::pair<std::string, at::Tensor>>& metrics) {
+    for (const auto& [name, value] : metrics) {
+      const at::Tensor wide = value.detach().to(at::kDouble).reshape({});
+      auto [found, fresh] = index_.try_emplace(name, values_.size());
+      if (fresh)
+        values_.emplace_back(name, wide);
+      else
+        values_[found->second].second = values_[found->second].second + wide;
+    }
+  }
+
+  void add_host(const std::string& name, double value) {
+    add({{name, at::scalar_tensor(value, at::kDouble)}});
+  }
+
+  std::vector<std::pair<std::string, double>> read() const {
+    std::vector<at::Tensor> on_device;
+    for (const auto& entry : values_)
+      if (!entry.second.is_cpu()) on_device.push_back(entry.second);
+    const at::Tensor device_values =
+        on_device.empty() ? at::Tensor() : at::stack(on_device).cpu().contiguous();
+    std::vector<std::pair<std::string, double>> out;
+    int64_t next = 0;
+    for (const auto& [name, value] : values_)
+      out.emplace_back(name, value.is_cpu() ? value.item<double>()
+                                            : device_values.data_ptr<double>()[next++]);
+    return out;
+  }
+
+ private:
+  std::vector<std::pair<std::string, at::Tensor>> values_;
+  std::map<std::string, size_t> index_;
+};
+
+// Removes the metric `name` from `metrics` and returns its value (0 when absent).
+double take_metric(std::vector<std::pair<std::string, double>>& metrics, const std::string& name) {
+  for (auto it = metrics.begin(); it != metrics.end(); ++it)
+    if (it->first == name) {
+      const double value = it->second;
+      metrics.erase(it);
+      return value;
+    }
+  return 0;
+}
+
+// Several ranks: `metrics` summed over ranks in place, with every rank's stop request (a
+// SIGTERM on any rank stops all): one all-reduce of host values (Gloo beside NCCL).
+bool sum_over_ranks(dist::ProcessGroup& group, std::vector<std::pair<std::string, double>>& metrics,
+                    bool stop) {
+  const int64_t count = static_cast<int64_t>(metrics.size());
+  at::Tensor values = at::zeros({count + 1}, at::kDouble);
+  double* data = values.data_ptr<double>();
+  for (int64_t i = 0; i < count; ++i) data[i] = metrics[i].second;
+  data[count] = stop ? 1.0 : 0.0;
+  group.all_reduce_sum(values);
+  for (int64_t i = 0; i < count; ++i) metrics[i].second = data[i];
+  return data[count] > 0;
+}
+
 }  // namespace
 
 void install_preemption_handlers() {
@@ -255,12 +363,14 @@ void install_preemption_handlers() {
 TrainResult train(const Config& config) {
   const TrainingOptions options = read_training(config);
   const DistributedOptions distributed = read_distributed(config);
-  const int64_t world = dist::read_launch_env().world_size;  // checked before connecting
+  const dist::LaunchEnv launch = dist::read_launch_env();
+  const int64_t world = launch.world_size;  // checked before connecting
+  RunContext run = read_run_context(config, launch);  // the device, decided once
   check(options.docs_per_step > 0 || options.micro_batches % world == 0, "[train] ",
         config.section("training").where("micro_batches"), " = ", options.micro_batches,
         " is not a multiple of the ", world, " ranks (each rank runs micro_batches / ranks)");
   replicas_and_shards(distributed, world);  // checks hybrid's dp sizes before connecting
-  const std::shared_ptr<dist::ProcessGroup> group = join_job(distributed);
+  const std::shared_ptr<dist::ProcessGroup> group = join_job(distributed, run.device);
   const ParallelGroups groups = parallel_groups(group, distributed);
   const bool lead = group->rank() == 0;  // writes checkpoints, metrics and exports
   // Rank 0 tokenizes into the data cache first; the others then read what it wrote.
@@ -268,14 +378,13 @@ TrainResult train(const Config& config) {
   TrainingData data = read_training_data(config);
   if (lead) group->barrier();
   std::optional<RankZeroLoading> rank_zero_loading;  // only rank 0 opens weight files
-  if (world > 1) rank_zero_loading.emplace(group);
+  if (world > 1) run.rank_zero = &rank_zero_loading.emplace(group, run.device);
   std::optional<ParameterShards> load_shards;  // shard, hybrid: loaded models split as they load
-  std::optional<ShardWhileLoading> shard_while_loading;
-  if (groups.sharded) {
-    load_shards.emplace(groups.shard);
-    shard_while_loading.emplace(*load_shards);
-  }
-  std::unique_ptr<Objective> objective = make_objective(config);
+  if (groups.sharded) run.shard_on_load = &load_shards.emplace(groups.shard);
+  if (lead)
+    std::cerr << "[train] device " << run.device.str()
+              << (run.deterministic ? " (deterministic algorithms)" : "") << "\n";
+  std::unique_ptr<Objective> objective = make_objective(config, run);
   config.check_all_used();  // every key of the file was understood, before any work
   objective->attach_data({data.dataset ? &*data.dataset : nullptr,
                           data.dataset ? nullptr : &data.rollouts, data.cache_dir,
@@ -318,15 +427,17 @@ TrainResult train(const Config& config) {
     if (lead) {
       model = read_full_checkpoint_tensors(*resume_from, "model");
       optimizer_state = read_full_checkpoint_tensors(*resume_from, "optimizer");
-      counters = restore_trainer_state(*resume_from, sampler);
+      counters = restore_trainer_state(*resume_from, sampler, run.device);
     }
     sharded->restore(*group, model, optimizer_state, optimizer);
-    if (world > 1) counters = share_trainer_state(*group, counters, sampler);
+    if (world > 1) counters = share_trainer_state(*group, counters, sampler, run.device);
   } else if (!resumed.empty()) {
     if (lead)
-      counters = restore_checkpoint(*resume_from, optimizer, objective->trainable(), sampler);
+      counters = restore_checkpoint(*resume_from, optimizer, objective->trainable(), sampler,
+                                    run.device);
     if (world > 1)
-      counters = share_resumed_state(*group, optimizer, objective->trainable(), counters, sampler);
+      counters = share_resumed_state(*group, optimizer, objective->trainable(), counters, sampler,
+                                     run.device);
   }
   if (lead && !resumed.empty())
     std::cerr << "[train] resuming from " << resumed << " (step " << counters.step << ")\n";
@@ -343,7 +454,20 @@ TrainResult train(const Config& config) {
 
   TrainResult result;
   result.run_dir = options.run_dir;
+  PhaseTimer phases(run.device);  // device time of forward, backward, optimizer
+  // MFU's denominator: the matmul peak of this device, measured now (bf16 on a GPU, fp32 on the
+  // CPU, where the benchmarks measure it too).
+  double matmul_peak = 0;
+  if (options.mfu == "true" || (options.mfu == "auto" && run.device.is_cuda())) {
+    const bool gpu = run.device.is_cuda();
+    matmul_peak = measure_matmul_peak(run.device, gpu ? at::kBFloat16 : at::kFloat,
+                                      gpu ? 8192 : 1024, gpu ? 10 : 3);
+    if (lead)
+      std::cerr << "[train] " << (gpu ? "bf16" : "fp32") << " matmul peak on "
+                << run.device.str() << ": " << matmul_peak / 1e12 << " TFLOP/s (the MFU denominator)\n";
+  }
   while (counters.step < options.steps) {
+    reset_peak_memory(run.device);
     const auto step_start = Clock::now();
     // 1. Data: the step's micro-batches, then its totals (known before any backward).
     std::vector<PackedBatch> batches;
@@ -368,50 +492,46 @@ TrainResult train(const Config& config) {
     }
     const double data_seconds = seconds_since(step_start);
 
-    // 2. Forward and backward, micro-batch by micro-batch (this rank's share of them).
-    double forward_seconds = 0, backward_seconds = 0;
-    std::map<std::string, double> summed;
-    std::vector<std::string> metric_order;
+    // 2. Forward and backward, micro-batch by micro-batch (this rank's share of them). Nothing
+    // here waits for the device: the metrics stay tensors until step 5.
+    StepMetrics step_metrics;
     for (const auto* part : {&groups.world, &groups.shard, &groups.replicate}) (*part)->reset_bytes();
     for (size_t index = 0; index < batches.size(); ++index) {
       if (!owns_micro_batch(*group, static_cast<int64_t>(index))) continue;
-      const PackedBatch& batch = batches[index];
-      const auto forward_start = Clock::now();
+      phases.begin();
+      const PackedBatch batch = batches[index].to(run.device);  // one copy per micro-batch
       ObjectiveOutput output = objective->compute(batch, totals);
-      forward_seconds += seconds_since(forward_start);
-      const auto backward_start = Clock::now();
+      phases.end("forward");
+      phases.begin();
       output.loss.backward();
       optimizer.accumulate_gradients();
-      backward_seconds += seconds_since(backward_start);
-      for (const auto& [name, value] : output.metrics) {
-        if (!summed.count(name)) metric_order.push_back(name);
-        summed[name] += value;
-      }
+      phases.end("backward");
+      step_metrics.add(output.metrics);
+      if (matmul_peak > 0) step_metrics.add_host("model_flops", objective->model_flops(batch));
     }
 
-    // 3. Data parallel: the ranks' gradients summed, their metrics summed, any stop request.
-    bool stop = stop_requested.load();
+    // 3. Data parallel: the ranks' gradients summed (shard groups reduce-scattered already).
     const auto reduce_start = Clock::now();
-    if (groups.replicate->size() > 1)  // (shard groups reduce-scattered during backward)
+    if (groups.replicate->size() > 1)
       optimizer.reduce_gradients(
           [&](at::Tensor& buffer) { groups.replicate->all_reduce_sum(buffer); });
-    if (world > 1) {
-      const int64_t count = static_cast<int64_t>(metric_order.size());
-      at::Tensor values = at::zeros({count + 1}, at::kDouble);
-      for (int64_t i = 0; i < count; ++i) values[i] = summed[metric_order[i]];
-      values[count] = stop ? 1.0 : 0.0;
-      group->all_reduce_sum(values);
-      for (int64_t i = 0; i < count; ++i) summed[metric_order[i]] = values[i].item<double>();
-      stop = values[count].item<double>() > 0;
-    }
     const double reduce_seconds = seconds_since(reduce_start);
 
     // 4. Optimizer.
-    const auto optimizer_start = Clock::now();
+    phases.begin();
     const double lr = learning_rate(options.schedule, counters.step);
-    const double grad_norm = optimizer.step(lr);
+    step_metrics.add({{"grad_norm", optimizer.step(lr)}});
     optimizer.zero_grad();
-    const double optimizer_seconds = seconds_since(optimizer_start);
+    phases.end("optimizer");
+
+    // 5. The step's one wait for the device: its metrics read to the host, then (several
+    // ranks) summed over ranks together with any stop request.
+    std::vector<std::pair<std::string, double>> summed = step_metrics.read();
+    const double grad_norm = take_metric(summed, "grad_norm");  // global already: not summed
+    bool stop = stop_requested.load();
+    if (world > 1) stop = sum_over_ranks(*group, summed, stop);
+    const double model_flops = take_metric(summed, "model_flops");  // all ranks' micro-batches
+    const std::map<std::string, double> phase_seconds = phases.take();
 
     counters.step += 1;
     counters.documents_seen += step_documents;
@@ -419,16 +539,21 @@ TrainResult train(const Config& config) {
     const double step_seconds = seconds_since(step_start);
     MetricsRecord record;
     record.step = counters.step;
-    for (const std::string& name : metric_order) record.values.emplace_back(name, summed[name]);
+    for (const auto& entry : summed) record.values.push_back(entry);
     objective->finish_metrics(record.values);
     record.values.emplace_back("lr", lr);
     record.values.emplace_back("grad_norm", grad_norm);
     record.values.emplace_back("tokens_per_s", step_tokens / step_seconds);
+    if (matmul_peak > 0)  // the ranks' mean: each rank's FLOPs against its own device's peak
+      record.values.emplace_back("mfu", model_flops / static_cast<double>(world) / step_seconds /
+                                            matmul_peak);
     record.values.emplace_back("time/step", step_seconds);
     record.values.emplace_back("time/data", data_seconds);
-    record.values.emplace_back("time/forward", forward_seconds);
-    record.values.emplace_back("time/backward", backward_seconds);
-    record.values.emplace_back("time/optimizer", optimizer_seconds);
+    for (const char* phase : {"forward", "backward", "optimizer"}) {
+      const auto found = phase_seconds.find(phase);
+      record.values.emplace_back(std::string("time/") + phase,
+                                 found == phase_seconds.end() ? 0.0 : found->second);
+    }
     if (world > 1) {
       record.values.emplace_back("time/reduce", reduce_seconds);
       int64_t bytes = group->bytes().total();  // a group of one moves nothing
@@ -438,6 +563,13 @@ TrainResult train(const Config& config) {
       record.values.emplace_back("collective_bytes", static_cast<double>(bytes));
     }
     record.values.emplace_back("peak_rss_mib", peak_rss_mib());
+    if (run.device.is_cuda()) {  // the caching allocator's figures for this step
+      const DeviceMemory memory = device_memory(run.device);
+      record.values.emplace_back("cuda/peak_allocated_mib", mib(memory.peak_allocated));
+      record.values.emplace_back("cuda/peak_reserved_mib", mib(memory.peak_reserved));
+      record.values.emplace_back("cuda/allocated_mib", mib(memory.allocated));
+      record.values.emplace_back("cuda/reserved_mib", mib(memory.reserved));
+    }
     record.values.emplace_back("loss_tokens", static_cast<double>(totals.loss_tokens));
     record.values.emplace_back("num_documents", static_cast<double>(step_documents));
     record.values.emplace_back("documents_seen", static_cast<double>(counters.documents_seen));
@@ -448,7 +580,7 @@ TrainResult train(const Config& config) {
     const bool due = options.save_every > 0 && counters.step % options.save_every == 0;
     if (due || last || stop) {
       save_checkpoint(options, config, optimizer, objective->trainable(), sharded_model, groups,
-                      counters, sampler);
+                      counters, sampler, run.device);
       if (!last && lead) metrics->note("saved " + checkpoint_dir_name(counters.step));
       if (objective->export_at_checkpoints() && !(last && options.export_at_end))
         export_trained_model(*objective, data, sharded_model, *group, options.run_dir + "/export");

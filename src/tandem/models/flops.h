@@ -1,0 +1,19 @@
+#pragma once
+// Model FLOPs: what a step's matmuls must compute, the numerator of model FLOP utilisation
+// (MFU = model FLOPs / time / the matmul peak measured on the same device). Counted the way the
+// benchmarks have always counted them: 2 x (matmul parameters) per token, plus causal attention
+// 2 * pairs * (heads * head_dim) per layer, where `pairs` sums len^2 over the sequences (QK^T
+// and PV over the causal half of the square); backward = 2 x forward.
+#include "tandem/models/decoder_config.h"
+
+namespace tandem {
+
+/// One forward of a decoder over `tokens` tokens whose attention spans `attention_pairs`
+/// (sum of len^2 over its documents); `with_lm_head`: the output projection on every token.
+double decoder_forward_flops(const DecoderConfig& config, double tokens, double attention_pairs,
+                             bool with_lm_head);
+
+/// 2 * rows * V * H: one output projection (V x H) applied to `rows` hidden states.
+double lm_head_flops(const DecoderConfig& config, double rows);
+
+}  // namespace tandem

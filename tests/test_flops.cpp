@@ -1,0 +1,25 @@
+// Model FLOPs (models/flops.h), the numerator of MFU, against a count done by hand.
+#include <gtest/gtest.h>
+
+#include "tandem/models/flops.h"
+
+namespace {
+
+TEST(ModelFlops, ADecoderForwardMatchesTheHandCount) {
+  tandem::DecoderConfig config;
+  config.hidden_size = 4;
+  config.num_attention_heads = 2;
+  config.head_dim = 2;  // q width 4
+  config.num_key_value_heads = 1;  // kv width 2
+  config.intermediate_size = 8;
+  config.num_hidden_layers = 1;
+  config.vocab_size = 10;
+  // One layer's matmul parameters: q, o 4 x 4 each, k, v 4 x 2 each = 48; MLP 3 x 4 x 8 = 96.
+  // 3 tokens in one document: 2 x 144 x 3 = 864; attention 2 x 3^2 x 4 = 72; lm_head
+  // 2 x 3 x 10 x 4 = 240.
+  EXPECT_DOUBLE_EQ(tandem::decoder_forward_flops(config, 3, 9, /*with_lm_head=*/false), 936.0);
+  EXPECT_DOUBLE_EQ(tandem::decoder_forward_flops(config, 3, 9, /*with_lm_head=*/true), 1176.0);
+  EXPECT_DOUBLE_EQ(tandem::lm_head_flops(config, 3), 240.0);
+}
+
+}  // namespace
