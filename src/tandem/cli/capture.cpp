@@ -1,6 +1,6 @@
 // tandem capture CONFIG.yaml --out DIR: run the frozen target once over a run's training data
-// and store the hidden states an EAGLE-3 or DFlash draft reads, for offline training
-// (data.capture).
+// and store the hidden states its draft reads (what the objective's description asks for,
+// objectives/description.h), for offline training (data.capture).
 #include <iostream>
 
 #include "tandem/cli/commands.h"
@@ -9,11 +9,8 @@
 #include "tandem/core/error.h"
 #include "tandem/core/hash.h"
 #include "tandem/data/capture.h"
-#include "tandem/models/dflash.h"
-#include "tandem/models/eagle3.h"
 #include "tandem/models/frozen.h"
-#include "tandem/objectives/dflash.h"
-#include "tandem/objectives/eagle3.h"
+#include "tandem/objectives/description.h"
 #include "tandem/train/training_data.h"
 
 namespace tandem::cli {
@@ -27,12 +24,12 @@ Runner add_capture_command(CLI::App& root) {
   auto options = std::make_shared<Options>();
   CLI::App* command = root.add_subcommand(
       "capture",
-      "run the frozen target once over the training data of an EAGLE-3 or DFlash config and store "
-      "the hidden states its draft reads (EAGLE-3: aux layers and the last layer; DFlash: its "
-      "target layers) as safetensors shards + manifest, resumable, for offline training with "
-      "data.capture=DIR");
-  command->add_option("config", options->config_path,
-                      "the EAGLE-3 or DFlash training config (YAML)")
+      "run the frozen target once over the training data of a draft's config and store the "
+      "hidden states the draft reads (its target layers, and the last layer when its loss needs "
+      "it) as safetensors shards + manifest, resumable, for offline training with "
+      "data.capture=DIR; objectives with a capture: " +
+          objective_names([](const auto& d) { return bool(d.capture); }));
+  command->add_option("config", options->config_path, "the draft's training config (YAML)")
       ->required();
   command->add_option("overrides", options->overrides, "dotted overrides, e.g. data.seq_len=512");
   command->add_option("--out", options->out, "output directory")->required();
@@ -46,40 +43,23 @@ Runner add_capture_command(CLI::App& root) {
   return [options]() {
     const Config config = Config::load(options->config_path, options->overrides);
     const at::Device device = device_from_option(options->device);
-    const std::string objective =
-        config.section("training").get_string("objective", "sft");
-    check(objective == "eagle3" || objective == "dflash", "[capture] ", options->config_path,
-          ": training.objective is '", objective, "'; capture serves eagle3 and dflash drafts");
-    std::string target_path;
-    c10::ScalarType target_dtype;
-    std::vector<int64_t> layer_ids;
-    bool last_hidden = true;  // EAGLE-3's teacher reads the last layer, DFlash's only if distilled
-    if (objective == "eagle3") {
-      const Eagle3Options eagle3 = eagle3_options(config, device);
-      target_path = eagle3.target_path;
-      target_dtype = eagle3.target_dtype;
-      layer_ids = eagle3.aux_layer_ids;
-    } else {
-      const DFlashOptions dflash = dflash_options(config, device);
-      target_path = dflash.target_path;
-      target_dtype = dflash.target_dtype;
-      layer_ids = dflash.target_layer_ids;
-      last_hidden = dflash.teacher == DFlashTeacher::Target;
-      if (layer_ids.empty())
-        layer_ids = DFlashConfig::default_target_layers(
-            DecoderConfig::from_dir(target_path).num_hidden_layers, dflash.dims.num_layers);
-    }
+    const Config training = config.section("training");
+    const std::string objective = training.get_string("objective", "sft");
+    const ObjectiveDescription& described =
+        find_objective(objective, training.where("objective"));
+    check(bool(described.capture), "[capture] ", options->config_path,
+          ": training.objective is '", objective, "'; capture serves ",
+          objective_names([](const auto& d) { return bool(d.capture); }));
+    const CaptureRequest request = described.capture(config, device);
     const TrainingData data = read_training_data(config);
     check(data.dataset.has_value(), "[capture] ", options->config_path,
           ": capture reads document data, not rollouts");
-    const FrozenModel target = FrozenModel::load(target_path, target_dtype, device);
+    const FrozenModel target = FrozenModel::load(request.target_path, request.target_dtype, device);
     CaptureSettings settings;
-    settings.target = target_path;
-    settings.layer_ids = !layer_ids.empty() ? layer_ids
-                                            : Eagle3Config::default_aux_layers(
-                                                  target.config().num_hidden_layers);
-    settings.last_hidden = last_hidden;
-    settings.dtype = options->dtype.empty() ? compute_dtype_name(target_dtype)
+    settings.target = request.target_path;
+    settings.layer_ids = request.layer_ids;
+    settings.last_hidden = request.last_hidden;
+    settings.dtype = options->dtype.empty() ? compute_dtype_name(request.target_dtype)
                                             : compute_dtype_name(parse_compute_dtype(
                                                   options->dtype, "--dtype"));
     settings.seq_len = data.packing.seq_len;

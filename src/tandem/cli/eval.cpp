@@ -1,5 +1,6 @@
-// tandem eval: speculative decoding of held-out prompts with a draft (EAGLE-3 or DFlash, told
-// apart by the export's config.json architectures) and its frozen target; reports τ and per-position acceptance, and checks the output equals greedy decoding.
+// tandem eval: speculative decoding of held-out prompts with a draft and its frozen target; the
+// objective whose export it is loads it (objectives/description.h). Reports τ and per-position
+// acceptance, and checks the output equals greedy decoding.
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -10,11 +11,9 @@
 #include "tandem/core/dtype.h"
 #include "tandem/core/error.h"
 #include "tandem/data/token_cache.h"
-#include "tandem/eval/dflash_decode.h"
 #include "tandem/eval/speculative.h"
 #include "tandem/models/frozen.h"
-#include "tandem/objectives/dflash_export.h"
-#include "tandem/objectives/eagle3_export.h"
+#include "tandem/objectives/description.h"
 #include "tandem/text/tokenizer.h"
 
 namespace tandem::cli {
@@ -28,14 +27,6 @@ struct EvalOptions {
   bool greedy_check = true;
 };
 
-// A DFlash export is the directory itself; an EAGLE-3 run export holds sglang/ (read here) and
-// speculators/.
-std::string resolve_draft_dir(const std::string& dir) {
-  if (is_dflash_export(dir)) return dir;
-  const std::string nested = dir + "/sglang";
-  return std::filesystem::exists(nested + "/config.json") ? nested : dir;
-}
-
 }  // namespace
 
 Runner add_eval_command(CLI::App& root) {
@@ -46,9 +37,10 @@ Runner add_eval_command(CLI::App& root) {
       "per-position acceptance, and a token-for-token check against plain greedy decoding");
   command->add_option("--target", o->target, "target HF checkpoint directory")->required();
   command->add_option("--draft", o->draft,
-                      "the draft export: EAGLE-3 (a run's export directory or its sglang/ subdirectory, "
-                      "LlamaForCausalLMEagle3) or DFlash (DFlashDraftModel); the type is read from "
-                      "its config.json architectures")
+                      "the draft export (a run's export directory, or the format directory in it) "
+                      "of one of: " +
+                          objective_names([](const auto& d) { return bool(d.find_export); }) +
+                          "; its config.json architectures tell which")
       ->required();
   command->add_option("--data", o->data, "held-out JSONL file")->required();
   command->add_option("--format", o->format, "conversations | text | pretokenized")
@@ -59,8 +51,9 @@ Runner add_eval_command(CLI::App& root) {
   command->add_option("--prompt-tokens", o->prompt_tokens,
                       "prompt length for documents without a loss mask boundary (default 32)");
   command->add_option("--max-new-tokens", o->max_new_tokens, "tokens to generate (default 64)");
-  command->add_option("--draft-tokens", o->draft_tokens, "draft tokens per step k (default: 7 for EAGLE-3; block_size - 1 for DFlash, "
-                      "the most one block predicts: slot 0 of a block is the last verified token)");
+  command->add_option("--draft-tokens", o->draft_tokens,
+                      "draft tokens per step k (default: the draft's own: its TTT length, or "
+                      "block_size - 1 for a block draft)");
   command->add_option("--dtype", o->dtype, "compute dtype of target and draft (default fp32)");
   add_device_option(*command, o->device);
   command->add_option("--cache-dir", o->cache_dir, "token cache directory");
@@ -71,43 +64,25 @@ Runner add_eval_command(CLI::App& root) {
     const c10::ScalarType dtype = parse_compute_dtype(o->dtype, "--dtype");
     const at::Device device = device_from_option(o->device);
     const FrozenModel target = FrozenModel::load(o->target, dtype, device);
-    const std::string draft_dir = resolve_draft_dir(o->draft);
-    const bool dflash = is_dflash_export(draft_dir);
-    Eagle3Draft eagle3{nullptr};
-    DFlashExport dflash_draft;
-    int64_t vocab_size = 0, target_hidden_size = 0, draft_tokens = o->draft_tokens;
-    if (dflash) {
-      dflash_draft = load_dflash_export(draft_dir, dtype);
-      dflash_draft.draft->to(device);
-      if (dflash_draft.mask_embedding.defined())
-        dflash_draft.mask_embedding = dflash_draft.mask_embedding.to(device);
-      const DFlashConfig& config = dflash_draft.draft->config();
-      vocab_size = config.layer.vocab_size;
-      target_hidden_size = config.target_hidden_size;
-      if (draft_tokens == 0) draft_tokens = config.block_size - 1;
-      check(dflash_draft.num_target_layers == 0 ||
-                dflash_draft.num_target_layers == target.config().num_hidden_layers,
-            "[eval] ", draft_dir, ": the draft was trained on a target of ",
-            dflash_draft.num_target_layers, " layers, ", o->target, " has ",
-            target.config().num_hidden_layers);
-      for (int64_t layer : config.target_layer_ids)
-        check(layer < target.config().num_hidden_layers, "[eval] ", draft_dir,
-              ": reads target layer ", layer, ", ", o->target, " has ",
-              target.config().num_hidden_layers);
-    } else {
-      eagle3 = load_eagle3_export(draft_dir, dtype);
-      eagle3->to(device);
-      vocab_size = eagle3->config().layer.vocab_size;
-      target_hidden_size = eagle3->config().target_hidden_size;
-      if (draft_tokens == 0) draft_tokens = 7;
+    // The objective whose export this is (objectives/description.h): it loads the draft.
+    std::unique_ptr<DraftDecoder> draft;
+    std::string draft_dir, draft_objective;
+    for (const ObjectiveDescription& objective : objective_descriptions()) {
+      if (!objective.find_export) continue;
+      if (const auto found = objective.find_export(o->draft)) {
+        draft_dir = *found;
+        draft_objective = objective.name;
+        draft = objective.load_draft(draft_dir, dtype, device);
+        break;
+      }
     }
+    check(draft != nullptr, "[eval] ", o->draft, ": not a draft export tandem can evaluate (the ",
+          "exports of ", objective_names([](const auto& d) { return bool(d.find_export); }),
+          "; its config.json names the architecture)");
+    draft->check_target(target, o->target);
+    const int64_t draft_tokens =
+        o->draft_tokens > 0 ? o->draft_tokens : draft->default_draft_tokens();
     check(draft_tokens >= 1, "[eval] --draft-tokens must be >= 1");
-    check(vocab_size == target.config().vocab_size, "[eval] ", draft_dir,
-          ": the draft is for a vocab of ", vocab_size, ", the target ", o->target, " has ",
-          target.config().vocab_size);
-    check(target_hidden_size == target.config().hidden_size, "[eval] ", draft_dir,
-          ": the draft reads hidden states of size ", target_hidden_size, ", the target ",
-          o->target, " has ", target.config().hidden_size);
 
     const DataFormat format = parse_data_format(o->format);
     std::optional<Tokenizer> tokenizer;
@@ -133,10 +108,7 @@ Runner add_eval_command(CLI::App& root) {
       const std::vector<int64_t> prompt = prompt_of(dataset.document(i), o->prompt_tokens);
       if (prompt.empty()) continue;
       auto start = std::chrono::steady_clock::now();
-      const SpeculativeOutput output =
-          dflash ? dflash_decode(target, *dflash_draft.draft, dflash_draft.mask_embedding, prompt,
-                                 draft_tokens, decode)
-                 : speculative_decode(target, *eagle3, prompt, draft_tokens, decode);
+      const SpeculativeOutput output = draft->decode(target, prompt, draft_tokens, decode);
       speculative_seconds +=
           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       stats.add(output);
@@ -158,7 +130,7 @@ Runner add_eval_command(CLI::App& root) {
     nlohmann::json report = stats.to_json();
     report["prompts"] = prompts;
     report["draft_tokens"] = draft_tokens;
-    report["draft_type"] = dflash ? "dflash" : "eagle3";
+    report["draft_type"] = draft_objective;  // the objective that trained it: eagle3, dflash
     report["max_new_tokens"] = o->max_new_tokens;
     report["generated_tokens"] = generated;
     report["target"] = o->target;
@@ -171,7 +143,7 @@ Runner add_eval_command(CLI::App& root) {
       report["greedy_tokens_per_s"] = generated / std::max(greedy_seconds, 1e-9);
     }
     std::cout << std::fixed << std::setprecision(3) << "[eval] " << prompts << " prompts, "
-              << generated << " tokens, " << (dflash ? "DFlash" : "EAGLE-3") << " draft, k = "
+              << generated << " tokens, " << draft->type() << " draft, k = "
               << draft_tokens << " draft tokens per step\n"
               << "[eval] tau = " << stats.tau() << " tokens per target forward ("
               << stats.steps() << " verify steps)\n[eval] acceptance by draft position "

@@ -270,7 +270,7 @@ DFlashObjective::DFlashObjective(const DFlashOptions& options) : options_(option
           " cannot be read: ", options.target_path, " has layers 0..", last_layer,
           " and serving engines expose the outputs of layers 0..", last_layer - 1, " only");
   draft_ = DFlashDraft(config,
-                       at::TensorOptions().dtype(options.draft_dtype).device(options.run.device));
+                       at::TensorOptions().dtype(options.draft_dtype).device(options.run.placement()));
   init_normal_(*draft_, options.init_std, options.seed);
   for (auto& parameter : draft_->parameters()) parameter.set_requires_grad(true);
   if (!options.capture_dir.empty()) {
@@ -493,6 +493,37 @@ void DFlashObjective::export_model(const std::string& dir) const {
     info.serving_note = mask_token_.serving_note;
   }
   write_dflash_export(*draft_, dir, info);
+}
+
+ObjectiveDescription dflash_description() {
+  ObjectiveDescription description;
+  description.name = "dflash";
+  description.summary = "a DFlash block-diffusion draft against a frozen target";
+  description.keys = "target (path, dtype), draft (num_layers, target_layer_ids, block_size, "
+                     "mask_token_id, intermediate_size, num_attention_heads, "
+                     "num_key_value_heads, head_dim, rope_theta, dtype, init_std), loss (gamma, "
+                     "max_anchors, chunk_tokens, fp32_lm_head, teacher: labels | target; with "
+                     "target: divergence, beta, temperature, hard_label_weight), data.capture";
+  description.make = [](const Config& config, const RunContext& run) {
+    return std::make_unique<DFlashObjective>(dflash_options(config, run));
+  };
+  // Its target layers, and the last layer only when the target's distribution is the teacher.
+  description.capture = [](const Config& config, const RunContext& run) {
+    const DFlashOptions options = dflash_options(config, run);
+    CaptureRequest request{options.target_path, options.target_dtype, options.target_layer_ids,
+                           options.teacher == DFlashTeacher::Target};
+    if (request.layer_ids.empty())
+      request.layer_ids = DFlashConfig::default_target_layers(
+          DecoderConfig::from_dir(options.target_path).num_hidden_layers,
+          options.dims.num_layers);
+    return request;
+  };
+  description.find_export = [](const std::string& dir) -> std::optional<std::string> {
+    if (is_dflash_export(dir)) return dir;
+    return std::nullopt;
+  };
+  description.load_draft = dflash_draft_decoder;
+  return description;
 }
 
 }  // namespace tandem

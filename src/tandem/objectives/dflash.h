@@ -50,6 +50,8 @@
 
 #include "tandem/core/run_context.h"
 
+#include "tandem/objectives/description.h"
+
 namespace tandem {
 
 /// What block slots are trained towards (see the top of this file).
@@ -178,5 +180,8 @@ class DFlashObjective : public Objective {
   double gamma_ = 0;
   DFlashDraft draft_{nullptr};
 };
+
+/// training.objective: dflash (objectives/description.h): capture and eval included.
+ObjectiveDescription dflash_description();
 
 }  // namespace tandem

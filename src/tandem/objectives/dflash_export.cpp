@@ -10,7 +10,9 @@
 #include "tandem/core/file_io.h"
 #include "tandem/core/json_file.h"
 #include "tandem/io/hf_checkpoint.h"
+#include "tandem/eval/dflash_decode.h"
 #include "tandem/io/tensor_io.h"
+#include "tandem/models/frozen.h"
 
 namespace tandem {
 
@@ -193,6 +195,55 @@ DFlashExport load_dflash_export(const std::string& dir, c10::ScalarType dtype) {
         " is outside the target vocab (", config.layer.vocab_size, ") and ", dir, " has no ",
         kMaskEmbeddingSafetensors);
   return out;
+}
+
+namespace {
+
+class DFlashDraftDecoder : public DraftDecoder {
+ public:
+  DFlashDraftDecoder(const std::string& dir, c10::ScalarType dtype, const c10::Device& device)
+      : dir_(dir), export_(load_dflash_export(dir, dtype)) {
+    export_.draft->to(device);
+    if (export_.mask_embedding.defined())
+      export_.mask_embedding = export_.mask_embedding.to(device);
+  }
+  std::string type() const override { return "DFlash"; }
+  // The most one block predicts: slot 0 of a block is the last verified token.
+  int64_t default_draft_tokens() const override {
+    return export_.draft->config().block_size - 1;
+  }
+  void check_target(const FrozenModel& target, const std::string& target_dir) const override {
+    const DFlashConfig& config = export_.draft->config();
+    const int64_t layers = target.config().num_hidden_layers;
+    check(export_.num_target_layers == 0 || export_.num_target_layers == layers, "[eval] ", dir_,
+          ": the draft was trained on a target of ", export_.num_target_layers, " layers, ",
+          target_dir, " has ", layers);
+    for (int64_t layer : config.target_layer_ids)
+      check(layer < layers, "[eval] ", dir_, ": reads target layer ", layer, ", ", target_dir,
+            " has ", layers);
+    check(config.layer.vocab_size == target.config().vocab_size, "[eval] ", dir_,
+          ": the draft is for a vocab of ", config.layer.vocab_size, ", the target ", target_dir,
+          " has ", target.config().vocab_size);
+    check(config.target_hidden_size == target.config().hidden_size, "[eval] ", dir_,
+          ": the draft reads hidden states of size ", config.target_hidden_size, ", the target ",
+          target_dir, " has ", target.config().hidden_size);
+  }
+  SpeculativeOutput decode(const FrozenModel& target, const std::vector<int64_t>& prompt,
+                           int64_t draft_tokens, const DecodeOptions& options) const override {
+    return dflash_decode(target, *export_.draft, export_.mask_embedding, prompt, draft_tokens,
+                         options);
+  }
+
+ private:
+  std::string dir_;
+  DFlashExport export_;
+};
+
+}  // namespace
+
+std::unique_ptr<DraftDecoder> dflash_draft_decoder(const std::string& dir, c10::ScalarType dtype,
+                                                   const c10::Device& device) {
+  return std::make_unique<DFlashDraftDecoder>(dir, dtype, device);
 }
 
 }  // namespace tandem

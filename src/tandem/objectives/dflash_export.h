@@ -19,9 +19,11 @@
 #include <ATen/core/Tensor.h>
 #include <nlohmann/json.hpp>
 
+#include <memory>
 #include <string>
 
 #include "tandem/models/dflash.h"
+#include "tandem/objectives/description.h"
 
 namespace tandem {
 
@@ -52,5 +54,10 @@ DFlashExport load_dflash_export(const std::string& dir, c10::ScalarType dtype);
 
 /// Whether `dir`/config.json declares architectures ["DFlashDraftModel"].
 bool is_dflash_export(const std::string& dir);
+
+/// The export in `dir` (a DFlash export is the directory itself) on `device`, for `tandem eval`:
+/// block speculative decoding (eval/dflash_decode.h).
+std::unique_ptr<DraftDecoder> dflash_draft_decoder(const std::string& dir, c10::ScalarType dtype,
+                                                   const c10::Device& device);
 
 }  // namespace tandem

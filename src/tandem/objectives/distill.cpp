@@ -78,4 +78,17 @@ ObjectiveOutput DistillObjective::compute(const PackedBatch& batch, const StepTo
   return output;
 }
 
+ObjectiveDescription distill_description() {
+  ObjectiveDescription description;
+  description.name = "distill";
+  description.summary = "a student distilled from a frozen teacher (same vocabulary)";
+  description.keys = "model (the student, as sft), teacher (path, dtype), loss (divergence: "
+                     "forward_kl | reverse_kl | jsd, beta, temperature, hard_label_weight, "
+                     "chunk_tokens, fp32_lm_head)";
+  description.make = [](const Config& config, const RunContext& run) {
+    return std::make_unique<DistillObjective>(distill_options(config, run));
+  };
+  return description;
+}
+
 }  // namespace tandem

@@ -10,6 +10,8 @@
 #include "tandem/objectives/objective.h"
 #include "tandem/objectives/sft.h"
 
+#include "tandem/objectives/description.h"
+
 namespace tandem {
 
 struct DistillOptions {
@@ -42,5 +44,8 @@ class DistillObjective : public Objective {
   CausalLM student_{nullptr};
   std::optional<FrozenModel> teacher_;
 };
+
+/// training.objective: distill (objectives/description.h).
+ObjectiveDescription distill_description();
 
 }  // namespace tandem

@@ -197,4 +197,16 @@ ObjectiveOutput DpoObjective::compute(const PackedBatch& batch, const StepTotals
   return output;
 }
 
+ObjectiveDescription dpo_description() {
+  ObjectiveDescription description;
+  description.name = "dpo";
+  description.summary = "a policy tuned on preference pairs against a frozen reference";
+  description.keys = "model (the policy, as sft), reference (path, dtype, logprobs from `tandem "
+                     "reference-logprobs`), loss (type: sigmoid | hinge | ipo, beta)";
+  description.make = [](const Config& config, const RunContext& run) {
+    return std::make_unique<DpoObjective>(dpo_options(config, run));
+  };
+  return description;
+}
+
 }  // namespace tandem

@@ -15,6 +15,8 @@
 #include "tandem/objectives/policy_loss.h"
 #include "tandem/objectives/sft.h"
 
+#include "tandem/objectives/description.h"
+
 namespace tandem {
 
 struct DpoOptions {
@@ -62,5 +64,8 @@ class DpoObjective : public Objective {
   std::optional<FrozenModel> reference_;
   std::optional<ReferenceLogprobs> cache_;
 };
+
+/// training.objective: dpo (objectives/description.h).
+ObjectiveDescription dpo_description();
 
 }  // namespace tandem

@@ -104,7 +104,7 @@ Eagle3Objective::Eagle3Objective(const Eagle3Options& options) : options_(option
           last_layer);
   }
   draft_ = Eagle3Draft(config,
-                       at::TensorOptions().dtype(options.draft_dtype).device(options.run.device));
+                       at::TensorOptions().dtype(options.draft_dtype).device(options.run.placement()));
   init_normal_(*draft_, options.init_std, options.seed);
   for (auto& parameter : draft_->parameters()) parameter.set_requires_grad(true);
   draft_->lm_head->weight.set_requires_grad(options.train_lm_head);
@@ -280,6 +280,31 @@ void Eagle3Objective::export_model(const std::string& dir) const {
   info.target_path = options_.target_path;
   info.speculative_tokens = options_.ttt_length;
   write_eagle3_exports(*draft_, dir, info);
+}
+
+ObjectiveDescription eagle3_description() {
+  ObjectiveDescription description;
+  description.name = "eagle3";
+  description.summary = "an EAGLE-3 draft against a frozen target (test-time training)";
+  description.keys = "target (path, dtype), draft (aux_layer_ids, ttt_length, decay, "
+                     "draft_vocab_size, intermediate_size, train_lm_head, dtype, init_std), "
+                     "data.capture (offline features from `tandem capture`)";
+  description.make = [](const Config& config, const RunContext& run) {
+    return std::make_unique<Eagle3Objective>(eagle3_options(config, run));
+  };
+  // The aux layers (and the last layer: the teacher's distribution comes from it).
+  description.capture = [](const Config& config, const RunContext& run) {
+    const Eagle3Options options = eagle3_options(config, run);
+    CaptureRequest request{options.target_path, options.target_dtype, options.aux_layer_ids,
+                           /*last_hidden=*/true};
+    if (request.layer_ids.empty())
+      request.layer_ids = Eagle3Config::default_aux_layers(
+          DecoderConfig::from_dir(options.target_path).num_hidden_layers);
+    return request;
+  };
+  description.find_export = find_eagle3_export;
+  description.load_draft = eagle3_draft_decoder;
+  return description;
 }
 
 }  // namespace tandem

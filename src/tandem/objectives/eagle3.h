@@ -25,6 +25,8 @@
 
 #include "tandem/core/run_context.h"
 
+#include "tandem/objectives/description.h"
+
 namespace tandem {
 
 struct Eagle3Options {
@@ -114,5 +116,8 @@ class Eagle3Objective : public Objective {
   std::optional<CaptureStore> capture_;
   Eagle3Draft draft_{nullptr};
 };
+
+/// training.objective: eagle3 (objectives/description.h): capture and eval included.
+ObjectiveDescription eagle3_description();
 
 }  // namespace tandem

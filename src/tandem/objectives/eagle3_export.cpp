@@ -9,6 +9,7 @@
 #include "tandem/core/json_file.h"
 #include "tandem/data/vocab_map.h"
 #include "tandem/io/hf_checkpoint.h"
+#include "tandem/models/frozen.h"
 #include "tandem/models/load.h"
 
 namespace tandem {
@@ -170,6 +171,59 @@ Eagle3Draft load_eagle3_export(const std::string& dir, c10::ScalarType dtype) {
   }
   VocabMap{draft->d2t, draft->t2d}.validate(dir);
   return draft;
+}
+
+namespace {
+
+constexpr const char* kSglangArchitecture = "LlamaForCausalLMEagle3";
+
+bool declares_eagle3(const std::string& dir) {
+  const std::string path = dir + "/config.json";
+  if (!std::filesystem::exists(path)) return false;
+  const nlohmann::json json = read_json_file(path, "eval");
+  return json.value("architectures", nlohmann::json::array()) ==
+         nlohmann::json::array({kSglangArchitecture});
+}
+
+class Eagle3DraftDecoder : public DraftDecoder {
+ public:
+  Eagle3DraftDecoder(const std::string& dir, c10::ScalarType dtype, const c10::Device& device)
+      : dir_(dir), draft_(load_eagle3_export(dir, dtype)) {
+    draft_->to(device);
+  }
+  std::string type() const override { return "EAGLE-3"; }
+  int64_t default_draft_tokens() const override { return 7; }
+  void check_target(const FrozenModel& target, const std::string& target_dir) const override {
+    const Eagle3Config& config = draft_->config();
+    check(config.layer.vocab_size == target.config().vocab_size, "[eval] ", dir_,
+          ": the draft is for a vocab of ", config.layer.vocab_size, ", the target ", target_dir,
+          " has ", target.config().vocab_size);
+    check(config.target_hidden_size == target.config().hidden_size, "[eval] ", dir_,
+          ": the draft reads hidden states of size ", config.target_hidden_size, ", the target ",
+          target_dir, " has ", target.config().hidden_size);
+  }
+  SpeculativeOutput decode(const FrozenModel& target, const std::vector<int64_t>& prompt,
+                           int64_t draft_tokens, const DecodeOptions& options) const override {
+    return speculative_decode(target, *draft_, prompt, draft_tokens, options);
+  }
+
+ private:
+  std::string dir_;
+  Eagle3Draft draft_;
+};
+
+}  // namespace
+
+std::optional<std::string> find_eagle3_export(const std::string& dir) {
+  if (declares_eagle3(dir)) return dir;
+  if (declares_eagle3(dir + "/sglang")) return dir + "/sglang";
+  return std::nullopt;
+}
+
+std::unique_ptr<DraftDecoder> eagle3_draft_decoder(const std::string& export_dir,
+                                                   c10::ScalarType dtype,
+                                                   const c10::Device& device) {
+  return std::make_unique<Eagle3DraftDecoder>(export_dir, dtype, device);
 }
 
 }  // namespace tandem

@@ -7,9 +7,12 @@
 // vLLM / speculators i + 1 (transformers hidden_states index), SGLang's eagle_config i.
 #include <nlohmann/json.hpp>
 
+#include <memory>
+#include <optional>
 #include <string>
 
 #include "tandem/models/eagle3.h"
+#include "tandem/objectives/description.h"
 
 namespace tandem {
 
@@ -32,5 +35,14 @@ void write_eagle3_exports(const Eagle3DraftImpl& draft, const std::string& dir,
 /// same layout) into a draft in `dtype`; the target's config supplies the RoPE settings when the
 /// export lacks them. Errors name the file and the missing or misshapen tensor.
 Eagle3Draft load_eagle3_export(const std::string& dir, c10::ScalarType dtype);
+
+/// The SGLang-format export in `dir`: `dir` itself when its config.json declares
+/// LlamaForCausalLMEagle3, or `dir`/sglang (a run's export directory); nullopt otherwise.
+std::optional<std::string> find_eagle3_export(const std::string& dir);
+
+/// The export in `export_dir` (see find_eagle3_export) on `device`, for `tandem eval`.
+std::unique_ptr<DraftDecoder> eagle3_draft_decoder(const std::string& export_dir,
+                                                   c10::ScalarType dtype,
+                                                   const c10::Device& device);
 
 }  // namespace tandem

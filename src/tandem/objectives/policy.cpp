@@ -152,4 +152,28 @@ ObjectiveOutput PolicyObjective::compute(const PackedBatch& batch, const StepTot
   return output;
 }
 
+namespace {
+
+ObjectiveDescription policy_description(const std::string& name, const std::string& summary) {
+  ObjectiveDescription description;
+  description.name = name;
+  description.summary = summary;
+  description.keys = "model (the policy, as sft), loss (epsilon_low, epsilon_high); data.format: "
+                     "rollout (from `tandem rollout` or any engine)";
+  description.make = [name](const Config& config, const RunContext& run) {
+    return std::make_unique<PolicyObjective>(policy_options(config, name, run));
+  };
+  return description;
+}
+
+}  // namespace
+
+ObjectiveDescription grpo_description() {
+  return policy_description("grpo", "a policy tuned on rollouts, clipped per token (GRPO)");
+}
+
+ObjectiveDescription gspo_description() {
+  return policy_description("gspo", "a policy tuned on rollouts, clipped per sequence (GSPO)");
+}
+
 }  // namespace tandem

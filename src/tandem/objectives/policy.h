@@ -13,6 +13,8 @@
 #include "tandem/objectives/policy_loss.h"
 #include "tandem/objectives/sft.h"
 
+#include "tandem/objectives/description.h"
+
 namespace tandem {
 
 struct RolloutSample;
@@ -51,5 +53,9 @@ class PolicyObjective : public Objective {
   CausalLM policy_{nullptr};
   const std::vector<RolloutSample>* rollouts_ = nullptr;
 };
+
+/// training.objective: grpo and gspo (objectives/description.h).
+ObjectiveDescription grpo_description();
+ObjectiveDescription gspo_description();
 
 }  // namespace tandem

@@ -1,4 +1,5 @@
-// The list of objectives `training.objective` can name.
+// The objectives `training.objective` can name: one line each. Their descriptions (what the CLI
+// shows and does for them) live beside them, objectives/<name>.cpp.
 #include "tandem/core/config.h"
 #include "tandem/core/error.h"
 #include "tandem/objectives/dflash.h"
@@ -11,20 +12,32 @@
 
 namespace tandem {
 
-constexpr const char* kAvailable = "sft, eagle3, dflash, distill, dpo, grpo, gspo";
+const std::vector<ObjectiveDescription>& objective_descriptions() {
+  static const std::vector<ObjectiveDescription> all = {
+      sft_description(),     eagle3_description(), dflash_description(), distill_description(),
+      dpo_description(),     grpo_description(),   gspo_description(),
+  };
+  return all;
+}
+
+std::string objective_names(const std::function<bool(const ObjectiveDescription&)>& has) {
+  std::string names;
+  for (const ObjectiveDescription& description : objective_descriptions())
+    if (has(description)) names += (names.empty() ? "" : ", ") + description.name;
+  return names;
+}
+
+const ObjectiveDescription& find_objective(const std::string& name, const std::string& where) {
+  for (const ObjectiveDescription& description : objective_descriptions())
+    if (description.name == name) return description;
+  throw Error("[train] ", where, ": unknown objective '", name, "' (available: ",
+              objective_names([](const auto&) { return true; }), ")");
+}
 
 std::unique_ptr<Objective> make_objective(const Config& config, const RunContext& run) {
   const Config training = config.section("training");
-  const std::string name = training.get_string("objective", "sft");
-  if (name == "sft") return std::make_unique<SftObjective>(sft_options(config, run));
-  if (name == "eagle3") return std::make_unique<Eagle3Objective>(eagle3_options(config, run));
-  if (name == "dflash") return std::make_unique<DFlashObjective>(dflash_options(config, run));
-  if (name == "distill") return std::make_unique<DistillObjective>(distill_options(config, run));
-  if (name == "dpo") return std::make_unique<DpoObjective>(dpo_options(config, run));
-  if (name == "grpo" || name == "gspo")
-    return std::make_unique<PolicyObjective>(policy_options(config, name, run));
-  throw Error("[train] ", training.where("objective"), ": unknown objective '", name,
-              "' (available: ", kAvailable, ")");
+  return find_objective(training.get_string("objective", "sft"), training.where("objective"))
+      .make(config, run);
 }
 
 }  // namespace tandem

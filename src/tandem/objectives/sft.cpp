@@ -76,7 +76,7 @@ CausalLM make_causal_lm(const SftOptions& options) {
     model = load_causal_lm(options.model_path, options.dtype, options.run);
   } else {
     model = CausalLM(student_decoder_config(options),
-                     at::TensorOptions().dtype(options.dtype).device(options.run.device));
+                     at::TensorOptions().dtype(options.dtype).device(options.run.placement()));
     init_normal_(*model, options.init_std, options.seed);
   }
   for (auto& parameter : model->parameters()) parameter.set_requires_grad(true);
@@ -132,6 +132,17 @@ void export_causal_lm(const CausalLM& model, const std::string& dir) {
   config.torch_dtype = dtype == at::kBFloat16 ? "bfloat16" : dtype == at::kHalf ? "float16" : "float32";
   write_hf_weights(dir, weights);
   replace_file(dir + "/config.json", config.to_json().dump(2) + "\n", "[export]");
+}
+
+ObjectiveDescription sft_description() {
+  ObjectiveDescription description;
+  description.name = "sft";
+  description.summary = "supervised fine-tuning: next-token cross-entropy on loss-masked tokens";
+  description.keys = "model (path | config, dtype, init_std), loss (chunk_tokens, fp32_lm_head)";
+  description.make = [](const Config& config, const RunContext& run) {
+    return std::make_unique<SftObjective>(sft_options(config, run));
+  };
+  return description;
 }
 
 }  // namespace tandem

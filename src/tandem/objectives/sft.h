@@ -9,6 +9,8 @@
 
 #include "tandem/core/run_context.h"
 
+#include "tandem/objectives/description.h"
+
 namespace tandem {
 
 struct SftOptions {
@@ -66,5 +68,8 @@ class SftObjective : public Objective {
 /// Writes `model` as an HF checkpoint directory (config.json + safetensors) that transformers
 /// loads; the tied lm_head is not stored.
 void export_causal_lm(const CausalLM& model, const std::string& dir);
+
+/// training.objective: sft (objectives/description.h).
+ObjectiveDescription sft_description();
 
 }  // namespace tandem
