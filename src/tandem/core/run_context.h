@@ -12,8 +12,11 @@ class CheckpointBroadcast;  // io/hf_checkpoint.h
 class ParameterShards;      // dist/sharding.h
 
 struct RunContext {
-  c10::Device device{c10::kCPU};
+  c10::Device device{c10::kCPU};  // where the run computes (and what dtype defaults follow)
   bool deterministic = false;  // training.deterministic: deterministic kernels (core/device.h)
+  // `tandem train --dry-run`: models are built on the meta device (shapes and dtypes, no memory)
+  // and checked against the checkpoints' headers; no weight is read.
+  bool dry_run = false;
   CheckpointBroadcast* rank_zero = nullptr;  // multi-process: rank 0 reads, others receive
   ParameterShards* shard_on_load = nullptr;  // shard/hybrid: loaded weights split on arrival
 
@@ -21,6 +24,9 @@ struct RunContext {
   // A context on `device` with nothing else set: single-process tools and tests.
   RunContext(c10::Device device) : device(device) {}  // NOLINT(google-explicit-constructor)
   RunContext(c10::DeviceType type) : device(type) {}  // NOLINT(google-explicit-constructor)
+
+  /// Where tensors go: `device`, or the meta device in a dry run.
+  c10::Device placement() const { return dry_run ? c10::Device(c10::kMeta) : device; }
 };
 
 }  // namespace tandem

@@ -63,10 +63,11 @@ FrozenHead FrozenHead::load(const std::string& dir, c10::ScalarType dtype, const
   const DecoderConfig config = DecoderConfig::from_dir(dir);
   const HfCheckpoint checkpoint = HfCheckpoint::open(dir, run.rank_zero);
   auto read = [&](const std::string& name, std::vector<int64_t> shape) {
-    const at::Tensor tensor = checkpoint.read(name);
-    check(tensor.sizes() == at::IntArrayRef(shape), "[frozen] ", dir, ": '", name, "' has shape ",
-          tensor.sizes(), ", config.json implies ", at::IntArrayRef(shape));
-    return tensor.to(run.device, dtype);
+    const auto& stored = checkpoint.info(name).shape;
+    check(stored == shape, "[frozen] ", dir, ": '", name, "' has shape ", at::IntArrayRef(stored),
+          ", config.json implies ", at::IntArrayRef(shape));
+    if (run.dry_run) return at::empty(shape, at::TensorOptions().dtype(dtype).device(at::kMeta));
+    return checkpoint.read(name).to(run.device, dtype);
   };
   const int64_t vocab = config.vocab_size, hidden = config.hidden_size;
   at::Tensor embed = read("model.embed_tokens.weight", {vocab, hidden});

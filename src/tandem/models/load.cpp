@@ -44,7 +44,9 @@ void load_parameters(torch::nn::Module& module, const HfCheckpoint& checkpoint,
     check(info.shape == param.value().sizes().vec(), "[checkpoint] ", checkpoint.dir(),
           ": tensor '", name, "' has shape ", at::IntArrayRef(info.shape),
           " but the config implies ", param.value().sizes());
-    at::Tensor value = checkpoint.read(name).to(run.device, dtype);
+    at::Tensor value = run.dry_run  // shapes checked above; nothing read
+                           ? at::empty(info.shape, at::TensorOptions().dtype(dtype).device(at::kMeta))
+                           : checkpoint.read(name).to(run.device, dtype);
     param.value().set_data(value);
     shard_on_load(run.shard_on_load, param.value());  // sharded training: split on arrival
     used.insert(name);
@@ -64,7 +66,7 @@ CausalLM load_causal_lm(const std::string& dir, c10::ScalarType dtype, const Run
   const HfCheckpoint checkpoint = HfCheckpoint::open(dir, run.rank_zero);
   // Parameters start uninitialised (at::empty: on the CPU, pages untouched until filled); load
   // replaces each with its checkpoint tensor, so at most one tensor's host copy exists at a time.
-  CausalLM model(config, at::TensorOptions().dtype(dtype).device(run.device));
+  CausalLM model(config, at::TensorOptions().dtype(dtype).device(run.placement()));
   load_parameters(*model, checkpoint, dtype, run, config.tie_word_embeddings);
   return model;
 }

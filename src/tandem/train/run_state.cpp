@@ -1,0 +1,155 @@
+#include "tandem/train/run_state.h"
+
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/detail/CUDAHooksInterface.h>
+#include <torch/nn/module.h>
+
+#include <iostream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <optional>
+
+#include "tandem/core/error.h"
+#include "tandem/dist/process_group.h"
+#include "tandem/models/frozen.h"
+
+namespace tandem {
+
+namespace {
+
+// The device's random generator (CUDA), next to the CPU one that at::manual_seed also seeds.
+std::optional<at::Generator> device_generator(const at::Device& device) {
+  if (!device.is_cuda()) return std::nullopt;
+  return at::detail::getCUDAHooks().getDefaultGenerator(device.index());
+}
+
+// The random generators' states by name: "cpu_generator", and "cuda_generator" on a GPU.
+std::vector<std::pair<std::string, at::Tensor>> generator_states(const at::Device& device) {
+  std::vector<std::pair<std::string, at::Tensor>> states{
+      {"cpu_generator", at::detail::getDefaultCPUGenerator().get_state()}};
+  if (auto generator = device_generator(device))
+    states.emplace_back("cuda_generator", generator->get_state());
+  return states;
+}
+
+// Restores what `states` holds; a checkpoint from another device type keeps this device's
+// generator as seeded (its draws then differ from the original run's, which had none).
+void restore_generators(const std::map<std::string, at::Tensor>& states, const at::Device& device) {
+  at::Generator cpu = at::detail::getDefaultCPUGenerator();  // a handle to the global one
+  cpu.set_state(states.at("cpu_generator"));
+  auto generator = device_generator(device);
+  auto saved = states.find("cuda_generator");
+  if (generator && saved != states.end()) generator->set_state(saved->second);
+}
+
+nlohmann::json counters_json(const Counters& counters, const SamplerState& sampler) {
+  return {{"step", counters.step},
+          {"documents_seen", counters.documents_seen},
+          {"tokens_seen", counters.tokens_seen},
+          {"sampler", sampler}};
+}
+
+Counters counters_from_json(const nlohmann::json& state, Sampler& sampler) {
+  Counters counters;
+  counters.step = state.at("step").get<int64_t>();
+  counters.documents_seen = state.at("documents_seen").get<int64_t>();
+  counters.tokens_seen = state.at("tokens_seen").get<int64_t>();
+  sampler.restore(state.at("sampler").get<SamplerState>());
+  return counters;
+}
+
+}  // namespace
+
+void save_checkpoint(const TrainingOptions& options, const Config& config,
+                     const MixedPrecisionAdamW& optimizer, const torch::nn::Module& model_module,
+                     const ShardedModel* sharded, const ParallelGroups& groups,
+                     const Counters& counters, const Sampler& sampler, const at::Device& device) {
+  dist::ProcessGroup& world = *groups.world;
+  std::optional<CheckpointWriter> staged;
+  std::string staging_dir;
+  if (world.rank() == 0) {
+    staged.emplace(options.run_dir, counters.step);
+    staging_dir = staged->staging_dir();
+  }
+  if (sharded) {
+    world.broadcast_text(staging_dir, 0);
+    if (groups.replicate->rank() == 0) sharded->write_shard(staging_dir, optimizer);
+    world.barrier();  // every shard file is in place (or a rank failed and this throws)
+  }
+  if (world.rank() != 0) return;
+  CheckpointWriter& writer = *staged;
+  if (sharded) {
+    sharded->finish_checkpoint(writer, optimizer);
+  } else {
+    writer.write_tensors("model.safetensors", model_state(model_module));
+    writer.write_tensors("optimizer.safetensors", optimizer.state());
+  }
+  writer.write_tensors("rng.safetensors", generator_states(device));
+  writer.write_text("trainer_state.json", counters_json(counters, sampler.state()).dump(2) + "\n");
+  writer.write_text("config.yaml", config.resolved_yaml() + "\n");
+  for (const std::string& warning : writer.commit(static_cast<int>(options.keep_last)).warnings)
+    std::cerr << "[train] warning: " << warning << "\n";
+}
+
+Counters restore_trainer_state(const CheckpointReader& reader, Sampler& sampler,
+                               const at::Device& device) {
+  restore_generators(reader.read_tensors("rng.safetensors"), device);
+  return counters_from_json(nlohmann::json::parse(reader.read_text("trainer_state.json")), sampler);
+}
+
+Counters restore_checkpoint(const CheckpointReader& reader, MixedPrecisionAdamW& optimizer,
+                            const torch::nn::Module& model_module, Sampler& sampler,
+                            const at::Device& device) {
+  const std::string& dir = reader.dir();
+  const auto model = read_full_checkpoint_tensors(reader, "model");
+  {
+    at::NoGradGuard no_grad;
+    for (const auto& [name, parameter] : model_state(model_module)) {
+      auto found = model.find(name);
+      check(found != model.end(), "[train] ", dir, "/model.safetensors: missing '", name, "'");
+      check(found->second.sizes() == parameter.sizes() &&
+                found->second.scalar_type() == parameter.scalar_type(),
+            "[train] ", dir, "/model.safetensors: '", name,
+            "' does not match the model being trained (shape or dtype changed?)");
+      parameter.detach().copy_(found->second);
+    }
+  }
+  optimizer.load_state(read_full_checkpoint_tensors(reader, "optimizer"), dir + " optimizer state");
+  return restore_trainer_state(reader, sampler, device);
+}
+
+Counters share_resumed_state(dist::ProcessGroup& group, MixedPrecisionAdamW& optimizer,
+                             const torch::nn::Module& model_module, const Counters& counters,
+                             Sampler& sampler, const at::Device& device) {
+  std::vector<at::Tensor> weights;
+  for (const auto& [name, tensor] : model_state(model_module)) weights.push_back(tensor.detach());
+  broadcast_tensors_from_rank0(group, weights, "the trained model's tensors");
+  const MixedPrecisionAdamW::NamedTensors state = optimizer.state();
+  std::vector<at::Tensor> values;
+  for (const auto& entry : state) values.push_back(entry.second.contiguous().clone());
+  broadcast_tensors_from_rank0(group, values, "the optimizer state's tensors");
+  if (group.rank() != 0) {
+    std::map<std::string, at::Tensor> named;
+    for (size_t i = 0; i < state.size(); ++i) named[state[i].first] = values[i];
+    optimizer.load_state(named, "rank 0's optimizer state");
+  }
+  return share_trainer_state(group, counters, sampler, device);
+}
+
+Counters share_trainer_state(dist::ProcessGroup& group, const Counters& counters,
+                             Sampler& sampler, const at::Device& device) {
+  const auto states = generator_states(device);
+  std::vector<at::Tensor> rng;
+  for (const auto& entry : states) rng.push_back(entry.second);
+  broadcast_tensors_from_rank0(group, rng, "the random generator states");
+  std::string text = counters_json(counters, sampler.state()).dump();
+  group.broadcast_text(text, 0);
+  if (group.rank() == 0) return counters;
+  std::map<std::string, at::Tensor> received;
+  for (size_t i = 0; i < states.size(); ++i) received[states[i].first] = rng[i];
+  restore_generators(received, device);
+  return counters_from_json(nlohmann::json::parse(text), sampler);
+}
+
+}  // namespace tandem

@@ -1,0 +1,59 @@
+#pragma once
+// What a checkpoint holds besides the model's own tensors, and moving a run's whole state in and
+// out of checkpoints (model, optimizer, random generators of the CPU and the GPU, counters,
+// sampler position), in one process or across data-parallel ranks.
+#include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
+
+#include <cstdint>
+
+#include "tandem/core/config.h"
+#include "tandem/data/sampler.h"
+#include "tandem/train/checkpoint.h"
+#include "tandem/train/data_parallel.h"
+#include "tandem/train/optimizer.h"
+#include "tandem/train/sharded_model.h"
+#include "tandem/train/training_options.h"
+
+namespace torch::nn {
+class Module;
+}
+
+namespace tandem {
+
+/// How far a run has got.
+struct Counters {
+  int64_t step = 0;            // optimizer steps done
+  int64_t documents_seen = 0;  // cumulative documents trained on
+  int64_t tokens_seen = 0;     // cumulative real tokens
+};
+
+/// Writes step `counters.step` to the run directory. Every rank calls it: rank 0 stages and
+/// commits; with a sharded model the ranks of the first replica write their shard files into
+/// rank 0's staging directory first.
+void save_checkpoint(const TrainingOptions& options, const Config& config,
+                     const MixedPrecisionAdamW& optimizer, const torch::nn::Module& model_module,
+                     const ShardedModel* sharded, const ParallelGroups& groups,
+                     const Counters& counters, const Sampler& sampler, const at::Device& device);
+
+/// The random generators, counters and sampler position of a checkpoint.
+Counters restore_trainer_state(const CheckpointReader& reader, Sampler& sampler,
+                               const at::Device& device);
+
+/// Restores everything a checkpoint holds (either layout, sharded_model.h) into an unsharded
+/// model; returns the counters it was saved with.
+Counters restore_checkpoint(const CheckpointReader& reader, MixedPrecisionAdamW& optimizer,
+                            const torch::nn::Module& model_module, Sampler& sampler,
+                            const at::Device& device);
+
+/// Data-parallel resume: rank 0 restored the checkpoint; every other rank takes its weights,
+/// optimizer state, random generators, counters and sampler position.
+Counters share_resumed_state(dist::ProcessGroup& group, MixedPrecisionAdamW& optimizer,
+                             const torch::nn::Module& model_module, const Counters& counters,
+                             Sampler& sampler, const at::Device& device);
+
+/// Every rank takes rank 0's random generators, counters and sampler position.
+Counters share_trainer_state(dist::ProcessGroup& group, const Counters& counters,
+                             Sampler& sampler, const at::Device& device);
+
+}  // namespace tandem

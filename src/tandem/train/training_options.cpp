@@ -1,0 +1,58 @@
+#include "tandem/train/training_options.h"
+
+#include "tandem/core/device.h"
+#include "tandem/core/error.h"
+
+namespace tandem {
+
+RunContext read_run_context(const Config& config, const dist::LaunchEnv& launch, bool dry_run) {
+  const Config training = config.section("training");
+  RunContext run;
+  run.dry_run = dry_run;
+  const std::string device = training.get_string("device", "auto");
+  try {
+    run.device = resolve_device(device, launch.local_rank, training.where("device"));
+  } catch (const Error&) {
+    if (!dry_run || device == "cpu" || device == "auto") throw;
+    // A dry run on a machine without the run's GPUs (a login node) plans for them anyway.
+    run.device = c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(launch.local_rank));
+  }
+  run.deterministic = training.get_bool("deterministic", false);
+  if (!dry_run) use_deterministic_algorithms(run.deterministic);
+  return run;
+}
+
+TrainingOptions read_training(const Config& config) {
+  const Config training = config.section("training");
+  TrainingOptions options;
+  options.run_dir = training.get_string("run_dir");
+  options.steps = training.get_int("steps");
+  check(options.steps > 0, "[train] ", training.where("steps"), ": must be positive");
+  options.seed = static_cast<uint64_t>(training.get_int("seed", 0));
+  options.micro_batches = training.get_int("micro_batches", 1);
+  options.docs_per_step = training.get_int("docs_per_step", 0);
+  check(options.micro_batches > 0, "[train] ", training.where("micro_batches"), ": must be positive");
+  check(options.docs_per_step >= 0, "[train] ", training.where("docs_per_step"),
+        ": must be >= 0 (0: use micro_batches)");
+  options.schedule.kind = training.get_choice("schedule", {"constant", "cosine"}, "cosine");
+  options.schedule.lr = training.get_double("lr");
+  options.schedule.min_lr_ratio = training.get_double("min_lr_ratio", 0.0);
+  options.schedule.warmup_steps = training.get_int("warmup_steps", -1);
+  options.schedule.warmup_ratio = training.get_double("warmup_ratio", 0.0);
+  options.schedule.total_steps = options.steps;
+  validate(options.schedule, training.where("schedule"));
+  const Config optimizer = config.section("optimizer");
+  options.adamw.beta1 = optimizer.get_double("beta1", 0.9);
+  options.adamw.beta2 = optimizer.get_double("beta2", 0.95);
+  options.adamw.eps = optimizer.get_double("eps", 1e-8);
+  options.adamw.weight_decay = optimizer.get_double("weight_decay", 0.0);
+  options.adamw.max_grad_norm = optimizer.get_double("max_grad_norm", 1.0);
+  options.save_every = training.get_int("save_every", 0);
+  options.keep_last = training.get_int("keep_last", 3);
+  options.log_every = training.get_int("log_every", 10);
+  options.export_at_end = training.get_bool("export", true);
+  options.mfu = training.get_choice("mfu", {"auto", "true", "false"}, "auto");
+  return options;
+}
+
+}  // namespace tandem

@@ -1,0 +1,41 @@
+#pragma once
+// The `training:` and `optimizer:` sections of a run config: how long, how fast, how often to
+// save, and where the run computes (training.device). Read once, before any work; every value
+// is checked where it is read.
+#include <cstdint>
+#include <string>
+
+#include "tandem/core/config.h"
+#include "tandem/core/run_context.h"
+#include "tandem/dist/launch.h"
+#include "tandem/train/optimizer.h"
+#include "tandem/train/schedule.h"
+
+namespace tandem {
+
+/// What `training:` and `optimizer:` say.
+struct TrainingOptions {
+  std::string run_dir;
+  int64_t steps = 0;
+  uint64_t seed = 0;
+  int64_t micro_batches = 1;  // fixed accumulation, unless docs_per_step > 0
+  int64_t docs_per_step = 0;
+  ScheduleOptions schedule;
+  AdamWOptions adamw;
+  int64_t save_every = 0;  // 0: only at the end (and on preemption)
+  int64_t keep_last = 3;
+  int64_t log_every = 10;
+  bool export_at_end = true;
+  std::string mfu = "auto";  // auto: measure the matmul peak and report MFU on GPUs only
+};
+
+/// Reads `training.*` (but `objective`, `device` and `deterministic`) and `optimizer.*`.
+TrainingOptions read_training(const Config& config);
+
+/// training.device and training.deterministic on this rank's launch (LOCAL_RANK picks the GPU of
+/// a plain "cuda"); switches deterministic algorithms on when asked. With `dry_run`, a device
+/// that is not visible here is not an error: the context says where the run would compute.
+RunContext read_run_context(const Config& config, const dist::LaunchEnv& launch,
+                            bool dry_run = false);
+
+}  // namespace tandem
