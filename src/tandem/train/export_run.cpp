@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 
+#include <filesystem>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -45,12 +46,23 @@ ExportResult export_run(const std::string& run_dir, int64_t step, const std::str
     for (const auto& [name, tensor] : model_state(model)) restore(name, tensor);
   }
   objective->export_model(out_dir);
+  const std::string tokenizer_dir = config.section("data").get_string("tokenizer", "");
+  if (!tokenizer_dir.empty()) copy_tokenizer_files(tokenizer_dir, out_dir);
   ExportResult result;
   result.checkpoint_dir = reader->dir();
   result.out_dir = out_dir;
   const nlohmann::json state = nlohmann::json::parse(reader->read_text("trainer_state.json"));
   result.step = state.at("step").get<int64_t>();
   return result;
+}
+
+void copy_tokenizer_files(const std::string& tokenizer_dir, const std::string& export_dir) {
+  for (const char* name : {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"}) {
+    const std::filesystem::path source = std::filesystem::path(tokenizer_dir) / name;
+    if (std::filesystem::exists(source))
+      std::filesystem::copy_file(source, std::filesystem::path(export_dir) / name,
+                                 std::filesystem::copy_options::overwrite_existing);
+  }
 }
 
 }  // namespace tandem

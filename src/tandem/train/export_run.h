@@ -12,7 +12,12 @@ struct ExportResult {
 };
 
 /// Exports the checkpoint of `step` (-1: the newest valid one) of `run_dir` into `out_dir`, using
-/// the config the checkpoint stored. Frozen models are read only where the objective needs them.
+/// the config the checkpoint stored, with the run's tokenizer files (data.tokenizer) beside it.
+/// Frozen models are read only where the objective needs them.
 ExportResult export_run(const std::string& run_dir, int64_t step, const std::string& out_dir);
+
+/// Copies tokenizer.json, tokenizer_config.json and special_tokens_map.json (those that exist)
+/// from `tokenizer_dir` into `export_dir`, as serving engines expect them beside the weights.
+void copy_tokenizer_files(const std::string& tokenizer_dir, const std::string& export_dir);
 
 }  // namespace tandem
