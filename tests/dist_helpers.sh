@@ -33,9 +33,18 @@ def read_file(path):
         if name == "__metadata__":
             continue
         begin, end = info["data_offsets"]
-        values = array.array("f" if info["dtype"] == "F32" else "q" if info["dtype"] == "I64" else "B")
-        values.frombytes(data[begin:end])
-        out[name] = values
+        kind = info["dtype"]
+        if kind == "BF16":  # the upper half of an fp32: widen it
+            halves = array.array("H")
+            halves.frombytes(data[begin:end])
+            values = array.array("f", struct.unpack(f"<{len(halves)}f",
+                                                    struct.pack(f"<{len(halves)}I", *(h << 16 for h in halves))))
+        else:
+            codes = {"F32": "f", "F64": "d", "I64": "q", "I32": "i", "BOOL": "B", "U8": "B"}
+            assert kind in codes, f"{path}: {name} has dtype {kind}, which compare() cannot read"
+            values = array.array(codes[kind])
+            values.frombytes(data[begin:end])
+        out[name] = (kind, values)
     return out
 
 def tensors(path):
@@ -48,16 +57,24 @@ def tensors(path):
               for s in range(meta["shards"])]
     out = {}
     for name in meta["model"]:
-        values = None
-        for piece in pieces:
-            if name in piece:
-                values = piece[name] if values is None else values + piece[name]
-        out[name] = values
+        parts = [piece[name] for piece in pieces if name in piece]
+        assert parts, f"{path}: no shard file holds {name}"
+        kind, values = parts[0][0], array.array(parts[0][1].typecode)
+        for part_kind, part in parts:
+            assert part_kind == kind, f"{path}: {name} is {kind} in one shard, {part_kind} in another"
+            values += part
+        out[name] = (kind, values)
     return out
 
 a, b, tol = tensors(sys.argv[1]), tensors(sys.argv[2]), float(sys.argv[3])
-assert a.keys() == b.keys(), (sorted(a.keys() ^ b.keys()))[:5]
-worst = max(max((abs(x - y) for x, y in zip(a[k], b[k])), default=0.0) for k in a)
+assert a.keys() == b.keys(), f"tensors in only one of them: {sorted(a.keys() ^ b.keys())[:5]}"
+assert a, f"{sys.argv[1]} holds no tensor"
+worst = 0.0
+for k in a:
+    (kind_a, va), (kind_b, vb) = a[k], b[k]
+    assert kind_a == kind_b, f"{k}: {kind_a} vs {kind_b}"
+    assert len(va) == len(vb), f"{k}: {len(va)} vs {len(vb)} values"  # (zip would truncate)
+    worst = max(worst, max((abs(x - y) for x, y in zip(va, vb)), default=0.0))
 print(f"  {len(a)} tensors, max |difference| {worst:.3g} (tolerance {tol:g})")
 assert worst <= tol, f"{sys.argv[1]} and {sys.argv[2]} differ by {worst}"
 PY

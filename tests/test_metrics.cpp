@@ -127,22 +127,41 @@ TEST(TensorBoard, EventEncoding) {
             std::string("\x09\x00\x00\x00\x00\x00\x00\xf0\x3f\x10\x03\x3a\x02\x08\x01", 15));
 }
 
+// The golden records as TensorBoardWriter writes them, fixed wall times.
+void write_golden_events(const std::string& path) {
+  tandem::TensorBoardWriter writer(path, /*resume_step=*/1, kGoldenStartTime);
+  double wall_time = kGoldenStartTime;
+  for (const auto& record : golden_records())
+    writer.add_scalars(record.step, record.values, wall_time += 0.25);
+}
+
+// The golden records as JsonlSink writes them.
+void write_golden_jsonl(const std::string& path) {
+  std::vector<std::unique_ptr<tandem::MetricsSink>> sinks;
+  sinks.push_back(std::make_unique<tandem::JsonlSink>(path, 0));
+  tandem::MetricsLogger logger(std::move(sinks));
+  for (const auto& record : golden_records()) logger.log(record);
+}
+
+// The goldens are written by the code under test, so no test rewrites them: this one does, only
+// when asked by name (scripts/update_goldens.sh), and the diff then goes to review with the
+// TensorBoard read-back of tests/fixtures/metrics/README.md.
+TEST(Goldens, DISABLED_RewriteMetricsGoldens) {
+  write_golden_events(tandem::testing::source_path("tests/fixtures/metrics/events.golden"));
+  const std::string jsonl =
+      tandem::testing::source_path("tests/fixtures/metrics/events.golden.jsonl");
+  std::filesystem::remove(jsonl);
+  write_golden_jsonl(jsonl);
+}
+
 TEST(TensorBoard, WriterReproducesGoldenFile) {
   // tests/fixtures/metrics/events.golden was written by this code and read back by TensorBoard
-  // (see the README there). TANDEM_UPDATE_GOLDEN=1 rewrites it.
+  // (see the README there); scripts/update_goldens.sh rewrites it.
   ScratchDir dir;
   const std::string path = dir / "events.out.tfevents.1700000000.test";
-  {
-    tandem::TensorBoardWriter writer(path, /*resume_step=*/1, kGoldenStartTime);
-    double wall_time = kGoldenStartTime;
-    for (const auto& record : golden_records())
-      writer.add_scalars(record.step, record.values, wall_time += 0.25);
-  }
+  write_golden_events(path);
   const std::string golden_path =
       tandem::testing::source_path("tests/fixtures/metrics/events.golden");
-  if (std::getenv("TANDEM_UPDATE_GOLDEN"))
-    std::filesystem::copy_file(path, golden_path,
-                               std::filesystem::copy_options::overwrite_existing);
   const std::string bytes = read_file(path);
   EXPECT_EQ(bytes, read_file(golden_path)) << "writer output differs from " << golden_path;
   // file_version, SessionLog START, one event per record.
@@ -176,9 +195,6 @@ TEST(MetricsJsonl, OneObjectPerStepWithNullForNonFinite) {
   }
   const std::string golden_path =
       tandem::testing::source_path("tests/fixtures/metrics/events.golden.jsonl");
-  if (std::getenv("TANDEM_UPDATE_GOLDEN"))
-    std::filesystem::copy_file(path, golden_path,
-                               std::filesystem::copy_options::overwrite_existing);
   const std::string content = read_file(path);
   EXPECT_EQ(content, read_file(golden_path));
   EXPECT_EQ(

@@ -3,11 +3,13 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
 
 #include "tandem/core/error.h"
 #include "tandem/data/sampler.h"
+#include "test_util.h"
 
 namespace {
 
@@ -26,25 +28,23 @@ SamplerOptions options(int64_t size, uint64_t seed, int64_t rank = 0, int64_t wo
   return result;
 }
 
-// Regression values from an independent pure-Python mt19937_64 + splitmix64 + the same
-// Fisher-Yates / rejection draw (checked there against the standard's 10000th-output value
-// 9981545732273789042 and splitmix64(0) = 0xE220A8397B1DCDAF).
+// Expected values from tools/make_sampler_fixtures.py: an independent pure-Python mt19937_64 +
+// splitmix64 + the same Fisher-Yates / rejection draw (checked there against the standard's
+// 10000th-output value 9981545732273789042), written to tests/fixtures/sampler/.
 TEST(Sampler, KnownPermutations) {
-  EXPECT_EQ(tandem::splitmix64(0), 0xE220A8397B1DCDAFull);
-  EXPECT_EQ(tandem::splitmix64(42), 0xBDD732262FEB6E95ull);
-  EXPECT_EQ(tandem::epoch_permutation(10, 42, 0),
-            (std::vector<int64_t>{2, 0, 4, 7, 8, 3, 5, 1, 9, 6}));
-  EXPECT_EQ(tandem::epoch_permutation(10, 42, 1),
-            (std::vector<int64_t>{2, 8, 7, 3, 6, 4, 0, 9, 5, 1}));
-  EXPECT_EQ(tandem::epoch_permutation(10, 0, 0),
-            (std::vector<int64_t>{6, 1, 2, 4, 7, 5, 3, 0, 9, 8}));
-  EXPECT_EQ(tandem::epoch_permutation(10, UINT64_MAX, 3),
-            (std::vector<int64_t>{4, 0, 3, 6, 7, 1, 9, 8, 5, 2}));
-  const auto large = tandem::epoch_permutation(1000, 7, 2);
-  EXPECT_EQ(std::vector<int64_t>(large.begin(), large.begin() + 8),
-            (std::vector<int64_t>{688, 503, 905, 204, 465, 599, 210, 782}));
-  EXPECT_EQ(std::vector<int64_t>(large.end() - 4, large.end()),
-            (std::vector<int64_t>{773, 247, 559, 792}));
+  std::ifstream file(tandem::testing::source_path("tests/fixtures/sampler/permutations.json"));
+  ASSERT_TRUE(file.good()) << "run tools/make_sampler_fixtures.py";
+  const nlohmann::json fixture = nlohmann::json::parse(file);
+  for (const auto& [value, expected] : fixture.at("splitmix64").items())
+    EXPECT_EQ(tandem::splitmix64(std::stoull(value)), std::stoull(expected.get<std::string>()));
+  ASSERT_GE(fixture.at("permutations").size(), 6u);
+  for (const nlohmann::json& item : fixture.at("permutations")) {
+    const int64_t size = item.at("size").get<int64_t>(), epoch = item.at("epoch").get<int64_t>();
+    const uint64_t seed = std::stoull(item.at("seed").get<std::string>());
+    EXPECT_EQ(tandem::epoch_permutation(size, seed, epoch),
+              item.at("permutation").get<std::vector<int64_t>>())
+        << "size " << size << ", seed " << seed << ", epoch " << epoch;
+  }
   // The sampler on one rank hands out exactly that order, then the next epoch's.
   Sampler sampler(options(10, 42));
   EXPECT_EQ(sampler.next(12), (std::vector<int64_t>{2, 0, 4, 7, 8, 3, 5, 1, 9, 6, 2, 8}));

@@ -10,8 +10,11 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <thread>
 
@@ -79,10 +82,10 @@ pid_t start_training(const std::string& config) {
 
 // Waits until `run_dir` holds a committed checkpoint of at least `step`; false on timeout.
 bool wait_for_step(const std::string& run_dir, int64_t step) {
-  for (int i = 0; i < 600; ++i) {
+  for (int i = 0; i < 3000; ++i) {
     for (const auto& [found, path] : tandem::list_checkpoints(run_dir))
       if (found >= step) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   return false;
 }
@@ -135,17 +138,32 @@ TEST(TrainResume, SigkillAtRandomStepThenResumeIsBitIdentical) {
   ASSERT_EQ(uninterrupted.exit_code, 0) << uninterrupted.output;
 
   const std::string killed = write_job(dir, dir / "killed");
-  std::mt19937 random(static_cast<unsigned>(std::random_device{}()));
-  const int64_t kill_after = 1 + static_cast<int64_t>(random() % (kSteps - 2));
+  // The kill point: reproducible from a seed (TANDEM_TEST_SEED to replay one, printed below).
+  const char* seed_env = std::getenv("TANDEM_TEST_SEED");
+  const unsigned seed = seed_env ? static_cast<unsigned>(std::stoul(seed_env))
+                                 : static_cast<unsigned>(std::random_device{}());
+  std::mt19937 random(seed);
+  // In the first half, so that half the run (steps that each save) is still ahead of the kill.
+  const int64_t kill_after = 1 + static_cast<int64_t>(random() % (kSteps / 2));
+  std::printf("[resume] TANDEM_TEST_SEED=%u: kill after step %ld is committed\n", seed,
+              static_cast<long>(kill_after));
   const pid_t pid = start_training(killed);
   ASSERT_TRUE(wait_for_step(dir / "killed", kill_after));
   kill(pid, SIGKILL);
   int status = 0;
   waitpid(pid, &status, 0);
+  // The kill must have landed on a running trainer, before its last step was saved: otherwise
+  // the resume below would test nothing.
+  ASSERT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL)
+      << "the run ended on its own before the kill (exit status " << status << ")";
+  const auto interrupted = tandem::find_latest_valid(dir / "killed").checkpoint;
+  ASSERT_TRUE(interrupted.has_value());
+  ASSERT_LT(interrupted->step(), kSteps) << "the kill landed after the run's last checkpoint";
   const auto resumed = run_command(train_command(killed));
   ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
   EXPECT_NE(resumed.output.find("resuming from"), std::string::npos) << resumed.output;
-  std::printf("[resume] killed after step >= %ld\n", static_cast<long>(kill_after));
+  std::printf("[resume] killed at step %ld (>= %ld)\n", static_cast<long>(interrupted->step()),
+              static_cast<long>(kill_after));
   expect_identical_runs(dir / "straight", dir / "killed");
 }
 
@@ -227,6 +245,48 @@ TEST(TrainDevice, MfuIsLoggedAgainstTheMeasuredPeakWhenAsked) {
     EXPECT_LT(mfu, 1.0) << line;
   }
   EXPECT_EQ(steps, 2);
+}
+
+// --dry-run: the plan of a run, checked against its data and checkpoints, and nothing trained.
+// The model of write_job: embeddings and lm_head 97 x 32 each, 2 layers of q/o 32 x 32, k/v 32 x
+// 16, MLP 3 x 32 x 64 and two norms, a final norm: 24,800 parameters, fp32; each carries a
+// gradient and two AdamW moments (16 bytes): 0.38 MiB.
+TEST(TrainDryRun, PrintsThePlanAndTrainsNothing) {
+  ScratchDir dir;
+  const std::string config = write_job(dir, dir / "run");
+  const auto result = run_command(train_command(config) + " --dry-run training.device=cpu");
+  ASSERT_EQ(result.exit_code, 0) << result.output;
+  for (const char* line : {"trained model: 24,800 parameters (24,800 trainable), Float",
+                           "frozen: none, 0 parameters", "memory per rank: trained 0.38 MiB",
+                           "data: ", "40 records", "device cpu, 1 rank (ddp: 1 replica x 1 shard)",
+                           "nothing was trained"})
+    EXPECT_NE(result.output.find(line), std::string::npos) << line << "\n" << result.output;
+  EXPECT_FALSE(fs::exists(dir / "run"));
+}
+
+// A checkpoint that does not fit its config fails the dry run, naming the tensor.
+TEST(TrainDryRun, AMismatchedCheckpointIsAnErrorNamingTheTensor) {
+  ScratchDir dir;
+  const std::string config = write_job(dir, dir / "run");
+  const std::string fixture = tandem::testing::model_fixture("llama3");
+  fs::create_directories(dir / "model");
+  fs::copy_file(fixture + "/model.safetensors", dir / "model/model.safetensors");
+  std::ifstream in(fixture + "/config.json");
+  nlohmann::json model = nlohmann::json::parse(in);
+  model["intermediate_size"] = 96;  // the stored MLP is 128 wide
+  std::ofstream(dir / "model/config.json") << model.dump();
+  // The same job, starting from that checkpoint instead of a fresh model.
+  std::ifstream job(config);
+  std::string text((std::istreambuf_iterator<char>(job)), std::istreambuf_iterator<char>());
+  const std::string fresh = "  config: " + (dir / "model.json");
+  ASSERT_NE(text.find(fresh), std::string::npos);
+  text.replace(text.find(fresh), fresh.size(), "  path: " + (dir / "model"));
+  std::ofstream(dir / "from_checkpoint.yaml") << text;
+  const auto result = run_command(train_command(dir / "from_checkpoint.yaml") + " --dry-run");
+  EXPECT_EQ(result.exit_code, 1) << result.output;
+  EXPECT_NE(result.output.find("has shape [128, 64] but the config implies [96, 64]"),
+            std::string::npos)
+      << result.output;
 }
 
 }  // namespace
