@@ -12,7 +12,8 @@ mkdir -p "$build_dir" "$corpus_dir"
 
 # -fno-sanitize-recover makes a UBSan report fatal, so the fuzzer counts it as a crash.
 clang++ -std=c++17 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
-  -I src src/tandem/io/safetensors.cpp src/tandem/core/file_io.cpp fuzz/fuzz_safetensors.cpp -o "$binary"
+  -I src src/tandem/io/safetensors.cpp src/tandem/core/file_io.cpp src/tandem/core/json_parse.cpp \
+  fuzz/fuzz_safetensors.cpp -o "$binary"
 
 seeds=0
 while IFS= read -r -d '' fixture; do

@@ -136,6 +136,13 @@ std::vector<BadCase> bad_cases() {
        BadInput::malformed_json, "malformed JSON: parse error"},
       {R"([1, 2])", DataFormat::conversations, BadInput::malformed_json,
        "expected a JSON object, got array"},
+      // A number no double holds: a malformed line like any other, named and skippable.
+      {R"({"input_ids": [1e400], "loss_mask": [1]})", DataFormat::pretokenized,
+       BadInput::malformed_json, "malformed JSON: number overflow parsing '1e400'"},
+      // Nesting that would overflow the stack when the value is copied: refused while parsing.
+      {"{\"conversations\": " + repeat("[", 5000) + repeat("]", 5000) + "}",
+       DataFormat::conversations, BadInput::malformed_json,
+       "malformed JSON: nests deeper than 64 levels"},
       {R"({"conversations": [{"role": "bot", "content": "Hi"}]})", DataFormat::conversations,
        BadInput::unknown_role, "unknown role 'bot'"},
       {R"({"conversations": [{"role": "user", "content": 7}]})", DataFormat::conversations,

@@ -4,7 +4,9 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
@@ -497,6 +499,23 @@ TEST_F(SafetensorsTest, RejectsMetadataWithNonStringValue) {
                     "__metadata__ value for 'k' is not a string (got 1)");
   expect_open_error(write_header("meta_array.safetensors", R"({"__metadata__":["k"]})", 0),
                     "__metadata__ must be an object of strings, got array");
+}
+
+// A header of 200,000 entries: parsing is linear in the entries (it was quadratic: 30,000 took
+// 141 s), so this takes about a second; a regression would run past ctest's timeout.
+TEST_F(SafetensorsTest, AHeaderOfManyEntriesParsesInLinearTime) {
+  constexpr int kEntries = 200000;
+  std::string header = "{";
+  for (int i = 0; i < kEntries; ++i)
+    header += (i ? ",\"t" : "\"t") + std::to_string(i) + R"(":{"dtype":"U8","shape":[1],"data_offsets":[)" +
+              std::to_string(i) + "," + std::to_string(i + 1) + "]}";
+  header += "}";
+  const auto start = std::chrono::steady_clock::now();
+  const st::File file = st::File::open(write_header("many.safetensors", header, kEntries));
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::printf("[safetensors] %d entries parsed in %.2f s\n", kEntries, seconds);
+  EXPECT_EQ(file.header().tensors.size(), static_cast<size_t>(kEntries));
 }
 
 TEST_F(SafetensorsTest, RejectsDeeplyNestedJson) {

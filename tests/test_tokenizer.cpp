@@ -247,6 +247,23 @@ std::string patched_error(const json& patch) {
   return error_of([&] { Tokenizer::from_json(config, "patched.json"); });
 }
 
+// A pre_tokenizer nesting Sequence tens of thousands deep used to overflow the stack while the
+// JSON was copied: it is refused while parsing, naming the file.
+TEST(TokenizerErrors, DeepNestingIsAnErrorNotACrash) {
+  ScratchDir dir;
+  std::string nested;
+  for (int i = 0; i < 50000; ++i) nested += R"({"type": "Sequence", "pretokenizers": [)";
+  nested += "{}";
+  for (int i = 0; i < 50000; ++i) nested += "]}";
+  std::ofstream(dir / "tokenizer.json") << R"({"model": {"type": "BPE"}, "pre_tokenizer": )"
+                                        << nested << "}";
+  const std::string message = error_of([&] { Tokenizer::from_dir(dir.path()); });
+  EXPECT_NE(message.find("[tokenizer] " + (dir / "tokenizer.json") +
+                         ": not valid JSON: nests deeper than 64 levels"),
+            std::string::npos)
+      << message.substr(0, 300);
+}
+
 TEST(TokenizerErrors, MalformedJsonNamesTheFile) {
   ScratchDir dir;
   std::ofstream(dir / "tokenizer.json") << "{\"model\": {\"type\": \"BPE\", ";

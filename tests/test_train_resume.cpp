@@ -207,6 +207,25 @@ TEST(TrainResume, DocsPerStepDrawsMicroBatchesUntilTheTarget) {
   EXPECT_EQ(steps, 4);
 }
 
+// Settings out of range are refused at start-up, naming the key (issue 19, class 9).
+TEST(TrainResume, OutOfRangeSettingsFailBeforeAnyWork) {
+  ScratchDir dir;
+  const std::string config = write_job(dir, dir / "run");
+  for (const auto& [setting, message] :
+       std::vector<std::pair<std::string, std::string>>{
+           {"optimizer.beta1=2", "optimizer.beta1: must be in [0, 1), got 2"},
+           {"optimizer.beta2=1", "optimizer.beta2: must be in [0, 1), got 1"},
+           {"optimizer.eps=0", "optimizer.eps: must be a finite number > 0"},
+           {"training.lr=.inf", "training.lr: must be a finite number >= 0"},
+           {"training.save_every=-1", "training.save_every: must be >= 0"},
+           {"training.keep_last=-2", "training.keep_last: must be >= 0"}}) {
+    const auto result = run_command(train_command(config) + " " + setting);
+    EXPECT_EQ(result.exit_code, 1) << setting << "\n" << result.output;
+    EXPECT_NE(result.output.find(message), std::string::npos) << setting << "\n" << result.output;
+  }
+  EXPECT_FALSE(fs::exists(dir / "run"));
+}
+
 TEST(TrainResume, UnknownConfigKeyFailsBeforeAnyWork) {
   ScratchDir dir;
   const std::string config = write_job(dir, dir / "run");

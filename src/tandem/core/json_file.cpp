@@ -1,8 +1,10 @@
 #include "tandem/core/json_file.h"
 
 #include <fstream>
+#include <sstream>
 
 #include "tandem/core/error.h"
+#include "tandem/core/json_parse.h"
 
 namespace tandem {
 
@@ -10,9 +12,11 @@ nlohmann::json read_json_file(const std::string& path, const std::string& compon
                               const std::string& hint) {
   std::ifstream in(path);
   check(in.good(), "[", component, "] ", path, ": cannot open", hint);
+  std::stringstream text;
+  text << in.rdbuf();
   try {
-    return nlohmann::json::parse(in);
-  } catch (const nlohmann::json::exception& e) {
+    return parse_json_text(text.str());  // nesting bounded (core/json_parse.h)
+  } catch (const JsonTextError& e) {
     throw Error("[", component, "] ", path, ": invalid JSON: ", e.what());
   }
 }

@@ -6,8 +6,8 @@
 
 namespace tandem {
 
-/// Parses `path`. Errors: "[component] path: cannot open<hint>" and
-/// "[component] path: invalid JSON: <parser message>".
+/// Parses `path` (nesting bounded: core/json_parse.h). Errors: "[component] path: cannot
+/// open<hint>" and "[component] path: invalid JSON: <what is wrong>".
 nlohmann::json read_json_file(const std::string& path, const std::string& component,
                               const std::string& hint = "");
 

@@ -3,6 +3,7 @@
 #include <sstream>
 
 #include "tandem/core/error.h"
+#include "tandem/core/json_parse.h"
 
 namespace tandem {
 
@@ -87,14 +88,9 @@ bool JsonlReader::next(nlohmann::json& value) {
     if (!buffer_.empty() && buffer_.back() == '\r') buffer_.pop_back();
     if (buffer_.find_first_not_of(" \t") == std::string::npos) continue;  // blank line
     try {
-      value = nlohmann::json::parse(buffer_);
-    } catch (const nlohmann::json::parse_error& e) {
-      // nlohmann's message starts "[json.exception.parse_error.101] parse error at line 1, ...".
-      std::string what = e.what();
-      const size_t colon = what.find("parse error");
-      reject(
-          BadLine(BadInput::malformed_json,
-                  "malformed JSON: " + (colon == std::string::npos ? what : what.substr(colon))));
+      value = parse_json_text(buffer_);  // nesting bounded, overflowing numbers caught
+    } catch (const JsonTextError& e) {
+      reject(BadLine(BadInput::malformed_json, std::string("malformed JSON: ") + e.what()));
       continue;
     }
     if (!value.is_object()) {

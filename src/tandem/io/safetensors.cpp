@@ -12,6 +12,8 @@
 #include <cstring>
 #include <limits>
 #include <nlohmann/json.hpp>
+
+#include "tandem/core/json_parse.h"
 #include <sstream>
 #include <tuple>
 #include <unordered_set>
@@ -159,36 +161,27 @@ std::optional<size_t> find_invalid_utf8(const uint8_t* text, size_t size) {
   return std::nullopt;
 }
 
-/// Parses the header JSON; rejects duplicate keys (nlohmann keeps one silently) and deep nesting.
+/// Parses the header JSON; rejects duplicate keys (nlohmann keeps one silently) and deep nesting,
+/// in time linear in the header's size (core/json_parse.h).
 json parse_json(const uint8_t* text, size_t size, const std::string& path) {
   if (auto bad = find_invalid_utf8(text, size)) {
     fail(path, "header is not valid UTF-8 (byte 0x", std::hex, int(text[*bad]), std::dec,
          " at header offset ", *bad, ")");
   }
-  std::vector<std::unordered_set<std::string>> keys_per_object;  // one set per open object
-  std::string entry_name;  // the top-level key being parsed, for messages
-  auto on_event = [&](int depth, json::parse_event_t event, json& parsed) {
-    if (event == json::parse_event_t::object_start || event == json::parse_event_t::array_start) {
-      if (depth >= kMaxJsonDepth) fail(path, "header JSON nests deeper than ", kMaxJsonDepth);
-      if (event == json::parse_event_t::object_start) keys_per_object.emplace_back();
-    } else if (event == json::parse_event_t::object_end) {
-      keys_per_object.pop_back();
-    } else if (event == json::parse_event_t::key) {
-      const auto& key = parsed.get_ref<const std::string&>();
-      const bool is_new = keys_per_object.back().insert(key).second;
-      if (depth == 1) {
-        if (!is_new) fail(path, "duplicate tensor name '", key, "' in header");
-        entry_name = key;
-      } else if (!is_new) {
-        fail(path, "duplicate key '", key, "' inside entry '", entry_name, "'");
-      }
-    }
-    return true;
-  };
   try {
-    return json::parse(text, text + size, on_event);
-  } catch (const json::exception& e) {
-    fail(path, "header is not valid JSON: ", e.what());
+    return parse_json_text(std::string_view(reinterpret_cast<const char*>(text), size),
+                           JsonLimits{kMaxJsonDepth, /*unique_keys=*/true});
+  } catch (const JsonTextError& error) {
+    switch (error.kind) {
+      case JsonTextError::Kind::too_deep:
+        fail(path, "header JSON nests deeper than ", kMaxJsonDepth);
+      case JsonTextError::Kind::duplicate_key:
+        if (error.depth == 1) fail(path, "duplicate tensor name '", error.key, "' in header");
+        fail(path, "duplicate key '", error.key, "' inside entry '", error.entry, "'");
+      case JsonTextError::Kind::invalid:
+        break;
+    }
+    fail(path, "header is not valid JSON: ", error.what());
   }
 }
 

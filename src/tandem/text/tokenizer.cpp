@@ -10,6 +10,7 @@
 #include <unordered_set>
 
 #include "tandem/core/error.h"
+#include "tandem/core/json_parse.h"
 #include "tandem/text/added_vocabulary.h"
 #include "tandem/text/bpe.h"
 #include "tandem/text/byte_level.h"
@@ -470,8 +471,8 @@ Tokenizer Tokenizer::from_file(const std::string& tokenizer_json) {
   buffer << in.rdbuf();
   json config;
   try {
-    config = json::parse(buffer.str());
-  } catch (const json::parse_error& e) {
+    config = parse_json_text(buffer.str());  // nesting bounded (core/json_parse.h)
+  } catch (const JsonTextError& e) {
     throw Error("[tokenizer] ", tokenizer_json, ": not valid JSON: ", e.what());
   }
   return from_json(config, tokenizer_json);

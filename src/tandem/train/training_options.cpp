@@ -1,5 +1,8 @@
 #include "tandem/train/training_options.h"
 
+#include <cmath>
+#include <utility>
+
 #include "tandem/core/device.h"
 #include "tandem/core/error.h"
 
@@ -41,15 +44,36 @@ TrainingOptions read_training(const Config& config) {
   options.schedule.warmup_ratio = training.get_double("warmup_ratio", 0.0);
   options.schedule.total_steps = options.steps;
   validate(options.schedule, training.where("schedule"));
+  check(std::isfinite(options.schedule.lr) && options.schedule.lr >= 0, "[train] ",
+        training.where("lr"), ": must be a finite number >= 0, got ", options.schedule.lr);
   const Config optimizer = config.section("optimizer");
   options.adamw.beta1 = optimizer.get_double("beta1", 0.9);
   options.adamw.beta2 = optimizer.get_double("beta2", 0.95);
   options.adamw.eps = optimizer.get_double("eps", 1e-8);
   options.adamw.weight_decay = optimizer.get_double("weight_decay", 0.0);
   options.adamw.max_grad_norm = optimizer.get_double("max_grad_norm", 1.0);
+  // Out of these ranges AdamW divides by zero or grows without bound: refused before any work.
+  for (const auto& [key, value] : {std::pair{"beta1", options.adamw.beta1},
+                                   std::pair{"beta2", options.adamw.beta2}})
+    check(value >= 0 && value < 1, "[train] ", optimizer.where(key), ": must be in [0, 1), got ",
+          value);
+  check(std::isfinite(options.adamw.eps) && options.adamw.eps > 0, "[train] ",
+        optimizer.where("eps"), ": must be a finite number > 0, got ", options.adamw.eps);
+  check(std::isfinite(options.adamw.weight_decay) && options.adamw.weight_decay >= 0, "[train] ",
+        optimizer.where("weight_decay"), ": must be a finite number >= 0, got ",
+        options.adamw.weight_decay);
+  check(std::isfinite(options.adamw.max_grad_norm) && options.adamw.max_grad_norm >= 0,
+        "[train] ", optimizer.where("max_grad_norm"), ": must be a finite number >= 0 (0: no ",
+        "clipping), got ", options.adamw.max_grad_norm);
   options.save_every = training.get_int("save_every", 0);
   options.keep_last = training.get_int("keep_last", 3);
   options.log_every = training.get_int("log_every", 10);
+  check(options.save_every >= 0, "[train] ", training.where("save_every"),
+        ": must be >= 0 (0: only at the end), got ", options.save_every);
+  check(options.keep_last >= 0, "[train] ", training.where("keep_last"),
+        ": must be >= 0 (0: keep every checkpoint), got ", options.keep_last);
+  check(options.log_every > 0, "[train] ", training.where("log_every"), ": must be positive, got ",
+        options.log_every);
   options.export_at_end = training.get_bool("export", true);
   options.mfu = training.get_choice("mfu", {"auto", "true", "false"}, "auto");
   return options;
