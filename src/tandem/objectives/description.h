@@ -43,6 +43,13 @@ class DraftDecoder {
   virtual void check_target(const FrozenModel& target, const std::string& target_dir) const = 0;
   virtual SpeculativeOutput decode(const FrozenModel& target, const std::vector<int64_t>& prompt,
                                    int64_t draft_tokens, const DecodeOptions& options) const = 0;
+
+ protected:
+  /// Errors naming `draft_dir` unless the draft's vocabulary and the hidden width it reads are
+  /// the target's (every draft reads the target's hidden states and shares its vocabulary).
+  static void check_vocab_and_width(const std::string& draft_dir, int64_t vocab_size,
+                                    int64_t target_hidden_size, const FrozenModel& target,
+                                    const std::string& target_dir);
 };
 
 struct ObjectiveDescription {

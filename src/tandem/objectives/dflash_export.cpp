@@ -221,12 +221,8 @@ class DFlashDraftDecoder : public DraftDecoder {
     for (int64_t layer : config.target_layer_ids)
       check(layer < layers, "[eval] ", dir_, ": reads target layer ", layer, ", ", target_dir,
             " has ", layers);
-    check(config.layer.vocab_size == target.config().vocab_size, "[eval] ", dir_,
-          ": the draft is for a vocab of ", config.layer.vocab_size, ", the target ", target_dir,
-          " has ", target.config().vocab_size);
-    check(config.target_hidden_size == target.config().hidden_size, "[eval] ", dir_,
-          ": the draft reads hidden states of size ", config.target_hidden_size, ", the target ",
-          target_dir, " has ", target.config().hidden_size);
+    check_vocab_and_width(dir_, config.layer.vocab_size, config.target_hidden_size, target,
+                          target_dir);
   }
   SpeculativeOutput decode(const FrozenModel& target, const std::vector<int64_t>& prompt,
                            int64_t draft_tokens, const DecodeOptions& options) const override {

@@ -136,13 +136,14 @@ ObjectiveOutput DpoObjective::compute(const PackedBatch& batch, const StepTotals
   const at::Tensor rejected = to_device(at::tensor(rejected_positions, at::kLong), device);
 
   const at::Tensor hidden = policy_->forward_hidden(batch.input_ids, batch.layout());  // (B, T, H)
-  const at::Tensor counts = document_target_counts(batch);                            // (D,)
+  const at::Tensor host_counts = document_target_counts(batch.on_host());  // (D,) on the host
+  const at::Tensor counts = to_device(host_counts, device);
   at::Tensor reference;
   if (cache_) {
     std::vector<int64_t> indices;
     for (const PackedDocument& document : batch.documents) indices.push_back(document.dataset_index);
     reference = to_device(
-        cache_->lookup(at::tensor(indices, at::kLong), document_target_counts(batch.on_host())),
+        cache_->lookup(at::tensor(indices, at::kLong), host_counts),
         device);
   } else {
     at::NoGradGuard no_grad;

@@ -195,12 +195,8 @@ class Eagle3DraftDecoder : public DraftDecoder {
   int64_t default_draft_tokens() const override { return 7; }
   void check_target(const FrozenModel& target, const std::string& target_dir) const override {
     const Eagle3Config& config = draft_->config();
-    check(config.layer.vocab_size == target.config().vocab_size, "[eval] ", dir_,
-          ": the draft is for a vocab of ", config.layer.vocab_size, ", the target ", target_dir,
-          " has ", target.config().vocab_size);
-    check(config.target_hidden_size == target.config().hidden_size, "[eval] ", dir_,
-          ": the draft reads hidden states of size ", config.target_hidden_size, ", the target ",
-          target_dir, " has ", target.config().hidden_size);
+    check_vocab_and_width(dir_, config.layer.vocab_size, config.target_hidden_size, target,
+                          target_dir);
   }
   SpeculativeOutput decode(const FrozenModel& target, const std::vector<int64_t>& prompt,
                            int64_t draft_tokens, const DecodeOptions& options) const override {

@@ -2,6 +2,7 @@
 // shows and does for them) live beside them, objectives/<name>.cpp.
 #include "tandem/core/config.h"
 #include "tandem/core/error.h"
+#include "tandem/models/frozen.h"
 #include "tandem/objectives/dflash.h"
 #include "tandem/objectives/distill.h"
 #include "tandem/objectives/dpo.h"
@@ -32,6 +33,17 @@ const ObjectiveDescription& find_objective(const std::string& name, const std::s
     if (description.name == name) return description;
   throw Error("[train] ", where, ": unknown objective '", name, "' (available: ",
               objective_names([](const auto&) { return true; }), ")");
+}
+
+void DraftDecoder::check_vocab_and_width(const std::string& draft_dir, int64_t vocab_size,
+                                         int64_t target_hidden_size, const FrozenModel& target,
+                                         const std::string& target_dir) {
+  check(vocab_size == target.config().vocab_size, "[eval] ", draft_dir,
+        ": the draft is for a vocab of ", vocab_size, ", the target ", target_dir, " has ",
+        target.config().vocab_size);
+  check(target_hidden_size == target.config().hidden_size, "[eval] ", draft_dir,
+        ": the draft reads hidden states of size ", target_hidden_size, ", the target ",
+        target_dir, " has ", target.config().hidden_size);
 }
 
 std::unique_ptr<Objective> make_objective(const Config& config, const RunContext& run) {
