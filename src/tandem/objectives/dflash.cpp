@@ -417,7 +417,7 @@ DFlashResult DFlashObjective::run(const PackedBatch& batch, const TargetFeatures
   // rank makes the same calls.
   if (distill) {
     const at::Tensor weights =
-        slot_weights.to(hidden.device()).index_select(0, slots) / weight_total;  // (N,)
+        to_device(slot_weights, hidden.device()).index_select(0, slots) / weight_total;  // (N,)
     const DistillLossOptions distill_options = options_.distill;
     result.loss = with_full_parameters(
         {head_->lm_head()}, {hidden, teacher_hidden, labels, weights},
@@ -431,7 +431,7 @@ DFlashResult DFlashObjective::run(const PackedBatch& batch, const TargetFeatures
         {head_->lm_head()}, {hidden, labels}, [loss_options](const auto& in, const auto& head) {
           return std::vector<at::Tensor>{fused_token_logprobs(in[0], head[0], in[1], loss_options)};
         })[0];
-    const at::Tensor weights = slot_weights.to(logprobs.device()).index_select(0, slots);
+    const at::Tensor weights = to_device(slot_weights, logprobs.device()).index_select(0, slots);
     result.loss = -(logprobs * weights).sum() / weight_total;
     at::NoGradGuard no_grad;
     result.loss_sums = at::zeros({block_size}, logprobs.options().dtype(at::kDouble))
