@@ -49,11 +49,9 @@ at::Tensor document_logprobs(const at::Tensor& hidden, const at::Tensor& lm_head
 }
 
 at::Tensor document_target_counts(const PackedBatch& batch) {
-  const PackedBatch& host = batch.on_host();  // counted on the host, then sent
-  const int64_t length = host.seq_len();
-  const at::Tensor mask = next_token_targets(host);
-  const at::Tensor document = host.global_document_ids().narrow(1, 0, length - 1).index({mask});
-  return to_device(at::zeros({host.total_documents()}, at::kLong)
+  // Counted on the host copy (its targets' documents), then sent.
+  const at::Tensor document = next_token_positions(batch.on_host()).document;  // (N,)
+  return to_device(at::zeros({batch.total_documents()}, at::kLong)
                        .index_add(0, document, at::ones_like(document)),
                    batch.input_ids.device());
 }
@@ -142,9 +140,7 @@ ObjectiveOutput DpoObjective::compute(const PackedBatch& batch, const StepTotals
   if (cache_) {
     std::vector<int64_t> indices;
     for (const PackedDocument& document : batch.documents) indices.push_back(document.dataset_index);
-    reference = to_device(
-        cache_->lookup(at::tensor(indices, at::kLong), host_counts),
-        device);
+    reference = to_device(cache_->lookup(at::tensor(indices, at::kLong), host_counts), device);
   } else {
     at::NoGradGuard no_grad;
     const at::Tensor reference_hidden =

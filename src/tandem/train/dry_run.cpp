@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <cstdio>
 #include <map>
-#include <set>
 
 #include "tandem/core/device.h"
 #include "tandem/core/error.h"
@@ -70,16 +69,16 @@ void dry_run(const Config& config, std::ostream& out) {
   out << "[dry-run] objective " << objective->name() << ", " << options.steps
       << " steps, run_dir " << options.run_dir << "\n";
   const bool visible = !run.device.is_cuda() || run.device.index() < cuda_device_count();
-  out << "[dry-run] device " << run.device.str() << (visible ? "" : " (not visible here)") << ", " << launch.world_size << " rank" << (launch.world_size == 1 ? "" : "s") << " ("
+  out << "[dry-run] device " << run.device.str() << (visible ? "" : " (not visible here)") << ", "
+      << launch.world_size << " rank" << (launch.world_size == 1 ? "" : "s") << " ("
       << distributed.mode << ": " << replicas << " replica" << (replicas == 1 ? "" : "s") << " x "
       << shards << " shard" << (shards == 1 ? "" : "s") << ")\n";
 
   // The trained model: trainable parameters carry a gradient, fp32 masters (unless fp32
   // already) and two fp32 AdamW moments; its frozen parameters (a draft's lm_head) only weights.
-  std::vector<at::Tensor> trained_tensors, frozen_tensors;
+  std::vector<at::Tensor> trained_tensors;
   int64_t trained = 0, trainable = 0;
   double trained_bytes = 0;
-  std::set<const void*> counted;
   for (const at::Tensor& parameter : objective->trainable().parameters()) {
     if (is_frozen(parameter)) continue;  // a frozen model's weight shared into the draft
     trained_tensors.push_back(parameter);
@@ -94,9 +93,8 @@ void dry_run(const Config& config, std::ostream& out) {
   }
   int64_t frozen = 0;
   double frozen_bytes = 0;
-  for (const at::Tensor& weight : frozen_weights()) {
-    if (!counted.insert(weight.unsafeGetTensorImpl()).second) continue;
-    frozen_tensors.push_back(weight);
+  const std::vector<at::Tensor> frozen_tensors = frozen_weights();  // each tensor once
+  for (const at::Tensor& weight : frozen_tensors) {
     frozen += weight.numel();
     frozen_bytes += static_cast<double>(weight.numel()) * static_cast<double>(weight.element_size());
   }
