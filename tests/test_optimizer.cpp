@@ -187,7 +187,7 @@ TEST(Optimizer, ReducedGradientsStepLikeOneProcessWithAllMicroBatches) {
   for (int i = 0; i < 3; ++i) EXPECT_TRUE(rank0[i].equal(single[i])) << i;
   EXPECT_FALSE(rank0[2].grad().defined());
   for (const auto& [name, value] : zero.state())
-    if (name == "exp_avg.unused") EXPECT_EQ(value.abs().sum().item<double>(), 0.0);
+    if (name == "exp_avg.unused") { EXPECT_EQ(value.abs().sum().item<double>(), 0.0); }
 }
 
 }  // namespace

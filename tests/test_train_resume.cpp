@@ -21,6 +21,7 @@
 #include "tandem/core/device.h"
 #include "tandem/train/checkpoint.h"
 #include "test_util.h"
+#include "tiny_train_job.h"
 
 extern char** environ;
 
@@ -30,65 +31,12 @@ namespace fs = std::filesystem;
 using tandem::testing::run_command;
 using tandem::testing::ScratchDir;
 
-constexpr int kSteps = 12;        // SIGKILL test: every step saved, all kept
 constexpr int kLongSteps = 80;    // SIGTERM test: long enough that the signal lands mid-run
-
-// A tiny Llama and a pre-tokenized dataset written into `dir`; returns the config path.
-std::string write_job(const ScratchDir& dir, const std::string& run_dir, int steps = kSteps,
-                      int keep_last = 0) {
-  std::ofstream(dir / "model.json") << R"({"model_type": "llama", "vocab_size": 97,
-    "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
-    "num_attention_heads": 4, "num_key_value_heads": 2, "rms_norm_eps": 1e-5,
-    "rope_theta": 10000.0, "tie_word_embeddings": false})";
-  std::mt19937 random(7);
-  std::ofstream data(dir / "data.jsonl");
-  for (int doc = 0; doc < 40; ++doc) {
-    const int length = 5 + static_cast<int>(random() % 20);
-    data << "{\"input_ids\": [";
-    for (int t = 0; t < length; ++t) data << (t ? "," : "") << random() % 97;
-    data << "], \"loss_mask\": [";
-    for (int t = 0; t < length; ++t) data << (t ? "," : "") << (t < 2 ? 0 : 1);
-    data << "]}\n";
-  }
-  const std::string config = dir / (fs::path(run_dir).filename().string() + ".yaml");
-  std::ofstream(config) << "model:\n  config: " << (dir / "model.json") << "\n"
-                        << "data:\n  path: " << (dir / "data.jsonl") << "\n  format: pretokenized\n"
-                        << "  seq_len: 32\n  micro_batch_rows: 2\n  cache_dir: " << (dir / "cache") << "\n"
-                        << "training:\n  run_dir: " << run_dir << "\n  steps: " << steps
-                        << "\n  lr: 0.01\n  warmup_steps: 2\n  micro_batches: 2\n  save_every: 1\n"
-                        << "  keep_last: " << keep_last << "\n  seed: 3\n  export: false\n";
-  return config;
-}
-
-std::string train_command(const std::string& config) {
-  return tandem::testing::tandem_binary() + " --threads 1 train " + config;
-}
-
-// Starts `tandem train` in the background; returns its pid.
-pid_t start_training(const std::string& config) {
-  const std::string binary = tandem::testing::tandem_binary();
-  std::vector<std::string> args = {binary, "--threads", "1", "train", config};
-  std::vector<char*> argv;
-  for (auto& arg : args) argv.push_back(arg.data());
-  argv.push_back(nullptr);
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, 2, "/dev/null", O_WRONLY, 0);
-  pid_t pid = 0;
-  EXPECT_EQ(posix_spawn(&pid, binary.c_str(), &actions, nullptr, argv.data(), environ), 0);
-  posix_spawn_file_actions_destroy(&actions);
-  return pid;
-}
-
-// Waits until `run_dir` holds a committed checkpoint of at least `step`; false on timeout.
-bool wait_for_step(const std::string& run_dir, int64_t step) {
-  for (int i = 0; i < 3000; ++i) {
-    for (const auto& [found, path] : tandem::list_checkpoints(run_dir))
-      if (found >= step) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  return false;
-}
+using tandem::testing::kSteps;
+using tandem::testing::start_training;
+using tandem::testing::train_command;
+using tandem::testing::wait_for_step;
+using tandem::testing::write_job;
 
 std::map<std::string, at::Tensor> final_tensors(const std::string& run_dir, int steps) {
   const auto search = tandem::find_latest_valid(run_dir);

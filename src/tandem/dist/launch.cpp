@@ -1,5 +1,9 @@
 #include "tandem/dist/launch.h"
 
+#include <sys/prctl.h>
+#include <unistd.h>
+
+#include <csignal>
 #include <cstdlib>
 
 #include "tandem/core/error.h"
@@ -88,6 +92,13 @@ LaunchEnv read_launch_env(
   env.master_addr = *addr;
   env.port = static_cast<int>(port_number);
   return env;
+}
+
+void exit_with_launcher(const LaunchEnv& launch) {
+  if (launch.launcher == "none") return;
+  check(::prctl(PR_SET_PDEATHSIG, SIGTERM) == 0, "[launch] cannot ask for a signal when the ",
+        launch.launcher, " launcher exits (prctl PR_SET_PDEATHSIG)");
+  if (::getppid() == 1) std::raise(SIGTERM);  // it died before the request: orphaned already
 }
 
 }  // namespace tandem::dist

@@ -29,4 +29,10 @@ struct LaunchEnv {
 LaunchEnv read_launch_env(
     const std::function<std::optional<std::string>(const std::string&)>& getenv = {});
 
+/// A rank started by a launcher (torchrun, srun) asks the kernel for SIGTERM when the launcher
+/// dies (PR_SET_PDEATHSIG), and raises it at once if the launcher is already gone: an orphaned
+/// rank then finishes its step, saves and exits like a preempted one, instead of training on
+/// beside a restarted job. No-op for a process started without a launcher.
+void exit_with_launcher(const LaunchEnv& launch);
+
 }  // namespace tandem::dist

@@ -12,6 +12,7 @@
 #include <climits>
 #include <cstdio>
 #include <cstring>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <mutex>
@@ -572,17 +573,23 @@ std::vector<std::pair<int64_t, std::string>> list_checkpoints(const std::string&
   return {by_step.begin(), by_step.end()};
 }
 
-CheckpointSearch find_latest_valid(const std::string& run_dir) {
+CheckpointSearch find_latest_valid(const std::string& run_dir,
+                                   const std::function<void(const CheckpointReader&)>& load) {
   CheckpointSearch search;
   const std::vector<std::pair<int64_t, std::string>> candidates = list_checkpoints(run_dir);
+  search.candidates = candidates.size();
   for (auto candidate = candidates.rbegin(); candidate != candidates.rend(); ++candidate) {
     const std::string& dir = candidate->second;
+    std::optional<CheckpointReader> reader;
     try {
-      search.checkpoint = CheckpointReader::open(dir);
+      reader = CheckpointReader::open(dir);
+      if (load) load(*reader);
+      search.checkpoint = std::move(reader);
       return search;
     } catch (const std::exception& e) {
       // "skipping run/step-N: model.safetensors: truncated ...", not the dir twice.
       std::string reason = without_prefix(e.what());
+      if (reader) reason = "cannot be loaded: " + reason;
       if (reason.starts_with(dir + "/")) reason.erase(0, dir.size() + 1);
       search.warnings.push_back(std::string(kMessagePrefix) + "skipping " + dir + ": " + reason);
     }
@@ -599,6 +606,25 @@ std::vector<std::string> remove_checkpoints_after(const std::string& run_dir, in
     removed.push_back(path);
   }
   return removed;
+}
+
+std::string set_aside_checkpoints(const std::string& run_dir) {
+  char stamp[32];
+  const std::time_t now = std::time(nullptr);
+  std::tm utc{};
+  gmtime_r(&now, &utc);
+  std::strftime(stamp, sizeof stamp, "%Y%m%dT%H%M%SZ", &utc);
+  std::string target = join(run_dir, std::string("unusable-") + stamp);
+  for (int suffix = 2; fs::exists(target); ++suffix)
+    target = join(run_dir, std::string("unusable-") + stamp + "-" + std::to_string(suffix));
+  std::error_code error;
+  fs::create_directory(target, error);
+  if (error) fail(target, "cannot create: ", error.message());
+  for (const auto& [step, path] : list_checkpoints(run_dir)) {
+    fs::rename(path, join(target, fs::path(path).filename().string()), error);
+    if (error) fail(path, "cannot move to ", target, ": ", error.message());
+  }
+  return target;
 }
 
 }  // namespace tandem

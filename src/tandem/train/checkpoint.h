@@ -29,6 +29,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -144,12 +145,17 @@ class CheckpointReader {
 struct CheckpointSearch {
   std::optional<CheckpointReader> checkpoint;  // the newest that verifies, if any
   std::vector<std::string> warnings;  // "[checkpoint] skipping <dir>: <reason>", newest first
+  size_t candidates = 0;              // step dirs found, usable or not
 };
 
 /// Verifies the step dirs of `run_dir` from the highest step down and returns the first valid
-/// one, with a warning for each newer one skipped. A missing run_dir gives no checkpoint and no
+/// one, with a warning for each newer one skipped. With `load`, a checkpoint is valid only once
+/// `load` (which reads what the caller needs from it) returns: one it throws on is skipped like
+/// a corrupt one ("cannot be loaded: ..."). A missing run_dir gives no checkpoint and no
 /// warning. Reads nothing else: `latest` is ignored, stale entries are not touched.
-CheckpointSearch find_latest_valid(const std::string& run_dir);
+CheckpointSearch find_latest_valid(
+    const std::string& run_dir,
+    const std::function<void(const CheckpointReader&)>& load = nullptr);
 
 /// The step dirs of `run_dir` as (step, path), ascending, verified or not; includes a
 /// `.prev-step-N-<pid>` for step N when no `step-N` exists.
@@ -159,5 +165,10 @@ std::vector<std::pair<int64_t, std::string>> list_checkpoints(const std::string&
 /// belong to an abandoned timeline, and one that verifies would win the next newest-first
 /// search. Returns the removed paths; throws when one cannot be removed.
 std::vector<std::string> remove_checkpoints_after(const std::string& run_dir, int64_t step);
+
+/// Moves every step dir of `run_dir` (list_checkpoints) into a new run_dir/unusable-<time>/
+/// (renames, nothing deleted) and returns its path: `tandem train --start-over` when none of
+/// them can be used.
+std::string set_aside_checkpoints(const std::string& run_dir);
 
 }  // namespace tandem

@@ -45,6 +45,8 @@ int64_t MixedPrecisionAdamW::state_bytes() const {
 }
 
 void MixedPrecisionAdamW::zero_grad() {
+  prepared_norm_ = at::Tensor();
+  prepared_grads_.clear();
   for (auto& entry : parameters_) entry.second.mutable_grad() = at::Tensor();
   for (Slot& slot : slots_) slot.grad_sum = at::Tensor();
 }
@@ -104,6 +106,12 @@ int64_t MixedPrecisionAdamW::reduce_gradients(
 }
 
 at::Tensor MixedPrecisionAdamW::step(double lr) {
+  at::Tensor norm = gradient_norm();
+  update(lr);
+  return norm;
+}
+
+at::Tensor MixedPrecisionAdamW::gradient_norm() {
   at::NoGradGuard no_grad;
   // Global norm over every gradient (and, through the hook, every shard): squares in fp32,
   // summed in fp64, so the clipping factor does not depend on how the sum was split (one
@@ -124,7 +132,18 @@ at::Tensor MixedPrecisionAdamW::step(double lr) {
     norm_sq = at::zeros({}, at::TensorOptions().dtype(at::kDouble).device(device));
   }
   if (reduce_norm_sq_) norm_sq = reduce_norm_sq_(norm_sq);
-  const at::Tensor grad_norm = norm_sq.sqrt();
+  prepared_grads_ = std::move(grads);
+  prepared_norm_ = norm_sq.sqrt();
+  return prepared_norm_;
+}
+
+void MixedPrecisionAdamW::update(double lr) {
+  check(prepared_norm_.defined(), "[optimizer] update() without gradient_norm() first");
+  at::NoGradGuard no_grad;
+  const at::Tensor grad_norm = std::move(prepared_norm_);
+  const std::vector<at::Tensor> grads = std::move(prepared_grads_);
+  prepared_norm_ = at::Tensor();
+  prepared_grads_.clear();
   // clip = max / (norm + 1e-6) when the norm exceeds max, else 1 (in fp64, as a host double
   // would be; multiplying by exactly 1 leaves the gradients untouched).
   at::Tensor clip;
@@ -148,7 +167,30 @@ at::Tensor MixedPrecisionAdamW::step(double lr) {
     at::Tensor& parameter = parameters_[i].second;
     if (parameter.scalar_type() != at::kFloat) parameter.detach().copy_(slot.master);
   }
-  return grad_norm;
+}
+
+std::vector<std::string> MixedPrecisionAdamW::nonfinite_state() const {
+  at::NoGradGuard no_grad;
+  std::vector<std::string> names;
+  std::vector<at::Tensor> finite;  // one 0-dim bool per tensor, read together
+  auto add = [&](const std::string& name, const at::Tensor& tensor) {
+    names.push_back(name);
+    finite.push_back(at::isfinite(tensor).all());
+  };
+  for (size_t i = 0; i < parameters_.size(); ++i) {
+    const std::string& name = parameters_[i].first;
+    add(name, parameters_[i].second);
+    if (parameters_[i].second.scalar_type() != at::kFloat) add("master." + name, slots_[i].master);
+    add("exp_avg." + name, slots_[i].exp_avg);
+    add("exp_avg_sq." + name, slots_[i].exp_avg_sq);
+  }
+  std::vector<std::string> bad;
+  if (finite.empty()) return bad;
+  const at::Tensor flags = at::stack(finite).cpu();
+  const bool* data = flags.data_ptr<bool>();
+  for (size_t i = 0; i < names.size(); ++i)
+    if (!data[i]) bad.push_back(names[i]);
+  return bad;
 }
 
 MixedPrecisionAdamW::NamedTensors MixedPrecisionAdamW::state() const {

@@ -35,11 +35,20 @@ class MixedPrecisionAdamW {
     reduce_norm_sq_ = std::move(reduce);
   }
 
-  /// One update with learning rate `lr`. Returns the global gradient norm before clipping, a
-  /// 0-dim fp64 tensor on the parameters' device: the clipping factor is formed there too, so
-  /// the update never waits for the host to read the norm.
+  /// One update with learning rate `lr`: gradient_norm() then update(lr). Returns the global
+  /// gradient norm before clipping, a 0-dim fp64 tensor on the parameters' device: the clipping
+  /// factor is formed there too, so the update never waits for the host to read the norm.
   /// Parameters without a gradient are skipped (their moments do not advance).
   at::Tensor step(double lr);
+  /// The first half of step(): the step's fp32 gradients and their global norm (0-dim fp64, on
+  /// the device), kept for update(). A caller that must see the norm before deciding to update
+  /// (training.on_nonfinite: skip_step) reads it, then calls update() or zero_grad().
+  at::Tensor gradient_norm();
+  /// The second half of step(): clips by the norm gradient_norm() found and applies AdamW.
+  void update(double lr);
+  /// Names of the parameters, masters and moments that hold a NaN or an infinity (empty: all
+  /// finite). One read from the device.
+  std::vector<std::string> nonfinite_state() const;
   /// Moves the gradients of non-fp32 parameters into fp32 sums and clears them: called after
   /// each micro-batch's backward, so a bf16 weight's gradient is summed over micro-batches in
   /// fp32 and rounded never (autograd alone would accumulate it in bf16). fp32 parameters keep
@@ -78,6 +87,8 @@ class MixedPrecisionAdamW {
   std::vector<Slot> slots_;
   AdamWOptions options_;
   int64_t step_count_ = 0;
+  std::vector<at::Tensor> prepared_grads_;  // gradient_norm() -> update(): fp32, per parameter
+  at::Tensor prepared_norm_;
   std::function<at::Tensor(const at::Tensor&)> reduce_norm_sq_;
 };
 

@@ -9,8 +9,10 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <tuple>
 
 #include "tandem/core/error.h"
+#include "tandem/core/json_parse.h"
 #include "tandem/dist/process_group.h"
 #include "tandem/models/frozen.h"
 
@@ -47,15 +49,26 @@ nlohmann::json counters_json(const Counters& counters, const SamplerState& sampl
   return {{"step", counters.step},
           {"documents_seen", counters.documents_seen},
           {"tokens_seen", counters.tokens_seen},
+          {"skipped_steps", counters.skipped_steps},
+          {"consecutive_skips", counters.consecutive_skips},
           {"sampler", sampler}};
 }
 
-Counters counters_from_json(const nlohmann::json& state, Sampler& sampler) {
+// The counters and sampler position of a trainer_state.json (or of rank 0's broadcast text).
+std::pair<Counters, SamplerState> parse_trainer_state(const nlohmann::json& state) {
   Counters counters;
   counters.step = state.at("step").get<int64_t>();
   counters.documents_seen = state.at("documents_seen").get<int64_t>();
   counters.tokens_seen = state.at("tokens_seen").get<int64_t>();
-  sampler.restore(state.at("sampler").get<SamplerState>());
+  // Absent from checkpoints written before training.on_nonfinite existed: nothing was skipped.
+  counters.skipped_steps = state.value("skipped_steps", int64_t{0});
+  counters.consecutive_skips = state.value("consecutive_skips", int64_t{0});
+  return {counters, state.at("sampler").get<SamplerState>()};
+}
+
+Counters counters_from_json(const nlohmann::json& state, Sampler& sampler) {
+  auto [counters, position] = parse_trainer_state(state);
+  sampler.restore(position);
   return counters;
 }
 
@@ -92,22 +105,46 @@ void save_checkpoint(const TrainingOptions& options, const Config& config,
     std::cerr << "[train] warning: " << warning << "\n";
 }
 
-Counters restore_trainer_state(const CheckpointReader& reader, Sampler& sampler,
-                               const at::Device& device) {
-  restore_generators(reader.read_tensors("rng.safetensors"), device);
-  return counters_from_json(nlohmann::json::parse(reader.read_text("trainer_state.json")), sampler);
+RunCheckpoint read_run_checkpoint(const CheckpointReader& reader) {
+  RunCheckpoint checkpoint;
+  checkpoint.dir = reader.dir();
+  checkpoint.model = read_full_checkpoint_tensors(reader, "model");
+  checkpoint.optimizer = read_full_checkpoint_tensors(reader, "optimizer");
+  checkpoint.rng = reader.read_tensors("rng.safetensors");
+  check(checkpoint.rng.contains("cpu_generator"), "[train] ", reader.dir(),
+        "/rng.safetensors: no 'cpu_generator' state");
+  const std::string path = reader.dir() + "/trainer_state.json";
+  try {
+    std::tie(checkpoint.counters, checkpoint.sampler) =
+        parse_trainer_state(parse_json_text(reader.read_text("trainer_state.json")));
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& e) {  // malformed JSON, a missing or mistyped field
+    throw Error("[train] ", path, ": not a trainer state: ", e.what());
+  }
+  check(checkpoint.counters.step >= 0 && checkpoint.counters.documents_seen >= 0 &&
+            checkpoint.counters.tokens_seen >= 0,
+        "[train] ", path, ": negative counters");
+  return checkpoint;
 }
 
-Counters restore_checkpoint(const CheckpointReader& reader, MixedPrecisionAdamW& optimizer,
+Counters restore_trainer_state(const RunCheckpoint& checkpoint, Sampler& sampler,
+                               const at::Device& device) {
+  restore_generators(checkpoint.rng, device);
+  sampler.restore(checkpoint.sampler);
+  return checkpoint.counters;
+}
+
+Counters restore_checkpoint(const RunCheckpoint& checkpoint, MixedPrecisionAdamW& optimizer,
                             const torch::nn::Module& model_module, Sampler& sampler,
                             const at::Device& device) {
-  const std::string& dir = reader.dir();
-  const auto model = read_full_checkpoint_tensors(reader, "model");
+  const std::string& dir = checkpoint.dir;
   {
     at::NoGradGuard no_grad;
     for (const auto& [name, parameter] : model_state(model_module)) {
-      auto found = model.find(name);
-      check(found != model.end(), "[train] ", dir, "/model.safetensors: missing '", name, "'");
+      auto found = checkpoint.model.find(name);
+      check(found != checkpoint.model.end(), "[train] ", dir, "/model.safetensors: missing '",
+            name, "'");
       check(found->second.sizes() == parameter.sizes() &&
                 found->second.scalar_type() == parameter.scalar_type(),
             "[train] ", dir, "/model.safetensors: '", name,
@@ -115,8 +152,8 @@ Counters restore_checkpoint(const CheckpointReader& reader, MixedPrecisionAdamW&
       parameter.detach().copy_(found->second);
     }
   }
-  optimizer.load_state(read_full_checkpoint_tensors(reader, "optimizer"), dir + " optimizer state");
-  return restore_trainer_state(reader, sampler, device);
+  optimizer.load_state(checkpoint.optimizer, dir + " optimizer state");
+  return restore_trainer_state(checkpoint, sampler, device);
 }
 
 Counters share_resumed_state(dist::ProcessGroup& group, MixedPrecisionAdamW& optimizer,

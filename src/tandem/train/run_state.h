@@ -6,6 +6,8 @@
 #include <c10/core/Device.h>
 
 #include <cstdint>
+#include <map>
+#include <string>
 
 #include "tandem/core/config.h"
 #include "tandem/data/sampler.h"
@@ -26,6 +28,8 @@ struct Counters {
   int64_t step = 0;            // optimizer steps done
   int64_t documents_seen = 0;  // cumulative documents trained on
   int64_t tokens_seen = 0;     // cumulative real tokens
+  int64_t skipped_steps = 0;   // training.on_nonfinite: skip_step: steps whose update was dropped
+  int64_t consecutive_skips = 0;  // ... of them, in a row up to now
 };
 
 /// Writes step `counters.step` to the run directory. Every rank calls it: rank 0 stages and
@@ -36,13 +40,28 @@ void save_checkpoint(const TrainingOptions& options, const Config& config,
                      const ShardedModel* sharded, const ParallelGroups& groups,
                      const Counters& counters, const Sampler& sampler, const at::Device& device);
 
+/// Everything a training checkpoint holds, read into host memory (either layout,
+/// sharded_model.h) and checked for what can be checked without the model: the files exist,
+/// parse, and hold their parts.
+struct RunCheckpoint {
+  std::string dir;
+  std::map<std::string, at::Tensor> model, optimizer;  // full shapes
+  std::map<std::string, at::Tensor> rng;               // "cpu_generator" (+ "cuda_generator")
+  Counters counters;
+  SamplerState sampler;
+};
+
+/// Reads `reader`'s checkpoint; throws Error naming the file and what is wrong. A checkpoint
+/// that fails here is skipped on resume like a corrupt one (find_latest_valid's `load`).
+RunCheckpoint read_run_checkpoint(const CheckpointReader& reader);
+
 /// The random generators, counters and sampler position of a checkpoint.
-Counters restore_trainer_state(const CheckpointReader& reader, Sampler& sampler,
+Counters restore_trainer_state(const RunCheckpoint& checkpoint, Sampler& sampler,
                                const at::Device& device);
 
-/// Restores everything a checkpoint holds (either layout, sharded_model.h) into an unsharded
-/// model; returns the counters it was saved with.
-Counters restore_checkpoint(const CheckpointReader& reader, MixedPrecisionAdamW& optimizer,
+/// Restores everything a checkpoint holds into an unsharded model; returns the counters it was
+/// saved with. A tensor that does not match the model (the config changed) is an error.
+Counters restore_checkpoint(const RunCheckpoint& checkpoint, MixedPrecisionAdamW& optimizer,
                             const torch::nn::Module& model_module, Sampler& sampler,
                             const at::Device& device);
 

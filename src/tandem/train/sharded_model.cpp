@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tandem/core/error.h"
+#include "tandem/core/json_parse.h"
 #include "tandem/dist/process_group.h"
 #include "tandem/io/tensor_io.h"
 #include "tandem/models/frozen.h"
@@ -51,8 +52,19 @@ std::map<std::string, at::Tensor> read_full_checkpoint_tensors(const CheckpointR
   if (reader.contains(kind + ".safetensors")) return reader.read_tensors(kind + ".safetensors");
   check(reader.contains("shards.json"), "[checkpoint] ", reader.dir(), ": has neither ", kind,
         ".safetensors nor shards.json (not a tandem training checkpoint?)");
-  const nlohmann::json meta = nlohmann::json::parse(reader.read_text("shards.json"));
-  const int64_t shards = meta.at("shards").get<int64_t>();
+  nlohmann::json meta;
+  int64_t shards = 0;
+  try {
+    meta = parse_json_text(reader.read_text("shards.json"));
+    shards = meta.at("shards").get<int64_t>();
+    for (const auto& [name, shape] : meta.at(kind).items()) (void)shape.get<std::vector<int64_t>>();
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& e) {  // malformed JSON, a missing or mistyped field
+    throw Error("[checkpoint] ", reader.dir(), "/shards.json: ", e.what());
+  }
+  check(shards > 0 && shards <= 1 << 20, "[checkpoint] ", reader.dir(), "/shards.json: ",
+        shards, " shards");
   std::map<std::string, std::vector<at::Tensor>> pieces;  // in shard order
   for (int64_t s = 0; s < shards; ++s) {
     const std::string file = shard_file(kind, s, shards);
@@ -69,7 +81,11 @@ std::map<std::string, at::Tensor> read_full_checkpoint_tensors(const CheckpointR
     at::Tensor flat = found->second.size() == 1 ? found->second.front().reshape({-1})
                                                 : at::cat(found->second).reshape({-1});
     int64_t numel = 1;
-    for (int64_t size : shape) numel *= size;
+    for (int64_t size : shape) {
+      check(size >= 0 && size <= (int64_t{1} << 40), "[checkpoint] ", reader.dir(),
+            "/shards.json: '", name, "' has a dimension of ", size);
+      numel *= size;
+    }
     check(flat.numel() == numel, "[checkpoint] ", reader.dir(), ": the ", kind, " shards of '",
           name, "' hold ", flat.numel(), " elements; shards.json gives shape ",
           at::IntArrayRef(shape), " (", numel, ")");

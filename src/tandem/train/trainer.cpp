@@ -10,6 +10,8 @@
 #include <filesystem>
 #include <iostream>
 #include <optional>
+#include <sstream>
+#include <cmath>
 
 #include "tandem/core/device.h"
 #include "tandem/core/error.h"
@@ -27,6 +29,7 @@
 #include "tandem/train/metrics.h"
 #include "tandem/train/optimizer.h"
 #include "tandem/train/phase_timer.h"
+#include "tandem/train/run_dir_lock.h"
 #include "tandem/train/run_state.h"
 #include "tandem/train/schedule.h"
 #include "tandem/train/sharded_model.h"
@@ -69,7 +72,7 @@ struct StepData {
 // checkpoint (save, and export drafts), finish (the final export and what this rank held).
 class TrainingRun {
  public:
-  explicit TrainingRun(const Config& config) : config_(config) {}
+  TrainingRun(const Config& config, bool start_over) : config_(config), start_over_(start_over) {}
 
   void set_up();
   void resume();
@@ -81,6 +84,9 @@ class TrainingRun {
 
  private:
   StepData draw_step();
+  bool all_finite(const at::Tensor& loss, const at::Tensor& grad_norm) const;
+  void check_state_finite() const;
+  std::string kept_checkpoint() const;
   MetricsRecord step_record(const StepData& step, std::vector<std::pair<std::string, double>> summed,
                             double lr, double grad_norm, double model_flops, double reduce_seconds,
                             const std::map<std::string, double>& phase_seconds,
@@ -91,6 +97,7 @@ class TrainingRun {
   int64_t world() const { return group_->size(); }
 
   const Config& config_;
+  const bool start_over_;  // checkpoints exist but none is usable: set them aside, start at 0
   TrainingOptions options_;
   RunContext run_;
   std::shared_ptr<dist::ProcessGroup> group_;
@@ -102,16 +109,19 @@ class TrainingRun {
   std::optional<ShardedModel> sharded_;  // modes shard and hybrid
   std::optional<Sampler> sampler_;
   std::optional<MixedPrecisionAdamW> optimizer_;
+  std::optional<RunDirLock> run_dir_lock_;  // rank 0 only, held until the run ends
   std::optional<MetricsLogger> metrics_;  // rank 0 only
   std::optional<PhaseTimer> phases_;      // device time of forward, backward, optimizer
   double matmul_peak_ = 0;                // FLOP/s: MFU's denominator (0: MFU not reported)
   Counters counters_;
+  int64_t saved_step_ = -1;  // the newest checkpoint this run resumed from or wrote (-1: none)
 };
 
 void TrainingRun::set_up() {
   options_ = read_training(config_);
   const DistributedOptions distributed = read_distributed(config_);
   const dist::LaunchEnv launch = dist::read_launch_env();
+  dist::exit_with_launcher(launch);  // an orphaned rank stops (SIGTERM: save and exit)
   run_ = read_run_context(config_, launch);  // the device, decided once
   check(options_.docs_per_step > 0 || options_.micro_batches % launch.world_size == 0, "[train] ",
         config_.section("training").where("micro_batches"), " = ", options_.micro_batches,
@@ -166,34 +176,58 @@ void TrainingRun::set_up() {
 
 void TrainingRun::resume() {
   std::string resumed;  // the checkpoint rank 0 resumes from
-  std::optional<CheckpointReader> reader;
+  std::string refused;  // why the run cannot start (rank 0 found only unusable checkpoints)
+  std::optional<RunCheckpoint> loaded;
   if (lead()) {
-    CheckpointSearch search = find_latest_valid(options_.run_dir);
-    for (const std::string& warning : search.warnings) std::cerr << warning << "\n";
-    if (search.checkpoint) {
-      reader.emplace(std::move(*search.checkpoint));
-      resumed = reader->dir();
+    try {
+      run_dir_lock_.emplace(options_.run_dir);  // one writer per run directory
+    } catch (const Error& e) {
+      refused = e.what();
     }
   }
-  if (world() > 1) group_->broadcast_text(resumed, 0);
-  if (!resumed.empty() && sharded_) {
-    // Rank 0 reads the checkpoint (either layout) at full shape; each rank keeps its slices.
-    std::map<std::string, at::Tensor> model, optimizer_state;
-    if (lead()) {
-      model = read_full_checkpoint_tensors(*reader, "model");
-      optimizer_state = read_full_checkpoint_tensors(*reader, "optimizer");
-      counters_ = restore_trainer_state(*reader, *sampler_, run_.device);
+  if (lead() && refused.empty()) {
+    // Newest first; one that does not verify or cannot be read is skipped like a corrupt one.
+    CheckpointSearch search = find_latest_valid(
+        options_.run_dir, [&loaded](const CheckpointReader& reader) {
+          loaded.emplace(read_run_checkpoint(reader));
+        });
+    for (const std::string& warning : search.warnings) std::cerr << warning << "\n";
+    if (search.checkpoint) {
+      resumed = search.checkpoint->dir();
+    } else if (search.candidates > 0 && !start_over_) {
+      refused = "[train] " + options_.run_dir + " holds " + std::to_string(search.candidates) +
+                " checkpoint(s) and none can be used (each is named above with what is wrong); "
+                "nothing was changed. Rerun with --start-over to move them to " +
+                options_.run_dir + "/unusable-<time>/ and train from step 0";
+    } else if (search.candidates > 0) {
+      const std::string moved = set_aside_checkpoints(options_.run_dir);
+      std::cerr << "[train] --start-over: the unusable checkpoints were moved to " << moved
+                << "; training from step 0\n";
     }
-    sharded_->restore(*group_, model, optimizer_state, *optimizer_);
+  }
+  if (world() > 1) {
+    group_->broadcast_text(refused, 0);
+    group_->broadcast_text(resumed, 0);
+  }
+  if (!refused.empty())
+    throw Error(lead() ? refused : "rank 0 refused to start: " + refused);
+  if (!resumed.empty() && sharded_) {
+    // Rank 0 read the checkpoint (either layout) at full shape; each rank keeps its slices.
+    std::map<std::string, at::Tensor> none;
+    if (lead()) counters_ = restore_trainer_state(*loaded, *sampler_, run_.device);
+    sharded_->restore(*group_, lead() ? loaded->model : none, lead() ? loaded->optimizer : none,
+                      *optimizer_);
     if (world() > 1) counters_ = share_trainer_state(*group_, counters_, *sampler_, run_.device);
   } else if (!resumed.empty()) {
     if (lead())
-      counters_ = restore_checkpoint(*reader, *optimizer_, objective_->trainable(), *sampler_,
+      counters_ = restore_checkpoint(*loaded, *optimizer_, objective_->trainable(), *sampler_,
                                      run_.device);
     if (world() > 1)
       counters_ = share_resumed_state(*group_, *optimizer_, objective_->trainable(), counters_,
                                       *sampler_, run_.device);
   }
+  loaded.reset();  // the host copy of the checkpoint
+  if (!resumed.empty()) saved_step_ = counters_.step;
   if (!lead()) return;
   if (!resumed.empty())
     std::cerr << "[train] resuming from " << resumed << " (step " << counters_.step << ")\n";
@@ -238,6 +272,7 @@ bool TrainingRun::step() {
   // Forward and backward, micro-batch by micro-batch (this rank's share of them). Nothing here
   // waits for the device: the metrics stay tensors until they are read below.
   StepMetrics step_metrics;
+  at::Tensor loss;  // this rank's share of the step's loss, fp64 on the device
   for (const auto* part : {&groups_.world, &groups_.shard, &groups_.replicate})
     (*part)->reset_bytes();
   for (size_t index = 0; index < step.batches.size(); ++index) {
@@ -246,6 +281,8 @@ bool TrainingRun::step() {
     const PackedBatch batch = step.batches[index].to(run_.device);  // one copy per micro-batch
     ObjectiveOutput output = objective_->compute(batch, step.totals);
     phases_->end("forward");
+    const at::Tensor part = output.loss.detach().to(at::kDouble);
+    loss = loss.defined() ? loss + part : part;
     phases_->begin();
     output.loss.backward();
     optimizer_->accumulate_gradients();
@@ -263,8 +300,15 @@ bool TrainingRun::step() {
 
   phases_->begin();
   const double lr = learning_rate(options_.schedule, counters_.step);
-  step_metrics.add({{"grad_norm", optimizer_->step(lr)}});
+  if (!loss.defined()) loss = at::zeros({}, at::TensorOptions().dtype(at::kDouble).device(run_.device));
+  const at::Tensor grad_norm_tensor = optimizer_->gradient_norm();
+  // skip_step must see the loss and norm before the update (one read from the device); stop
+  // updates without waiting and stops below, before anything is saved.
+  const bool skipped =
+      options_.on_nonfinite == "skip_step" && !all_finite(loss, grad_norm_tensor);
+  if (!skipped) optimizer_->update(lr);
   optimizer_->zero_grad();
+  step_metrics.add({{"grad_norm", grad_norm_tensor}, {"step_loss", loss}});
   phases_->end("optimizer");
 
   // The step's one wait for the device: its metrics read to the host, then (several ranks)
@@ -274,15 +318,79 @@ bool TrainingRun::step() {
   bool stop = stop_requested.load();
   if (world() > 1) stop = sum_over_ranks(*group_, summed, stop);
   const double model_flops = take_metric(summed, "model_flops");  // all ranks' micro-batches
+  const double step_loss = take_metric(summed, "step_loss");      // all ranks' shares
   const std::map<std::string, double> phase_seconds = phases_->take();
 
   counters_.step += 1;
   counters_.documents_seen += step.documents;
   counters_.tokens_seen += step.tokens;
-  if (metrics_)
-    metrics_->log(step_record(step, std::move(summed), lr, grad_norm, model_flops, reduce_seconds,
-                              phase_seconds, seconds_since(start)));
+  counters_.skipped_steps += skipped ? 1 : 0;
+  counters_.consecutive_skips = skipped ? counters_.consecutive_skips + 1 : 0;
+  if (metrics_) {
+    MetricsRecord record = step_record(step, std::move(summed), lr, grad_norm, model_flops,
+                                       reduce_seconds, phase_seconds, seconds_since(start));
+    if (options_.on_nonfinite == "skip_step") {
+      record.values.emplace_back("skipped", skipped ? 1.0 : 0.0);
+      record.values.emplace_back("skipped_steps", static_cast<double>(counters_.skipped_steps));
+    }
+    metrics_->log(record);
+    if (skipped)
+      metrics_->note("step " + std::to_string(counters_.step) + ": non-finite loss or gradient "
+                     "norm, update skipped (training.on_nonfinite: skip_step)");
+  }
+  // Every rank holds the same summed loss and global norm, so every rank stops here together.
+  const bool loss_bad = !std::isfinite(step_loss), norm_bad = !std::isfinite(grad_norm);
+  if (!skipped && (loss_bad || norm_bad)) {
+    std::ostringstream what;
+    what << "[train] step " << counters_.step << ": ";
+    if (loss_bad) what << "the loss (" << step_loss << ")" << (norm_bad ? " and " : "");
+    if (norm_bad) what << "the gradient norm (" << grad_norm << ")";
+    what << (loss_bad && norm_bad ? " are" : " is")
+         << " not finite (training.on_nonfinite: stop): stopped without saving; "
+         << kept_checkpoint() << ". Lower training.lr, check the data, or set "
+         << "training.on_nonfinite: skip_step";
+    throw NonFiniteStop(what.str());
+  }
+  if (skipped && counters_.consecutive_skips >= options_.max_consecutive_skips)
+    throw NonFiniteStop(
+        "[train] step " + std::to_string(counters_.step) + ": " +
+        std::to_string(counters_.consecutive_skips) +
+        " steps in a row had a non-finite loss or gradient norm and were skipped "
+        "(training.max_consecutive_skips = " + std::to_string(options_.max_consecutive_skips) +
+        "): stopped; " + kept_checkpoint() + ". Lower training.lr or check the data");
   return stop;
+}
+
+// skip_step's test, before the update: whether the step's loss and gradient norm are finite on
+// every rank (one read from the device; several ranks agree through one all-reduce).
+bool TrainingRun::all_finite(const at::Tensor& loss, const at::Tensor& grad_norm) const {
+  at::Tensor values = at::stack({loss.reshape({}), grad_norm.reshape({})}).to(at::kDouble).cpu();
+  if (world() > 1) group_->all_reduce_sum(values);  // a NaN or infinity on any rank survives
+  return at::isfinite(values).all().item<bool>();
+}
+
+// Before a save: the trained state (parameters, masters, moments; this rank's slices when
+// sharded) must be finite on every rank, or nothing is written.
+void TrainingRun::check_state_finite() const {
+  const std::vector<std::string> bad = optimizer_->nonfinite_state();
+  at::Tensor count = at::full({1}, static_cast<double>(bad.size()), at::kDouble);
+  if (world() > 1) group_->all_reduce_sum(count);
+  if (count.item<double>() == 0) return;
+  std::string names;
+  for (size_t i = 0; i < bad.size() && i < 3; ++i) names += (i ? ", " : "") + bad[i];
+  if (bad.size() > 3) names += ", ...";
+  throw NonFiniteStop("[train] step " + std::to_string(counters_.step) +
+                      ": the trained parameters or optimizer state hold NaN or infinite values (" +
+                      (names.empty() ? "on another rank" : names) +
+                      "): stopped without saving; " + kept_checkpoint() +
+                      ". Lower training.lr or check the data");
+}
+
+// What a stopped run leaves behind, for its message.
+std::string TrainingRun::kept_checkpoint() const {
+  if (saved_step_ < 0) return "no checkpoint had been written in " + options_.run_dir;
+  return "the newest checkpoint, " + options_.run_dir + "/" + checkpoint_dir_name(saved_step_) +
+         ", is kept";
 }
 
 MetricsRecord TrainingRun::step_record(const StepData& step,
@@ -339,8 +447,10 @@ void TrainingRun::checkpoint(bool stop) {
   const bool last = counters_.step == options_.steps;
   const bool due = options_.save_every > 0 && counters_.step % options_.save_every == 0;
   if (!(due || last || stop)) return;
+  check_state_finite();
   save_checkpoint(options_, config_, *optimizer_, objective_->trainable(),
                   sharded_ ? &*sharded_ : nullptr, groups_, counters_, *sampler_, run_.device);
+  saved_step_ = counters_.step;
   if (!last && lead()) metrics_->note("saved " + checkpoint_dir_name(counters_.step));
   if (objective_->export_at_checkpoints() && !(last && options_.export_at_end))
     export_trained_model(options_.run_dir + "/export");
@@ -400,8 +510,8 @@ void install_preemption_handlers() {
   std::signal(SIGINT, request_stop);
 }
 
-TrainResult train(const Config& config) {
-  TrainingRun run(config);
+TrainResult train(const Config& config, bool start_over) {
+  TrainingRun run(config, start_over);
   run.set_up();
   run.resume();
   while (!run.done()) {

@@ -1,10 +1,14 @@
 #include "tandem/train/training_data.h"
 
+#include <algorithm>
+#include <iostream>
+
 #include "tandem/core/error.h"
 
 namespace tandem {
 
 int64_t TrainingData::num_records() const {
+  if (!parts.empty()) return static_cast<int64_t>(parts.size());
   return dataset ? dataset->num_records() : static_cast<int64_t>(rollouts.size());
 }
 
@@ -12,18 +16,87 @@ int TrainingData::documents_per_record() const {
   return dataset ? dataset->documents_per_record() : 1;
 }
 
+RecordPart TrainingData::part(int64_t record) const {
+  if (parts.empty()) return {record, 0, -1};
+  return parts.at(static_cast<size_t>(record));
+}
+
+int64_t TrainingData::document_length(int64_t index) const {
+  if (dataset) return dataset->length(index);
+  const RolloutSample& sample = rollouts.at(static_cast<size_t>(index));
+  return static_cast<int64_t>(sample.prompt_ids.size() + sample.completion_ids.size());
+}
+
 int64_t TrainingData::record_tokens(int64_t record) const {
-  if (!dataset) return static_cast<int64_t>(rollouts.at(static_cast<size_t>(record)).prompt_ids.size() +
-                                            rollouts.at(static_cast<size_t>(record)).completion_ids.size());
+  const RecordPart where = part(record);
+  if (where.end >= 0) return where.end - where.begin;
   int64_t tokens = 0;
   for (int j = 0; j < documents_per_record(); ++j)
-    tokens += dataset->length(record * documents_per_record() + j);
+    tokens += document_length(where.record * documents_per_record() + j);
   return tokens;
 }
 
 TokenizedDocument TrainingData::document(int64_t index) const {
   return dataset ? dataset->document(index) : rollouts.at(static_cast<size_t>(index)).document();
 }
+
+namespace {
+
+// Every record against one micro-batch, before step 1 (data.overlong and data.on_error decide
+// what happens to one that does not fit); fills data.parts when any record is split or skipped.
+void plan_records(TrainingData& data, OnError on_error) {
+  const int64_t seq_len = data.packing.seq_len, capacity = data.rows * seq_len;
+  const int per_record = data.documents_per_record();
+  const int64_t records = data.dataset ? data.dataset->num_records()
+                                       : static_cast<int64_t>(data.rollouts.size());
+  PackingOptions alone = data.packing;  // a record packed by itself, rows unbounded
+  alone.max_rows = 0;
+  std::vector<RecordPart> parts;
+  bool changed = false;
+  for (int64_t record = 0; record < records; ++record) {
+    std::vector<int64_t> lengths;
+    int64_t tokens = 0, longest = 0;
+    for (int j = 0; j < per_record; ++j) {
+      lengths.push_back(data.document_length(record * per_record + j));
+      tokens += lengths.back();
+      longest = std::max(longest, lengths.back());
+    }
+    std::string problem;  // why the record cannot be trained on as it is
+    bool split = false;
+    if (data.packing.overlong == OverlongPolicy::Error && longest > seq_len) {
+      problem = std::to_string(longest) + " tokens, longer than data.seq_len = " +
+                std::to_string(seq_len) + " (data.overlong: error)";
+    } else if (tokens > seq_len &&
+               static_cast<int64_t>(plan_packing(lengths, alone).rows.size()) > data.rows) {
+      if (data.packing.overlong == OverlongPolicy::Split && per_record == 1)
+        split = true;
+      else
+        problem = "needs more than data.micro_batch_rows = " + std::to_string(data.rows) +
+                  " rows of " + std::to_string(seq_len) +
+                  " tokens (" + std::to_string(tokens) + " tokens" +
+                  (per_record > 1 ? " in its " + std::to_string(per_record) + " documents" : "") +
+                  "); raise data.micro_batch_rows or data.seq_len";
+    }
+    if (!problem.empty()) {
+      const std::string source = data.document(record * per_record).source;
+      check(on_error == OnError::skip, "[data] ", source, ": a ", data_format_name(data.format),
+            " record of ", problem, "; data.on_error: skip skips such records");
+      ++data.skipped_records;
+      changed = true;
+    } else if (split) {
+      // Parts of a whole micro-batch each (the packer cuts them into seq_len rows).
+      for (int64_t begin = 0; begin < tokens; begin += capacity)
+        parts.push_back({record, begin, std::min(tokens, begin + capacity)});
+      ++data.split_documents;
+      changed = true;
+    } else {
+      parts.push_back({record, 0, -1});
+    }
+  }
+  if (changed) data.parts = std::move(parts);
+}
+
+}  // namespace
 
 TrainingData read_training_data(const Config& config) {
   const Config data = config.section("data");
@@ -34,6 +107,29 @@ TrainingData read_training_data(const Config& config) {
       "conversations"));
   const bool paired_or_rollout =
       setup.format == DataFormat::preference || setup.format == DataFormat::rollout;
+  setup.packing.seq_len = data.get_int("seq_len");
+  setup.packing.mode = parse_packing_mode(data.get_choice("packing", {"packed", "padded"}, "packed"));
+  // A preference side or a rollout is one sequence: splitting it would restart its positions
+  // mid-completion, so those formats truncate (or fail) instead.
+  const std::string overlong = data.get_choice("overlong", {"split", "truncate", "error"},
+                                               paired_or_rollout ? "truncate" : "split");
+  check(!(paired_or_rollout && overlong == "split"), "[train] ", data.where("overlong"),
+        ": 'split' would cut a ", data_format_name(setup.format),
+        " sequence into unrelated pieces; use truncate or error");
+  setup.packing.overlong = parse_overlong_policy(overlong);
+  setup.rows = data.get_int("micro_batch_rows", 1);
+  // Stated bounds, checked before any batch is allocated: a micro-batch is rows x seq_len
+  // tokens, and its activations grow with that product times the model's width.
+  check(setup.packing.seq_len > 0 && setup.packing.seq_len <= kMaxSeqLen, "[train] ",
+        data.where("seq_len"), ": must be in 1..", kMaxSeqLen, ", got ", setup.packing.seq_len);
+  check(setup.rows > 0 && setup.rows <= kMaxMicroBatchRows, "[train] ",
+        data.where("micro_batch_rows"), ": must be in 1..", kMaxMicroBatchRows, ", got ",
+        setup.rows);
+  check(setup.rows * setup.packing.seq_len <= kMaxMicroBatchTokens, "[train] ",
+        data.where("micro_batch_rows"), " x ", data.where("seq_len"), " = ",
+        setup.rows * setup.packing.seq_len, " tokens per micro-batch, above the bound of ",
+        kMaxMicroBatchTokens, "; use more micro-batches per step (training.micro_batches)");
+  setup.packing.max_rows = setup.rows;
   DatasetOptions options;
   setup.tokenizer_dir = data.get_string("tokenizer", "");
   if (!setup.tokenizer_dir.empty()) {
@@ -58,19 +154,13 @@ TrainingData read_training_data(const Config& config) {
   }
   check(setup.num_records() > 0, "[train] ", data.where("path"), ": ", setup.path,
         " yielded no documents");
-  setup.packing.seq_len = data.get_int("seq_len");
-  setup.packing.mode = parse_packing_mode(data.get_choice("packing", {"packed", "padded"}, "packed"));
-  // A preference side or a rollout is one sequence: splitting it would restart its positions
-  // mid-completion, so those formats truncate (or fail) instead.
-  const std::string overlong = data.get_choice("overlong", {"split", "truncate", "error"},
-                                               paired_or_rollout ? "truncate" : "split");
-  check(!(paired_or_rollout && overlong == "split"), "[train] ", data.where("overlong"),
-        ": 'split' would cut a ", data_format_name(setup.format),
-        " sequence into unrelated pieces; use truncate or error");
-  setup.packing.overlong = parse_overlong_policy(overlong);
-  setup.rows = data.get_int("micro_batch_rows", 1);
-  check(setup.rows > 0, "[train] ", data.where("micro_batch_rows"), ": must be positive");
-  setup.packing.max_rows = setup.rows;
+  plan_records(setup, options.on_error);
+  check(setup.num_records() > 0, "[train] ", data.where("path"), ": ", setup.path,
+        ": every record was skipped (", setup.skipped_records, " fit in no micro-batch)");
+  if (setup.split_documents > 0 || setup.skipped_records > 0)
+    std::cerr << "[data] " << setup.split_documents << " document(s) longer than a micro-batch ("
+              << setup.rows << " x " << setup.packing.seq_len << " tokens) split into parts, "
+              << setup.skipped_records << " record(s) that fit in no micro-batch skipped\n";
   return setup;
 }
 
@@ -86,12 +176,24 @@ PackedBatch pack_records(const std::vector<int64_t>& records, const std::vector<
   std::vector<int64_t> indices;  // document index of each entry of `documents`
   std::vector<int64_t> document_epochs;
   documents.reserve(records.size() * per_record);
-  for (size_t r = 0; r < records.size(); ++r)
+  std::vector<int64_t> offsets;  // first token of each entry within its dataset document
+  for (size_t r = 0; r < records.size(); ++r) {
+    const RecordPart part = data.part(records[r]);
     for (int j = 0; j < per_record; ++j) {
-      indices.push_back(records[r] * per_record + j);
+      indices.push_back(part.record * per_record + j);
       document_epochs.push_back(epochs.empty() ? 0 : epochs[r]);
       documents.push_back(data.document(indices.back()));
+      offsets.push_back(part.begin);
+      if (part.end >= 0) {  // a part of a document longer than a micro-batch
+        TokenizedDocument& document = documents.back();
+        document.ids = {document.ids.begin() + part.begin, document.ids.begin() + part.end};
+        document.loss_mask = {document.loss_mask.begin() + part.begin,
+                              document.loss_mask.begin() + part.end};
+        document.source += " (tokens " + std::to_string(part.begin) + ".." +
+                           std::to_string(part.end) + ")";
+      }
     }
+  }
   PackedBatch batch = pack_documents(documents, data.packing);
   // First-fit in input order places a prefix the same way, so dropping a half record and
   // packing again keeps every other document where it was.
@@ -107,6 +209,7 @@ PackedBatch pack_records(const std::vector<int64_t>& records, const std::vector<
   for (PackedDocument& document : batch.documents) {
     document.dataset_index = indices[static_cast<size_t>(document.source_index)];
     document.epoch = document_epochs[static_cast<size_t>(document.source_index)];
+    document.source_begin += offsets[static_cast<size_t>(document.source_index)];
   }
   return batch;
 }

@@ -21,6 +21,21 @@
 
 namespace tandem {
 
+/// Bounds on data.seq_len, data.micro_batch_rows and their product (tokens per micro-batch),
+/// checked before anything is allocated.
+inline constexpr int64_t kMaxSeqLen = int64_t{1} << 20;
+inline constexpr int64_t kMaxMicroBatchRows = int64_t{1} << 16;
+inline constexpr int64_t kMaxMicroBatchTokens = int64_t{1} << 24;
+
+/// A sampler record that is not simply the dataset's record `record`: tokens [begin, end) of a
+/// document longer than a micro-batch (data.overlong: split cuts it into parts of at most
+/// micro_batch_rows x seq_len tokens, each drawn as its own record).
+struct RecordPart {
+  int64_t record = 0;
+  int64_t begin = 0;
+  int64_t end = -1;  // -1: the whole record
+};
+
 struct TrainingData {
   std::optional<Tokenizer> tokenizer;
   std::optional<TokenizedDataset> dataset;  // every format but rollout
@@ -31,20 +46,34 @@ struct TrainingData {
   std::string cache_dir;  // "" = the default data cache
   PackingOptions packing;
   int64_t rows = 1;  // micro_batch_rows
+  // The sampler's records when they differ from the dataset's (empty: one to one): documents
+  // longer than a micro-batch split into parts, records that fit no micro-batch left out
+  // (data.on_error: skip). Decided when the data is read, before step 1.
+  std::vector<RecordPart> parts;
+  int64_t split_documents = 0;  // documents cut into several parts
+  int64_t skipped_records = 0;  // records that fit no micro-batch, skipped
 
-  /// Sampler units: documents, preference pairs or rollout samples.
+  /// Sampler units: documents (or parts of one), preference pairs or rollout samples.
   int64_t num_records() const;
   /// Documents per record: 2 for preference data, else 1.
   int documents_per_record() const;
-  /// Tokens of a record's documents together.
+  /// Tokens of a sampler record's documents together.
   int64_t record_tokens(int64_t record) const;
-  /// Document `index` (for rollouts: the sample's prompt + completion, completion trained).
+  /// The dataset's record behind sampler record `record`, and its token range.
+  RecordPart part(int64_t record) const;
+  /// Dataset document `index` (for rollouts: the sample's prompt + completion, completion
+  /// trained).
   TokenizedDocument document(int64_t index) const;
+  /// Tokens of dataset document `index`.
+  int64_t document_length(int64_t index) const;
 };
 
 /// Reads `data.*` (path, format, tokenizer, chat_template, seq_len, packing, ...) and opens the
 /// dataset, tokenizing it into the cache on first use. Rollout files are read whole; samples
-/// without an advantage get one from their group's rewards (data.scale_rewards_by_std).
+/// without an advantage get one from their group's rewards (data.scale_rewards_by_std). Every
+/// record is then checked against a micro-batch (rows x seq_len): data.overlong: error and
+/// records too long for one micro-batch fail here, naming the document, or with data.on_error:
+/// skip are skipped and counted; overlong: split documents are cut into parts that fit.
 TrainingData read_training_data(const Config& config);
 
 /// The next micro-batch: records in sampler order, their documents packed into at most `rows`

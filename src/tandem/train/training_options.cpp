@@ -76,6 +76,10 @@ TrainingOptions read_training(const Config& config) {
         options.log_every);
   options.export_at_end = training.get_bool("export", true);
   options.mfu = training.get_choice("mfu", {"auto", "true", "false"}, "auto");
+  options.on_nonfinite = training.get_choice("on_nonfinite", {"stop", "skip_step"}, "stop");
+  options.max_consecutive_skips = training.get_int("max_consecutive_skips", 10);
+  check(options.max_consecutive_skips > 0, "[train] ", training.where("max_consecutive_skips"),
+        ": must be positive, got ", options.max_consecutive_skips);
   return options;
 }
 

@@ -26,7 +26,11 @@ struct TrainingOptions {
   int64_t keep_last = 3;
   int64_t log_every = 10;
   bool export_at_end = true;
-  std::string mfu = "auto";  // auto: measure the matmul peak and report MFU on GPUs only
+  std::string mfu = "auto";
+  // A step whose loss or gradient norm is NaN or infinite: "stop" (save nothing, exit
+  // kExitNonFinite) or "skip_step" (drop its update; stop after max_consecutive_skips in a row).
+  std::string on_nonfinite = "stop";
+  int64_t max_consecutive_skips = 10;  // auto: measure the matmul peak and report MFU on GPUs only
 };
 
 /// Reads `training.*` (but `objective`, `device` and `deterministic`) and `optimizer.*`.
