@@ -282,7 +282,8 @@ TEST(Datasets, RolloutsParseAndGroupAdvantages) {
        R"({"prompt_ids": [1, 2], "completion_ids": [7], "old_logprobs": [-3], "reward": 0.0, "group_id": "q1"})",
        R"({"prompt_ids": [9], "completion_ids": [8], "old_logprobs": [-1], "reward": 5.0, "group_id": 7})",
        R"({"prompt_ids": [1], "completion_ids": [3, 4], "old_logprobs": [-1], "advantage": 1})",
-       R"({"prompt_ids": [1], "completion_ids": [3], "old_logprobs": [-1], "reward": 1})"});
+       R"({"prompt_ids": [1], "completion_ids": [3], "old_logprobs": [-1], "reward": 1})",
+       R"({"prompt_ids": [1], "completion_ids": [3], "old_logprobs": [0.7], "advantage": 1})"});
   DatasetOptions options;
   options.on_error = OnError::skip;
   tandem::RolloutStream stream(path, options);
@@ -290,7 +291,7 @@ TEST(Datasets, RolloutsParseAndGroupAdvantages) {
   tandem::RolloutSample sample;
   while (stream.next(sample)) samples.push_back(sample);
   ASSERT_EQ(samples.size(), 4u);
-  EXPECT_EQ(stream.skipped().by_reason.at("wrong_type").count, 2);
+  EXPECT_EQ(stream.skipped().by_reason.at("wrong_type").count, 3);
   EXPECT_EQ(samples[0].completion_ids, (std::vector<int32_t>{3, 4, 5}));
   EXPECT_EQ(samples[0].old_logprobs, (std::vector<float>{-0.5f, -1.0f, -0.25f}));
   EXPECT_EQ(*samples[0].advantage, 0.75);
@@ -314,6 +315,16 @@ TEST(Datasets, RolloutsParseAndGroupAdvantages) {
             }),
             "[data] " + path +
                 ":5: 'old_logprobs' must be a list of one number per completion token (2)");
+  const std::string positive = write_lines(
+      dir, "positive.jsonl",
+      {R"({"prompt_ids": [1], "completion_ids": [3], "old_logprobs": [0.7], "advantage": 1})"});
+  EXPECT_EQ(error_of([&] {
+              tandem::RolloutStream failing(positive, options);
+              while (failing.next(sample)) {
+              }
+            }),
+            "[data] " + positive +
+                ":1: 'old_logprobs' holds 0.7, above 0: not a log-probability (log pi_old <= 0)");
 }
 
 TEST(TokenCache, SecondOpenReadsTheCache) {

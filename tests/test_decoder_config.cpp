@@ -2,6 +2,8 @@
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
+#include <tuple>
+#include <vector>
 
 #include "tandem/core/error.h"
 #include "tandem/models/decoder_config.h"
@@ -161,4 +163,23 @@ TEST(DecoderConfig, ErrorsNameTheFieldAndFile) {
   config = llama31_config();
   config["pretraining_tp"] = 2;
   expect_error(config, "pretraining_tp");
+
+  // Sizes are bounded before anything is allocated or looped over (issue 19).
+  for (const auto& [field, value, phrase] :
+       std::vector<std::tuple<std::string, json, std::string>>{
+           {"hidden_size", 1000000000, "hidden_size must be in 1..65536, got 1000000000"},
+           {"vocab_size", int64_t{1000000000000}, "vocab_size must be in 1..16777216"},
+           {"intermediate_size", int64_t{1000000000000}, "intermediate_size must be in 1..1048576"},
+           {"head_dim", 1000000000, "head_dim must be in 1..4096"},
+           {"num_hidden_layers", 100000, "num_hidden_layers must be in 1..1024, got 100000"},
+           {"max_position_embeddings", -1, "max_position_embeddings must be in 0..1073741824"},
+           {"bos_token_id", int64_t{1000000000000000}, "bos_token_id 1000000000000000 is outside"},
+           {"pad_token_id", 128256, "pad_token_id 128256 is outside the vocabulary [0, 128256)"}}) {
+    config = llama31_config();
+    config[field] = value;
+    expect_error(config, phrase);
+  }
+  config = llama31_config();
+  config["pad_token_id"] = -1;  // the spelling of "no pad token" in some published configs
+  EXPECT_FALSE(DecoderConfig::from_json(config, "/ckpt/config.json").pad_token_id.has_value());
 }

@@ -319,6 +319,20 @@ TEST(TokenizerErrors, MergesMustReferToVocabTokens) {
             std::string::npos);
 }
 
+// The id table is sized from the largest vocab id: a sparse id is refused before it allocates
+// (3e8 used to take 9.8 GB; 2^31 - 1 overflowed max_id + 1), naming the file.
+TEST(TokenizerErrors, AVocabIdFarAboveTheVocabularyIsRefused) {
+  for (const int64_t id : {int64_t{300000000}, int64_t{2147483647}, int64_t{16777216}}) {
+    json config = fixture_config("tiny");
+    config["model"]["vocab"]["zzz-far-away"] = id;
+    const std::string message = error_of([&] { Tokenizer::from_json(config, "sparse.json"); });
+    EXPECT_NE(message.find("sparse.json: model.vocab: the largest id is " + std::to_string(id)),
+              std::string::npos)
+        << message;
+    EXPECT_NE(message.find("the id table would be mostly empty"), std::string::npos) << message;
+  }
+}
+
 TEST(TokenizerErrors, InvalidUtf8InputNamesTheByteOffset) {
   const Tokenizer& tokenizer = fixture("tiny");
   for (const auto& [text, offset] :

@@ -276,6 +276,10 @@ bool RolloutStream::next(RolloutSample& sample) {
         if (!value.is_number() || !std::isfinite(value.get<double>()))
           bad(BadInput::wrong_type,
               "'old_logprobs' holds " + value.dump() + " (expected a finite number)");
+        // A log-probability is at most 0 (a little above it: the sampler's rounding).
+        if (value.get<double>() > 1e-3)
+          bad(BadInput::wrong_type, "'old_logprobs' holds " + value.dump() +
+                                        ", above 0: not a log-probability (log pi_old <= 0)");
         sample.old_logprobs.push_back(value.get<float>());
       }
       const auto number = [&](const char* key) -> std::optional<double> {

@@ -171,6 +171,15 @@ at::Tensor HfCheckpoint::read(const std::string& name) const {
   return tensor;
 }
 
+at::Tensor HfCheckpoint::read_weight(const std::string& name) const {
+  const safetensors::Dtype dtype = info(name).dtype;
+  using safetensors::Dtype;
+  check(dtype == Dtype::F32 || dtype == Dtype::F16 || dtype == Dtype::BF16 || dtype == Dtype::F64,
+        "[checkpoint] ", dir_, ": tensor '", name, "' is stored as ", safetensors::dtype_name(dtype),
+        "; a model weight must be F32, F16 or BF16 (quantized checkpoints are not supported)");
+  return read(name);
+}
+
 std::vector<std::string> HfCheckpoint::file_paths() const {
   if (files_.empty()) return paths_;
   std::vector<std::string> out;

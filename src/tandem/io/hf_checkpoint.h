@@ -50,6 +50,10 @@ class HfCheckpoint {
   /// broadcast's device, when it sends over a GPU) (received from the
   /// reading rank when the checkpoint was opened with a CheckpointBroadcast).
   at::Tensor read(const std::string& name) const;
+  /// read() for a model weight: an error naming the directory and tensor unless it is stored as
+  /// a float (F32, F16, BF16 or F64); an integer or boolean tensor where a weight belongs would
+  /// otherwise be converted silently.
+  at::Tensor read_weight(const std::string& name) const;
   /// The paths of the weight files, in shard order.
   std::vector<std::string> file_paths() const;
 

@@ -238,21 +238,33 @@ DecoderConfig DecoderConfig::from_json(const json& config, const std::string& pa
   if (config.contains("eos_token_id"))
     out.eos_token_ids = parse_token_ids(config["eos_token_id"], path, "eos_token_id");
   if (reader.has("pad_token_id")) out.pad_token_id = reader.integer("pad_token_id");
+  if (out.pad_token_id && *out.pad_token_id < 0) out.pad_token_id.reset();  // -1: "no pad token"
   out.validate(path);
   return out;
 }
 
 void DecoderConfig::validate(const std::string& where) const {
-  auto positive = [&](int64_t value, const char* name) {
-    check(value > 0, "[config] ", where, ": ", name, " must be positive, got ", value);
+  // Stated bounds, far above any published model (vocabularies of ~262k, widths of 16k to 25k,
+  // MLPs of ~53k, 126 layers, 128 heads of up to 256 dims), checked before any size is used
+  // to allocate or loop: a wrong or hostile config.json fails here, naming the field.
+  auto in_range = [&](int64_t value, const char* name, int64_t bound) {
+    check(value > 0 && value <= bound, "[config] ", where, ": ", name, " must be in 1..", bound,
+          ", got ", value);
   };
-  positive(vocab_size, "vocab_size");
-  positive(hidden_size, "hidden_size");
-  positive(intermediate_size, "intermediate_size");
-  positive(num_hidden_layers, "num_hidden_layers");
-  positive(num_attention_heads, "num_attention_heads");
-  positive(num_key_value_heads, "num_key_value_heads");
-  positive(head_dim, "head_dim");
+  in_range(vocab_size, "vocab_size", int64_t{1} << 24);
+  in_range(hidden_size, "hidden_size", int64_t{1} << 16);
+  in_range(intermediate_size, "intermediate_size", int64_t{1} << 20);
+  in_range(num_hidden_layers, "num_hidden_layers", 1024);
+  in_range(num_attention_heads, "num_attention_heads", 1024);
+  in_range(num_key_value_heads, "num_key_value_heads", 1024);
+  in_range(head_dim, "head_dim", 4096);
+  check(max_position_embeddings >= 0 && max_position_embeddings <= (int64_t{1} << 30), "[config] ",
+        where, ": max_position_embeddings must be in 0..", int64_t{1} << 30, " (0: not given), got ",
+        max_position_embeddings);
+  for (const auto& [name, id] : {std::pair{"bos_token_id", bos_token_id},
+                                 std::pair{"pad_token_id", pad_token_id}})
+    if (id) check(*id >= 0 && *id < vocab_size, "[config] ", where, ": ", name, " ", *id,
+                  " is outside the vocabulary [0, ", vocab_size, ")");
   check(head_dim % 2 == 0, "[config] ", where, ": head_dim must be even for RoPE, got ", head_dim);
   check(num_attention_heads % num_key_value_heads == 0, "[config] ", where,
         ": num_attention_heads (", num_attention_heads, ") is not a multiple of ",

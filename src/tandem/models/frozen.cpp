@@ -67,7 +67,7 @@ FrozenHead FrozenHead::load(const std::string& dir, c10::ScalarType dtype, const
     check(stored == shape, "[frozen] ", dir, ": '", name, "' has shape ", at::IntArrayRef(stored),
           ", config.json implies ", at::IntArrayRef(shape));
     if (run.dry_run) return at::empty(shape, at::TensorOptions().dtype(dtype).device(at::kMeta));
-    return checkpoint.read(name).to(run.device, dtype);
+    return checkpoint.read_weight(name).to(run.device, dtype);
   };
   const int64_t vocab = config.vocab_size, hidden = config.hidden_size;
   at::Tensor embed = read("model.embed_tokens.weight", {vocab, hidden});

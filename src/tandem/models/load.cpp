@@ -1,5 +1,7 @@
 #include "tandem/models/load.h"
 
+#include <unistd.h>
+
 #include <ATen/ATen.h>
 
 #include <set>
@@ -29,13 +31,13 @@ std::string join_first(const std::vector<std::string>& names, size_t limit) {
 
 }  // namespace
 
-void load_parameters(torch::nn::Module& module, const HfCheckpoint& checkpoint,
-                     c10::ScalarType dtype, const RunContext& run, bool tied_embeddings) {
-  at::NoGradGuard no_grad;
-  std::set<std::string> used;
-  std::vector<std::string> missing;
-  for (auto& param : module.named_parameters(/*recurse=*/true)) {
+void check_checkpoint_matches(const torch::nn::Module& module, const HfCheckpoint& checkpoint,
+                              bool tied_embeddings) {
+  std::vector<std::string> missing, unexpected;
+  std::set<std::string> expected;
+  for (const auto& param : module.named_parameters(/*recurse=*/true)) {
     const std::string& name = param.key();
+    expected.insert(name);
     if (!checkpoint.contains(name)) {
       missing.push_back(name);
       continue;
@@ -44,29 +46,65 @@ void load_parameters(torch::nn::Module& module, const HfCheckpoint& checkpoint,
     check(info.shape == param.value().sizes().vec(), "[checkpoint] ", checkpoint.dir(),
           ": tensor '", name, "' has shape ", at::IntArrayRef(info.shape),
           " but the config implies ", param.value().sizes());
-    at::Tensor value = run.dry_run  // shapes checked above; nothing read
-                           ? at::empty(info.shape, at::TensorOptions().dtype(dtype).device(at::kMeta))
-                           : checkpoint.read(name).to(run.device, dtype);
-    param.value().set_data(value);
-    shard_on_load(run.shard_on_load, param.value());  // sharded training: split on arrival
-    used.insert(name);
   }
   check(missing.empty(), "[checkpoint] ", checkpoint.dir(), ": missing tensors ",
         join_first(missing, 5));
-  std::vector<std::string> unexpected;
   for (const std::string& name : checkpoint.names())
-    if (!used.count(name) && !carries_no_weights(name, tied_embeddings)) unexpected.push_back(name);
+    if (!expected.count(name) && !carries_no_weights(name, tied_embeddings))
+      unexpected.push_back(name);
   check(unexpected.empty(), "[checkpoint] ", checkpoint.dir(),
         ": tensors the config does not account for: ", join_first(unexpected, 5),
         " (a different architecture or config?)");
 }
 
+void load_parameters(torch::nn::Module& module, const HfCheckpoint& checkpoint,
+                     c10::ScalarType dtype, const RunContext& run, bool tied_embeddings) {
+  check_checkpoint_matches(module, checkpoint, tied_embeddings);
+  at::NoGradGuard no_grad;
+  for (auto& param : module.named_parameters(/*recurse=*/true)) {
+    const std::string& name = param.key();
+    const auto& info = checkpoint.info(name);
+    at::Tensor value = run.dry_run  // shapes checked above; nothing read
+                           ? at::empty(info.shape, at::TensorOptions().dtype(dtype).device(at::kMeta))
+                           : checkpoint.read_weight(name).to(run.device, dtype);
+    param.value().set_data(value);
+    shard_on_load(run.shard_on_load, param.value());  // sharded training: split on arrival
+  }
+}
+
+CausalLM allocate_causal_lm(const DecoderConfig& config, const at::TensorOptions& options,
+                            const std::string& where) {
+  int64_t count = 0;
+  for (const at::Tensor& parameter : CausalLM(config, options.device(at::kMeta))->parameters())
+    count += parameter.numel();
+  const double gib = static_cast<double>(count) * static_cast<double>(c10::elementSize(
+                         c10::typeMetaToScalarType(options.dtype()))) / double(int64_t{1} << 30);
+  if (options.device().is_cpu()) {  // untouched pages would be granted, then fail when filled
+    const double host_gib = static_cast<double>(sysconf(_SC_PHYS_PAGES)) *
+                            static_cast<double>(sysconf(_SC_PAGE_SIZE)) / double(int64_t{1} << 30);
+    check(gib <= host_gib, "[model] ", where, ": the model it describes has ", count,
+          " parameters, ", gib, " GiB in ", c10::typeMetaToScalarType(options.dtype()),
+          ", more than this machine's ", host_gib, " GiB of memory (are its sizes right?)");
+  }
+  try {
+    return CausalLM(config, options);
+  } catch (const c10::Error& e) {
+    throw Error("[model] ", where, ": allocating its ", count, " parameters (", gib, " GiB) on ",
+                options.device().str(), " failed: ", e.what_without_backtrace());
+  }
+}
+
 CausalLM load_causal_lm(const std::string& dir, c10::ScalarType dtype, const RunContext& run) {
   const DecoderConfig config = DecoderConfig::from_dir(dir);
   const HfCheckpoint checkpoint = HfCheckpoint::open(dir, run.rank_zero);
+  // The checkpoint's shapes against the config before anything is allocated: a config.json
+  // whose sizes disagree with its weights fails here, naming both, on a model of no memory.
+  check_checkpoint_matches(*CausalLM(config, at::TensorOptions().dtype(dtype).device(at::kMeta)),
+                           checkpoint, config.tie_word_embeddings);
   // Parameters start uninitialised (at::empty: on the CPU, pages untouched until filled); load
   // replaces each with its checkpoint tensor, so at most one tensor's host copy exists at a time.
-  CausalLM model(config, at::TensorOptions().dtype(dtype).device(run.placement()));
+  CausalLM model = allocate_causal_lm(config, at::TensorOptions().dtype(dtype).device(run.placement()),
+                                      dir + "/config.json");
   load_parameters(*model, checkpoint, dtype, run, config.tie_word_embeddings);
   return model;
 }

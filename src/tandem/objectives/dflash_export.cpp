@@ -176,7 +176,7 @@ DFlashExport load_dflash_export(const std::string& dir, c10::ScalarType dtype) {
   for (auto& parameter : out.draft->named_parameters()) {
     check(checkpoint.contains(parameter.key()), "[dflash] ", dir, ": missing '", parameter.key(),
           "'");
-    const at::Tensor stored = checkpoint.read(parameter.key());
+    const at::Tensor stored = checkpoint.read_weight(parameter.key());
     check(stored.sizes() == parameter.value().sizes(), "[dflash] ", dir, ": '", parameter.key(),
           "' has shape ", stored.sizes(), ", ", path, " implies ", parameter.value().sizes());
     parameter.value().copy_(stored);

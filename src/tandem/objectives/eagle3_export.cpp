@@ -155,7 +155,7 @@ Eagle3Draft load_eagle3_export(const std::string& dir, c10::ScalarType dtype) {
   for (auto& parameter : draft->named_parameters()) {
     check(checkpoint.contains(parameter.key()), "[eagle3] ", dir, ": missing '", parameter.key(),
           "'");
-    const at::Tensor stored = checkpoint.read(parameter.key());
+    const at::Tensor stored = checkpoint.read_weight(parameter.key());
     check(stored.sizes() == parameter.value().sizes(), "[eagle3] ", dir, ": '", parameter.key(),
           "' has shape ", stored.sizes(), ", the config implies ", parameter.value().sizes());
     parameter.value().copy_(stored);

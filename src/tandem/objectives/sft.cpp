@@ -75,8 +75,10 @@ CausalLM make_causal_lm(const SftOptions& options) {
   if (!options.model_path.empty()) {
     model = load_causal_lm(options.model_path, options.dtype, options.run);
   } else {
-    model = CausalLM(student_decoder_config(options),
-                     at::TensorOptions().dtype(options.dtype).device(options.run.placement()));
+    model = allocate_causal_lm(
+        student_decoder_config(options),
+        at::TensorOptions().dtype(options.dtype).device(options.run.placement()),
+        options.model_config);
     init_normal_(*model, options.init_std, options.seed);
   }
   for (auto& parameter : model->parameters()) parameter.set_requires_grad(true);

@@ -87,8 +87,15 @@ BpeModel::BpeModel(const nlohmann::json& model, const std::string& where)
     vocab_[token] = id;
     max_id = std::max(max_id, id);
   }
-  id_to_token_.assign(static_cast<size_t>(max_id + 1), std::string());
-  has_id_.assign(static_cast<size_t>(max_id + 1), false);
+  // The id table is allocated from the largest id: bound it by a stated size and by the
+  // vocabulary's own (the largest published vocabularies hold about 262,144 tokens, ids dense).
+  const int64_t entries = static_cast<int64_t>(vocab_.size());
+  const int64_t id_bound = std::min<int64_t>(kMaxTokenId, 2 * entries + 65536);
+  check(max_id < id_bound, where, ".vocab: the largest id is ", max_id, " for ", entries,
+        " tokens; ids must be below ", id_bound,
+        " (2 x the tokens + 65,536, at most 2^24): the id table would be mostly empty");
+  id_to_token_.assign(static_cast<size_t>(max_id) + 1, std::string());
+  has_id_.assign(static_cast<size_t>(max_id) + 1, false);
   for (const auto& [token, id] : vocab_) {
     id_to_token_[id] = token;
     has_id_[id] = true;

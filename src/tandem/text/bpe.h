@@ -19,6 +19,9 @@ struct StringHash {
 template <typename Value>
 using StringMap = std::unordered_map<std::string, Value, StringHash, std::equal_to<>>;
 
+/// Token ids a tokenizer.json may use: below 2^24 (and dense enough, bpe.cpp).
+inline constexpr int64_t kMaxTokenId = int64_t{1} << 24;
+
 class BpeModel {
  public:
   /// Reads `model` (type BPE); `where` prefixes errors ("[tokenizer] <path>: model").
