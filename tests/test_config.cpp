@@ -75,3 +75,28 @@ TEST(Config, OverridesDoNotDisturbSiblings) {
   EXPECT_EQ(config.section("model").get_string("dtype"), "fp32");
   EXPECT_EQ(config.section("new").section("section").get_int("key"), 1);
 }
+
+// Hostile or mistaken structure is refused when the file is read, naming file, line and key
+// (issue 19): a repeated key, a complex key, nesting no config needs.
+TEST(Config, DuplicateAndComplexKeysAndDeepNestingNameTheFileAndLine) {
+  const std::string duplicate =
+      error_of([] { Config::parse("training:\n  lr: 1\n  steps: 2\n  lr: 3\n", "dup.yaml"); });
+  EXPECT_NE(duplicate.find("dup.yaml:4: duplicate key 'training.lr' (first at line 2)"),
+            std::string::npos)
+      << duplicate;
+  const std::string complex_key =
+      error_of([] { Config::parse("training:\n  ? [a, b]\n  : 1\n", "complex.yaml"); });
+  EXPECT_NE(complex_key.find("complex.yaml:2: a key under 'training' must be a plain name, not a list"),
+            std::string::npos)
+      << complex_key;
+  std::string deep = "a: ";
+  for (int i = 0; i < 40; ++i) deep += "{b: ";
+  deep += "1";
+  for (int i = 0; i < 40; ++i) deep += "}";
+  const std::string nested = error_of([&] { Config::parse(deep, "deep.yaml"); });
+  EXPECT_NE(nested.find("deep.yaml:1: 'a.b.b.b"), std::string::npos) << nested;
+  EXPECT_NE(nested.find("nests deeper than 16 levels"), std::string::npos) << nested;
+  const std::string override_key =
+      error_of([] { Config::parse(kRun, "run.yaml", {"training.x={? [1]: 2}"}); });
+  EXPECT_NE(override_key.find("override 'training.x={? [1]: 2}'"), std::string::npos) << override_key;
+}

@@ -4,6 +4,7 @@
 
 #include <charconv>
 #include <fstream>
+#include <map>
 #include <set>
 #include <sstream>
 
@@ -74,6 +75,39 @@ void collect_leaves(const YAML::Node& node, const std::string& prefix,
   }
 }
 
+// A run config is a few levels of sections with plain keys: refuse what is not, before any
+// key is read (a complex key made yaml-cpp throw "bad conversion" naming no file; a repeated
+// key silently kept one of its values).
+constexpr int kMaxConfigDepth = 16;
+
+std::string line_of(const YAML::Node& node) {
+  const YAML::Mark mark = node.Mark();
+  return mark.line >= 0 ? ":" + std::to_string(mark.line + 1) : std::string();
+}
+
+void check_tree(const YAML::Node& node, const std::string& source, const std::string& path,
+                int depth) {
+  check(depth <= kMaxConfigDepth, "[config] ", source, line_of(node), ": '", path,
+        "' nests deeper than ", kMaxConfigDepth, " levels");
+  if (node.IsSequence()) {
+    for (const YAML::Node& item : node) check_tree(item, source, path + "[]", depth + 1);
+    return;
+  }
+  if (!node.IsMap()) return;
+  std::map<std::string, std::string> seen;  // key -> its line
+  for (const auto& item : node) {
+    check(item.first.IsScalar(), "[config] ", source, line_of(item.first), ": a key under '",
+          path.empty() ? "(top level)" : path, "' must be a plain name, not a ",
+          item.first.IsSequence() ? "list" : item.first.IsMap() ? "mapping" : "null");
+    const std::string key = item.first.Scalar();
+    const std::string here = line_of(item.first);
+    const auto [previous, inserted] = seen.emplace(key, here);
+    check(inserted, "[config] ", source, here, ": duplicate key '", join(path, key), "' (first at ",
+          "line", previous->second.empty() ? " ?" : " " + previous->second.substr(1), ")");
+    check_tree(item.second, source, join(path, key), depth + 1);
+  }
+}
+
 }  // namespace
 
 Config::Config(std::shared_ptr<State> state, std::string prefix)
@@ -90,6 +124,7 @@ Config Config::parse(const std::string& yaml, const std::string& source,
   }
   if (!state->root.IsDefined() || state->root.IsNull()) state->root = YAML::Node(YAML::NodeType::Map);
   check(state->root.IsMap(), "[config] ", source, ": the top level must be a mapping");
+  check_tree(state->root, source, "", 0);
   for (const std::string& item : overrides) {
     const size_t equals = item.find('=');
     check(equals != std::string::npos && equals > 0, "[config] override '", item,
@@ -101,6 +136,7 @@ Config Config::parse(const std::string& yaml, const std::string& source,
     } catch (const YAML::Exception& e) {
       throw Error("[config] override '", item, "': invalid value: ", e.what());
     }
+    check_tree(value, "override '" + item + "'", key, 1);
     assign(state->root, split_dotted(key), value, "override '" + item + "'");
   }
   return Config(state, "");

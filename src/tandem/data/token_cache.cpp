@@ -13,6 +13,7 @@
 #include <random>
 
 #include "tandem/core/error.h"
+#include "tandem/core/json_parse.h"
 #include "tandem/core/hash.h"
 #include "tandem/text/tokenizer.h"
 
@@ -299,6 +300,19 @@ TokenizedDataset TokenizedDataset::open(const std::string& path, DataFormat form
     problem = std::string("mmap: ") + std::strerror(map_errno);
   if (problem.empty())
     problem = validate_cache(static_cast<const uint8_t*>(mapping), info.st_size, key);
+  nlohmann::json meta;  // line and skip counts, JSON after the index
+  if (problem.empty()) {
+    Header stored;
+    std::memcpy(&stored, mapping, kHeaderSize);
+    const char* text = static_cast<const char*>(mapping) + stored.meta_offset;
+    try {
+      meta = parse_json_text(std::string_view(text, stored.meta_size));
+      (void)meta.at("lines").get<int64_t>();
+      (void)meta.at("skipped");
+    } catch (const std::exception& e) {
+      problem = std::string("metadata: ") + e.what();
+    }
+  }
   if (!problem.empty()) {
     if (mapping != MAP_FAILED) ::munmap(mapping, static_cast<size_t>(info.st_size));
     check(out.from_cache_, "[data] ", file_path, ": just written and unreadable: ", problem);
@@ -317,9 +331,6 @@ TokenizedDataset TokenizedDataset::open(const std::string& path, DataFormat form
   out.num_tokens_ = static_cast<int64_t>(header.num_tokens);
   out.num_trained_tokens_ = static_cast<int64_t>(header.num_trained_tokens);
   out.index_offset_ = header.index_offset;
-  const nlohmann::json meta = nlohmann::json::parse(
-      reinterpret_cast<const char*>(out.mapping_) + header.meta_offset,
-      reinterpret_cast<const char*>(out.mapping_) + header.meta_offset + header.meta_size);
   out.num_lines_ = meta.at("lines").get<int64_t>();
   out.skipped_ = SkipCounts::from_json(meta.at("skipped"));
   return out;

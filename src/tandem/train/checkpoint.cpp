@@ -23,6 +23,7 @@
 #include <utility>
 
 #include "tandem/core/error.h"
+#include "tandem/core/json_parse.h"
 #include "tandem/core/file_io.h"
 #include "tandem/core/hash.h"
 #include "tandem/io/safetensors.h"
@@ -242,8 +243,8 @@ CheckpointManifest parse_manifest(const std::string& dir) {
   if (!entry_exists(path)) fail(path, "missing: the save did not finish");
   nlohmann::json root;
   try {
-    root = nlohmann::json::parse(read_whole_file(path));
-  } catch (const nlohmann::json::exception& e) {
+    root = parse_json_text(read_whole_file(path));
+  } catch (const std::exception& e) {
     fail(path, "not valid JSON (truncated?): ", e.what());
   }
   if (!root.is_object()) fail(path, "not a JSON object");

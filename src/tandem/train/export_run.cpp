@@ -51,8 +51,7 @@ ExportResult export_run(const std::string& run_dir, int64_t step, const std::str
   ExportResult result;
   result.checkpoint_dir = reader->dir();
   result.out_dir = out_dir;
-  const nlohmann::json state = nlohmann::json::parse(reader->read_text("trainer_state.json"));
-  result.step = state.at("step").get<int64_t>();
+  result.step = reader->step();  // the manifest's step, checked against the directory name
   return result;
 }
 
