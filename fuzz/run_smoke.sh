@@ -1,35 +1,93 @@
 #!/usr/bin/env bash
-# Builds fuzz/fuzz_safetensors.cpp with libFuzzer + ASan + UBSan into build-fuzz/ and runs a
-# bounded pass seeded from the committed .safetensors fixtures. Exits non-zero on any finding.
-#   FUZZ_SECONDS=30 fuzz/run_smoke.sh
+# Builds every libFuzzer target in fuzz/ (libFuzzer + ASan + UBSan) into build-fuzz/ and runs
+# each for a bounded time, seeded from committed files. Exits non-zero on any finding.
+#   FUZZ_SECONDS=30 fuzz/run_smoke.sh            # seconds per target (default 30)
+#   FUZZ_SECONDS=600 fuzz/run_smoke.sh tokenizer # one target, longer
+# Targets: safetensors (headers), tokenizer (tokenizer.json; encode/decode round trip), model_config
+# (config.json), jsonl (every data format), config (YAML + overrides), manifest (checkpoints).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 build_dir=build-fuzz
-corpus_dir="$build_dir/corpus-safetensors"
-binary="$build_dir/fuzz_safetensors"
-mkdir -p "$build_dir" "$corpus_dir"
+obj_dir="$build_dir/obj"
+mkdir -p "$obj_dir"
+seconds=${FUZZ_SECONDS:-30}
+targets=("$@")
+[ ${#targets[@]} -gt 0 ] || targets=(safetensors tokenizer model_config jsonl config manifest)
 
 # -fno-sanitize-recover makes a UBSan report fatal, so the fuzzer counts it as a crash.
-clang++ -std=c++17 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
-  -I src src/tandem/io/safetensors.cpp src/tandem/core/file_io.cpp src/tandem/core/json_parse.cpp \
-  fuzz/fuzz_safetensors.cpp -o "$binary"
+flags=(-std=c++20 -O1 -g -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=all
+       -I src)
 
-seeds=0
-while IFS= read -r -d '' fixture; do
-  cp "$fixture" "$corpus_dir/seed-$(basename "$fixture")"
-  seeds=$((seeds + 1))
-done < <(find tests/fixtures -name '*.safetensors' -type f -print0 2>/dev/null)
-echo "seeded $seeds fixture(s) into $corpus_dir"
+# The engine sources each target needs (compiled once, shared by the targets).
+core=(src/tandem/core/json_parse.cpp src/tandem/core/file_io.cpp src/tandem/core/hash.cpp
+      src/tandem/core/json_file.cpp)
+text=(src/tandem/text/*.cpp)
+declare -A sources=(
+  [safetensors]="src/tandem/io/safetensors.cpp ${core[*]}"
+  [tokenizer]="${text[*]} ${core[*]}"
+  [model_config]="src/tandem/models/decoder_config.cpp ${core[*]}"
+  [jsonl]="src/tandem/data/datasets.cpp src/tandem/data/jsonl.cpp ${text[*]} ${core[*]}"
+  [config]="src/tandem/core/config.cpp ${core[*]}"
+  [manifest]="src/tandem/train/checkpoint_manifest.cpp ${core[*]}"
+)
+declare -A libraries=([config]="-lyaml-cpp" [tokenizer]="-lpcre2-8" [jsonl]="-lpcre2-8")
 
-log="$build_dir/fuzz_safetensors.log"
+object_of() { echo "$obj_dir/$(echo "$1" | tr '/' '_').o"; }
+
+# Objects, two compilers at a time; a source newer than its object is rebuilt.
+needed=$(for target in "${targets[@]}"; do echo ${sources[$target]}; echo "fuzz/fuzz_$target.cpp"; done |
+         tr ' ' '\n' | sort -u)
+for source in $needed; do
+  object=$(object_of "$source")
+  if [ ! -f "$object" ] || [ "$source" -nt "$object" ]; then echo "$source"; fi
+done | xargs -r -P 2 -I{} sh -c 'clang++ "$@" -c {} -o "'"$obj_dir"'/$(echo {} | tr / _).o"' _ "${flags[@]}"
+
+# Seeds: committed files each target reads in real use.
+seed() {  # seed TARGET FILE [PREFIX-BYTE [BYTES]]: FILE's first BYTES into TARGET's corpus
+  local corpus="$build_dir/corpus-$1" name
+  mkdir -p "$corpus"
+  name="$corpus/seed-$(echo "$2" | tr '/' '_')${3:+-$3}"
+  if [ -n "${3:-}" ]; then
+    { printf "\\$(printf '%03o' "$3")"; head -c "${4:-20000}" "$2"; } > "$name"
+  else
+    head -c 200000 "$2" > "$name"
+  fi
+}
+for target in "${targets[@]}"; do
+  case $target in
+    safetensors) while IFS= read -r -d '' f; do seed safetensors "$f"; done \
+                   < <(find tests/fixtures -name '*.safetensors' -size -200k -type f -print0) ;;
+    tokenizer) for f in tests/fixtures/tokenizers/tiny/tokenizer.json data/demo/tokenizer/tokenizer.json
+               do seed tokenizer "$f" 0 2000000; done
+               seed tokenizer data/demo/chat_heldout.jsonl 1 ;;
+    model_config) for f in tests/fixtures/models/*/config.json configs/*-model.json
+                  do seed model_config "$f"; done ;;
+    jsonl) seed jsonl data/demo/chat.jsonl 0; seed jsonl data/demo/corpus.jsonl 1
+           seed jsonl data/demo/preference.jsonl 3 ;;
+    config) for f in configs/*.yaml configs/examples/*.yaml; do seed config "$f"; done ;;
+    manifest) seed manifest fuzz/seeds/manifest.json ;;
+  esac
+done
+
 status=0
-"$binary" "$corpus_dir" -max_total_time="${FUZZ_SECONDS:-30}" -rss_limit_mb=2048 \
-  -artifact_prefix="$build_dir/" -print_final_stats=1 >"$log" 2>&1 || status=$?
-if [ "$status" -ne 0 ]; then
-  tail -n 60 "$log"
-  echo "fuzz_safetensors: FAILED (exit $status); crashing input saved under $build_dir/" >&2
-  exit "$status"
-fi
-grep -E '^(Done|stat::number_of_executed_units|stat::peak_rss_mb)' "$log" || true
-echo "fuzz_safetensors: no findings"
+for target in "${targets[@]}"; do
+  binary="$build_dir/fuzz_$target"
+  objects=()
+  for source in ${sources[$target]} "fuzz/fuzz_$target.cpp"; do objects+=("$(object_of "$source")"); done
+  clang++ -fsanitize=fuzzer,address,undefined "${objects[@]}" ${libraries[$target]:-} -o "$binary"
+  log="$build_dir/fuzz_$target.log"
+  result=0
+  "$binary" "$build_dir/corpus-$target" -max_total_time="$seconds" -rss_limit_mb=2048 \
+    -malloc_limit_mb=2048 -timeout=20 -artifact_prefix="$build_dir/$target-" -print_final_stats=1 \
+    >"$log" 2>&1 || result=$?
+  if [ "$result" -ne 0 ]; then
+    tail -n 60 "$log"
+    echo "fuzz_$target: FAILED (exit $result); the input is saved as $build_dir/$target-*" >&2
+    status=$result
+    continue
+  fi
+  runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log")
+  echo "fuzz_$target: ${runs:-?} runs in ${seconds} s, no findings"
+done
+exit "$status"

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite: set-up and build if needed, every GoogleTest case through CTest, then a
-# bounded libFuzzer pass over the safetensors reader. Exits non-zero on any failure.
+# bounded libFuzzer pass over every fuzz target in fuzz/ (safetensors headers, tokenizer.json,
+# config.json, the JSONL readers, YAML configs, checkpoint manifests). Exits non-zero on any
+# failure.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -10,4 +12,4 @@ scripts/setup.sh --tools
 export OMP_NUM_THREADS=1 TANDEM_THREADS=1
 jobs=${TANDEM_JOBS:-$(nproc)}
 ctest --test-dir build --output-on-failure -j "$jobs" --timeout 900
-FUZZ_SECONDS=${FUZZ_SECONDS:-30} fuzz/run_smoke.sh
+FUZZ_SECONDS=${FUZZ_SECONDS:-20} fuzz/run_smoke.sh  # seconds per target

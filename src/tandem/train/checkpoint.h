@@ -36,26 +36,12 @@
 #include <utility>
 #include <vector>
 
-namespace tandem {
+#include "tandem/train/checkpoint_manifest.h"
 
-/// Version of the manifest format written by CheckpointWriter; readers reject newer ones.
-inline constexpr int kCheckpointFormatVersion = 1;
+namespace tandem {
 
 /// "step-00000042" for step 42.
 std::string checkpoint_dir_name(int64_t step);
-
-/// One file listed in a manifest.
-struct CheckpointFile {
-  uint64_t size = 0;   // bytes
-  uint64_t xxh64 = 0;  // XXH64 (seed 0) of the whole file
-};
-
-/// A parsed manifest.json.
-struct CheckpointManifest {
-  int version = kCheckpointFormatVersion;
-  int64_t step = 0;
-  std::map<std::string, CheckpointFile> files;  // file name -> size and checksum
-};
 
 /// What a writer's commit() did.
 struct CheckpointCommit {

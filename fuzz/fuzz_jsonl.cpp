@@ -1,0 +1,71 @@
+// libFuzzer target for the JSONL readers of every data format. The first byte picks the format
+// (conversations, text, pretokenized, preference, rollout) and on_error (skip or fail); the
+// rest is the file. Every line must end as a document, a counted skip, or (fail) a
+// tandem::Error naming file:line; no other exception and no crash.
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "tandem/core/error.h"
+#include "tandem/data/datasets.h"
+#include "tandem/text/tokenizer.h"
+
+namespace {
+
+const tandem::Tokenizer& demo_tokenizer() {
+  static const tandem::Tokenizer tokenizer = [] {
+    const char* dir = std::getenv("TANDEM_FUZZ_TOKENIZER");
+    return tandem::Tokenizer::from_dir(dir ? dir : "data/demo/tokenizer");
+  }();
+  return tokenizer;
+}
+
+const std::string& scratch_path() {
+  static const std::string path = "/tmp/tandem-fuzz-jsonl-" + std::to_string(::getpid()) + ".jsonl";
+  return path;
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  if (size == 0) return 0;
+  using tandem::DataFormat;
+  const DataFormat formats[] = {DataFormat::conversations, DataFormat::text, DataFormat::pretokenized,
+                                DataFormat::preference, DataFormat::rollout};
+  const DataFormat format = formats[data[0] % 5];
+  {
+    std::ofstream out(scratch_path(), std::ios::binary | std::ios::trunc);
+    out.write(reinterpret_cast<const char*>(data) + 1, static_cast<std::streamsize>(size - 1));
+  }
+  tandem::DatasetOptions options;
+  options.tokenizer = &demo_tokenizer();
+  options.vocab_size = demo_tokenizer().vocab_size();
+  options.max_length = 4096;
+  options.on_error = (data[0] / 5) % 2 ? tandem::OnError::fail : tandem::OnError::skip;
+  try {
+    if (format == DataFormat::rollout) {
+      tandem::RolloutStream stream(scratch_path(), options);
+      tandem::RolloutSample sample;
+      while (stream.next(sample)) {
+        if (sample.old_logprobs.size() != sample.completion_ids.size()) __builtin_trap();
+      }
+    } else {
+      tandem::DocumentStream stream(scratch_path(), format, options);
+      std::vector<tandem::TokenizedDocument> documents;
+      while (stream.next(documents)) {
+        for (const tandem::TokenizedDocument& document : documents) {
+          if (document.ids.size() != document.loss_mask.size()) __builtin_trap();
+          for (int32_t id : document.ids)
+            if (id < 0 || id >= options.vocab_size) __builtin_trap();
+        }
+      }
+    }
+  } catch (const tandem::Error&) {
+  }
+  return 0;
+}
