@@ -13,17 +13,10 @@
 
 #include "tandem/core/error.h"
 #include "tandem/data/datasets.h"
+#include "demo_tokenizer.h"
 #include "tandem/text/tokenizer.h"
 
 namespace {
-
-const tandem::Tokenizer& demo_tokenizer() {
-  static const tandem::Tokenizer tokenizer = [] {
-    const char* dir = std::getenv("TANDEM_FUZZ_TOKENIZER");
-    return tandem::Tokenizer::from_dir(dir ? dir : "data/demo/tokenizer");
-  }();
-  return tokenizer;
-}
 
 const std::string& scratch_path() {
   static const std::string path = "/tmp/tandem-fuzz-jsonl-" + std::to_string(::getpid()) + ".jsonl";

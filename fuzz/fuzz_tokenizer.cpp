@@ -11,17 +11,10 @@
 
 #include "tandem/core/error.h"
 #include "tandem/core/json_parse.h"
+#include "demo_tokenizer.h"
 #include "tandem/text/tokenizer.h"
 
 namespace {
-
-const tandem::Tokenizer& demo_tokenizer() {
-  static const tandem::Tokenizer tokenizer = [] {
-    const char* dir = std::getenv("TANDEM_FUZZ_TOKENIZER");
-    return tandem::Tokenizer::from_dir(dir ? dir : "data/demo/tokenizer");
-  }();
-  return tokenizer;
-}
 
 void round_trip(const tandem::Tokenizer& tokenizer, const std::string& text, bool must_match) {
   const std::vector<int32_t> ids = tokenizer.encode(text);

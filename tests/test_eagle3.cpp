@@ -265,6 +265,13 @@ TEST(Eagle3Fixture, ResumingAnInterruptedCaptureContinuesWhereItStopped) {
   EXPECT_TRUE(full.read(2, 0, 19, ids).aux.equal(resumed.read(2, 0, 19, ids).aux));
   EXPECT_NE(tandem::testing::error_of([&] { full.read(2, 0, 19, ids + 1); }).find("holds other tokens"),
             std::string::npos);
+  // A document longer than `rows` rows (19 tokens at seq_len 8, rows 1) is run alone, `rows`
+  // rows at a time (it used to fail): the same features.
+  tandem::CaptureOptions one_row = options;
+  one_row.rows = 1;
+  tandem::capture_features(target, dataset, settings, dir / "one_row", one_row);
+  const at::Tensor narrow = tandem::CaptureStore::open(dir / "one_row").read(2, 0, 19, ids).aux;
+  EXPECT_TRUE(at::allclose(narrow, full.read(2, 0, 19, ids).aux, 1e-5, 1e-6));
 }
 
 // Dense reference of ttt_attention: keys of all steps concatenated with an explicit mask.

@@ -151,24 +151,37 @@ CaptureProgress capture_features(const FrozenModel& target, const TokenizedDatas
       const std::vector<TokenizedDocument> documents(
           shard_documents.begin() + next,
           shard_documents.begin() + std::min(count, next + options.rows * 4));
-      PackedBatch batch = pack_documents(documents, packing);
-      if (batch.documents_consumed == 0) {  // one document longer than `rows` rows: alone
-        PackingOptions alone = packing;
-        alone.max_rows = 0;
-        batch = pack_documents({documents.front()}, alone);
-      }
+      // A document longer than `rows` rows is packed alone (its seq_len chunks are documents of
+      // their own) and run `rows` rows at a time, so memory stays that of one micro-batch.
+      PackingOptions alone = packing;
+      alone.max_rows = 0;
+      const bool too_long =
+          static_cast<int64_t>(
+              plan_packing({static_cast<int64_t>(documents.front().ids.size())}, alone).rows.size()) >
+          options.rows;
+      const PackedBatch batch =
+          too_long ? pack_documents({documents.front()}, alone) : pack_documents(documents, packing);
       const PackedBatch on_device = batch.to(target.device());
-      const FrozenModel::Output out =
-          target.forward(on_device.input_ids, on_device.layout(), layers, /*with_logits=*/false);
-      std::vector<at::Tensor> aux_parts;
-      for (int64_t layer : settings.layer_ids) aux_parts.push_back(out.hidden.at(layer));
-      const at::Tensor aux = at::cat(aux_parts, -1).to(at::kCPU, dtype);  // (B, T, k*H)
-      const at::Tensor last = settings.last_hidden ? out.hidden.at(last_layer).to(at::kCPU, dtype)
-                                                   : at::Tensor();  // (B, T, H)
-      for (const PackedDocument& piece : batch.documents)
-        chunks[next + piece.source_index][piece.source_begin] = {
-            aux[piece.row].narrow(0, piece.begin, piece.length),
-            last.defined() ? last[piece.row].narrow(0, piece.begin, piece.length) : at::Tensor()};
+      for (int64_t first_row = 0; first_row < batch.rows(); first_row += options.rows) {
+        const int64_t rows = std::min(options.rows, batch.rows() - first_row);
+        const AttentionLayout layout{on_device.position_ids.narrow(0, first_row, rows),
+                                     on_device.document_ids.narrow(0, first_row, rows)};
+        const FrozenModel::Output out = target.forward(
+            on_device.input_ids.narrow(0, first_row, rows), layout, layers, /*with_logits=*/false);
+        std::vector<at::Tensor> aux_parts;
+        for (int64_t layer : settings.layer_ids) aux_parts.push_back(out.hidden.at(layer));
+        const at::Tensor aux = at::cat(aux_parts, -1).to(at::kCPU, dtype);  // (rows, T, k*H)
+        const at::Tensor last = settings.last_hidden
+                                    ? out.hidden.at(last_layer).to(at::kCPU, dtype)
+                                    : at::Tensor();  // (rows, T, H)
+        for (const PackedDocument& piece : batch.documents) {
+          if (piece.row < first_row || piece.row >= first_row + rows) continue;
+          const int64_t row = piece.row - first_row;
+          chunks[next + piece.source_index][piece.source_begin] = {
+              aux[row].narrow(0, piece.begin, piece.length),
+              last.defined() ? last[row].narrow(0, piece.begin, piece.length) : at::Tensor()};
+        }
+      }
       next += batch.documents_consumed;
     }
     std::vector<std::pair<std::string, at::Tensor>> tensors;

@@ -5,13 +5,13 @@
 
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
 #include <optional>
 #include <sstream>
-#include <cmath>
 
 #include "tandem/core/device.h"
 #include "tandem/core/error.h"
@@ -300,7 +300,8 @@ bool TrainingRun::step() {
 
   phases_->begin();
   const double lr = learning_rate(options_.schedule, counters_.step);
-  if (!loss.defined()) loss = at::zeros({}, at::TensorOptions().dtype(at::kDouble).device(run_.device));
+  if (!loss.defined())
+    loss = at::zeros({}, at::TensorOptions().dtype(at::kDouble).device(run_.device));
   const at::Tensor grad_norm_tensor = optimizer_->gradient_norm();
   // skip_step must see the loss and norm before the update (one read from the device); stop
   // updates without waiting and stops below, before anything is saved.
