@@ -12,6 +12,7 @@
 #include "tandem/io/hf_checkpoint.h"
 #include "tandem/io/tensor_io.h"
 #include "tandem/models/decoder_config.h"
+#include "tandem/models/eagle3.h"
 #include "tandem/models/load.h"
 #include "test_util.h"
 
@@ -87,6 +88,22 @@ TEST(BadModelFiles, AModelLargerThanMemoryIsRefusedByName) {
   EXPECT_NE(message.find("[model] big.json: the model it describes has "), std::string::npos)
       << message;
   EXPECT_NE(message.find("GiB of memory (are its sizes right?)"), std::string::npos) << message;
+}
+
+// A draft's config.json sizes are bounded too (the fc layer is 3 x target_hidden_size wide).
+TEST(BadModelFiles, ADraftsTargetHiddenSizeIsBounded) {
+  tandem::Eagle3Config config;
+  config.layer = tandem::DecoderConfig::from_json(
+      read_json(tandem::testing::model_fixture("llama3") + "/config.json"), "draft.json");
+  config.layer.num_hidden_layers = 1;
+  config.layer.sliding_window.resize(1);
+  config.draft_vocab_size = 32;
+  config.aux_layer_ids = {0, 1, 2};
+  config.target_hidden_size = int64_t{1000000000000};
+  const std::string message = error_of([&] { config.validate("draft.json"); });
+  EXPECT_NE(message.find("draft.json: target_hidden_size must be in 1..65536, got 1000000000000"),
+            std::string::npos)
+      << message;
 }
 
 }  // namespace

@@ -59,10 +59,12 @@ void DFlashConfig::validate(const std::string& where) const {
   check(layer.num_hidden_layers >= 1, "[dflash] ", where, ": the draft needs at least one layer");
   layer.validate(where);
   check(layer.qk_norm, "[dflash] ", where, ": DFlash draft layers are Qwen3 layers (q/k norm)");
-  check(!target_layer_ids.empty(), "[dflash] ", where, ": no target layers to read");
-  check(target_hidden_size > 0, "[dflash] ", where, ": target_hidden_size must be positive");
-  check(block_size >= 2, "[dflash] ", where, ": block_size ", block_size,
-        " must be at least 2 (the anchor plus one predicted token)");
+  check(!target_layer_ids.empty() && target_layer_ids.size() <= 1024, "[dflash] ", where,
+        ": reads ", target_layer_ids.size(), " target layers (1 to 1024)");
+  check(target_hidden_size > 0 && target_hidden_size <= (int64_t{1} << 16), "[dflash] ", where,
+        ": target_hidden_size must be in 1..65536, got ", target_hidden_size);
+  check(block_size >= 2 && block_size <= 1024, "[dflash] ", where, ": block_size ", block_size,
+        " must be in 2..1024 (the anchor plus at least one predicted token)");
   check(mask_token_id >= 0 && mask_token_id <= layer.vocab_size, "[dflash] ", where,
         ": mask_token_id ", mask_token_id, " outside 0..", layer.vocab_size,
         " (the target vocab, plus one grown row)");

@@ -38,7 +38,8 @@ void Eagle3Config::validate(const std::string& where) const {
   check(draft_vocab_size > 0 && draft_vocab_size <= layer.vocab_size, "[eagle3] ", where,
         ": draft_vocab_size ", draft_vocab_size, " must be in 1..", layer.vocab_size,
         " (the target's vocab)");
-  check(target_hidden_size > 0, "[eagle3] ", where, ": target_hidden_size must be positive");
+  check(target_hidden_size > 0 && target_hidden_size <= (int64_t{1} << 16), "[eagle3] ", where,
+        ": target_hidden_size must be in 1..65536, got ", target_hidden_size);
 }
 
 Eagle3LayerImpl::Eagle3LayerImpl(const DecoderConfig& config, const at::TensorOptions& options) {
