@@ -105,3 +105,20 @@ TEST(Objectives, UnknownNameListsTheAvailableOnes) {
 }
 
 }  // namespace
+
+// The loss settings are checked where they are read, naming the key (issue 19): the same
+// function reads them for distillation and for DFlash's `teacher: target`.
+TEST(Distill, LossSettingsOutOfRangeNameTheKey) {
+  const std::string base = "model:\n  config: student.json\nteacher:\n  path: teacher\nloss:\n";
+  for (const auto& [line, phrase] : std::vector<std::pair<std::string, std::string>>{
+           {"  temperature: 0\n", "run.yaml: loss.temperature: must be a finite number > 0, got 0"},
+           {"  temperature: .inf\n", "loss.temperature: must be a finite number > 0, got inf"},
+           {"  beta: 1.5\n", "run.yaml: loss.beta: must be in [0, 1], got 1.5"},
+           {"  hard_label_weight: -0.1\n", "loss.hard_label_weight: must be in [0, 1]"},
+           {"  chunk_tokens: -3\n", "loss.chunk_tokens: must be in 0..16777216"}}) {
+    const tandem::Config config = tandem::Config::parse(base + line, "run.yaml");
+    const std::string message =
+        tandem::testing::error_of([&] { tandem::distill_options(config); });
+    EXPECT_NE(message.find(phrase), std::string::npos) << line << message;
+  }
+}

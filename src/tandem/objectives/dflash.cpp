@@ -15,6 +15,7 @@
 #include "tandem/dist/sharding.h"
 #include "tandem/models/flops.h"
 #include "tandem/objectives/dflash_export.h"
+#include "tandem/objectives/distill.h"
 #include "tandem/objectives/vocab_head.h"
 #include "tandem/text/tokenizer.h"
 
@@ -131,10 +132,15 @@ DFlashOptions dflash_options(const Config& config, const RunContext& run) {
   options.seed = static_cast<uint64_t>(config.section("training").get_int("seed", 0));
   const Config loss = config.section("loss");
   options.gamma = loss.get_double("gamma", dflash_default_gamma(options.block_size));
-  check(options.gamma > 0, "[dflash] ", loss.where("gamma"), ": must be positive");
+  check(std::isfinite(options.gamma) && options.gamma > 0, "[dflash] ", loss.where("gamma"),
+        ": must be a finite number > 0, got ", options.gamma);
   options.max_anchors = loss.get_int("max_anchors", 512);
-  check(options.max_anchors >= 1, "[dflash] ", loss.where("max_anchors"), ": must be >= 1");
+  check(options.max_anchors >= 1 && options.max_anchors <= (int64_t{1} << 20), "[dflash] ",
+        loss.where("max_anchors"), ": must be in 1..1048576, got ", options.max_anchors);
   options.loss.chunk_tokens = loss.get_int("chunk_tokens", 1024);
+  check(options.loss.chunk_tokens >= 0 && options.loss.chunk_tokens <= (int64_t{1} << 24),
+        "[dflash] ", loss.where("chunk_tokens"), ": must be in 0..16777216 (0: full logits), got ",
+        options.loss.chunk_tokens);
   options.loss.fp32_head = loss.get_bool("fp32_lm_head", false);
   options.teacher = loss.get_choice("teacher", {"labels", "target"}, "labels") == "target"
                         ? DFlashTeacher::Target
@@ -144,17 +150,7 @@ DFlashOptions dflash_options(const Config& config, const RunContext& run) {
       check(!loss.has(key), "[dflash] ", loss.where(key),
             " applies to distillation from the target: set loss.teacher: target, or remove it");
   } else {
-    options.distill.divergence = parse_divergence(
-        loss.get_choice("divergence", {"forward_kl", "reverse_kl", "jsd"}, "forward_kl"));
-    options.distill.beta = loss.get_double("beta", 0.5);
-    check(options.distill.beta >= 0 && options.distill.beta <= 1, "[dflash] ", loss.where("beta"),
-          ": must be in [0, 1]");
-    options.distill.temperature = loss.get_double("temperature", 1.0);
-    check(options.distill.temperature > 0, "[dflash] ", loss.where("temperature"),
-          ": must be positive");
-    options.distill.hard_label_weight = loss.get_double("hard_label_weight", 0.0);
-    check(options.distill.hard_label_weight >= 0 && options.distill.hard_label_weight <= 1,
-          "[dflash] ", loss.where("hard_label_weight"), ": must be in [0, 1]");
+    options.distill = read_distill_loss(loss, "dflash");
   }
   options.distill.chunk_tokens = options.loss.chunk_tokens;
   options.distill.fp32_head = options.loss.fp32_head;

@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 
+#include <cmath>
 #include "tandem/core/device.h"
 #include "tandem/models/flops.h"
 #include "tandem/core/config.h"
@@ -20,13 +21,25 @@ DistillOptions distill_options(const Config& config, const RunContext& run) {
       parse_compute_dtype(teacher.get_string("dtype", frozen_dtype_default(run.device)),
                           teacher.where("dtype"));
   const Config loss = config.section("loss");
-  options.loss.divergence = parse_divergence(
-      loss.get_choice("divergence", {"forward_kl", "reverse_kl", "jsd"}, "forward_kl"));
-  options.loss.beta = loss.get_double("beta", 0.5);
-  options.loss.temperature = loss.get_double("temperature", 1.0);
-  options.loss.hard_label_weight = loss.get_double("hard_label_weight", 0.0);
+  options.loss = read_distill_loss(loss, "distill");
   options.loss.chunk_tokens = options.student.loss.chunk_tokens;
   options.loss.fp32_head = options.student.loss.fp32_head;
+  return options;
+}
+
+DistillLossOptions read_distill_loss(const Config& loss, const std::string& component) {
+  DistillLossOptions options;
+  options.divergence = parse_divergence(
+      loss.get_choice("divergence", {"forward_kl", "reverse_kl", "jsd"}, "forward_kl"));
+  options.beta = loss.get_double("beta", 0.5);
+  check(options.beta >= 0 && options.beta <= 1, "[", component, "] ", loss.where("beta"),
+        ": must be in [0, 1], got ", options.beta);
+  options.temperature = loss.get_double("temperature", 1.0);
+  check(std::isfinite(options.temperature) && options.temperature > 0, "[", component, "] ",
+        loss.where("temperature"), ": must be a finite number > 0, got ", options.temperature);
+  options.hard_label_weight = loss.get_double("hard_label_weight", 0.0);
+  check(options.hard_label_weight >= 0 && options.hard_label_weight <= 1, "[", component, "] ",
+        loss.where("hard_label_weight"), ": must be in [0, 1], got ", options.hard_label_weight);
   return options;
 }
 

@@ -24,6 +24,11 @@ struct DistillOptions {
 /// Reads `model.*`, `teacher.*` and `loss.*` (divergence, beta, temperature, hard_label_weight).
 DistillOptions distill_options(const Config& config, const RunContext& run = {});
 
+/// `loss.divergence`, `beta` (in [0, 1]), `temperature` (finite, > 0) and `hard_label_weight`
+/// (in [0, 1]), each checked where it is read; `component` prefixes the errors ("distill",
+/// "dflash"). Distillation's loss and DFlash's `teacher: target` read them alike.
+DistillLossOptions read_distill_loss(const Config& loss, const std::string& component);
+
 class DistillObjective : public Objective {
  public:
   /// Loads the teacher frozen; errors before loading anything if the vocab sizes differ.

@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 
+#include <cmath>
 #include <filesystem>
 #include <map>
 
@@ -35,7 +36,8 @@ DpoOptions dpo_options(const Config& config, const RunContext& run) {
   const Config loss = config.section("loss");
   options.loss_type = parse_dpo_loss_type(loss.get_choice("type", {"sigmoid", "hinge", "ipo"}, "sigmoid"));
   options.beta = loss.get_double("beta", 0.1);
-  check(options.beta > 0, "[dpo] ", loss.where("beta"), ": must be positive");
+  check(std::isfinite(options.beta) && options.beta > 0, "[dpo] ", loss.where("beta"),
+        ": must be a finite number > 0, got ", options.beta);
   return options;
 }
 

@@ -42,9 +42,11 @@ Eagle3Options eagle3_options(const Config& config, const RunContext& run) {
   options.draft_dtype = parse_compute_dtype(draft.get_string("dtype", "fp32"), draft.where("dtype"));
   options.aux_layer_ids = draft.get_int_list("aux_layer_ids", std::vector<int64_t>{});
   options.ttt_length = draft.get_int("ttt_length", 7);
-  check(options.ttt_length >= 1, "[eagle3] ", draft.where("ttt_length"), ": must be >= 1");
+  check(options.ttt_length >= 1 && options.ttt_length <= 64, "[eagle3] ",
+        draft.where("ttt_length"), ": must be in 1..64, got ", options.ttt_length);
   options.decay = draft.get_double("decay", 0.8);
-  check(options.decay > 0, "[eagle3] ", draft.where("decay"), ": must be positive");
+  check(std::isfinite(options.decay) && options.decay > 0, "[eagle3] ", draft.where("decay"),
+        ": must be a finite number > 0, got ", options.decay);
   options.draft_vocab_size = draft.get_int("draft_vocab_size", 32000);
   options.intermediate_size = draft.get_int("intermediate_size", 0);
   options.train_lm_head = draft.get_bool("train_lm_head", true);
@@ -52,6 +54,9 @@ Eagle3Options eagle3_options(const Config& config, const RunContext& run) {
   options.seed = static_cast<uint64_t>(config.section("training").get_int("seed", 0));
   options.capture_dir = config.section("data").get_string("capture", "");
   options.teacher_chunk_tokens = config.section("loss").get_int("chunk_tokens", 1024);
+  check(options.teacher_chunk_tokens >= 0 && options.teacher_chunk_tokens <= (int64_t{1} << 24),
+        "[eagle3] ", config.section("loss").where("chunk_tokens"),
+        ": must be in 0..16777216, got ", options.teacher_chunk_tokens);
   return options;
 }
 

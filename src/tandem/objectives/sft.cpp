@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 
+#include <cmath>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
@@ -29,9 +30,14 @@ SftOptions sft_options(const Config& config, const RunContext& run) {
         "model from a config.json)");
   options.dtype = parse_compute_dtype(model.get_string("dtype", "fp32"), model.where("dtype"));
   options.init_std = model.get_double("init_std", 0.02);
+  check(std::isfinite(options.init_std) && options.init_std >= 0, "[sft] ", model.where("init_std"),
+        ": must be a finite number >= 0, got ", options.init_std);
   options.seed = static_cast<uint64_t>(config.section("training").get_int("seed", 0));
   const Config loss = config.section("loss");
   options.loss.chunk_tokens = loss.get_int("chunk_tokens", 1024);
+  check(options.loss.chunk_tokens >= 0 && options.loss.chunk_tokens <= (int64_t{1} << 24), "[sft] ",
+        loss.where("chunk_tokens"), ": must be in 0..16777216 (0: full logits), got ",
+        options.loss.chunk_tokens);
   options.loss.fp32_head = loss.get_bool("fp32_lm_head", false);
   return options;
 }
