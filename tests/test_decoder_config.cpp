@@ -172,6 +172,8 @@ TEST(DecoderConfig, ErrorsNameTheFieldAndFile) {
            {"intermediate_size", int64_t{1000000000000}, "intermediate_size must be in 1..1048576"},
            {"head_dim", 1000000000, "head_dim must be in 1..4096"},
            {"num_hidden_layers", 100000, "num_hidden_layers must be in 1..1024, got 100000"},
+           // Found by fuzz_model_config: a negative layer count sized a vector before the check.
+           {"num_hidden_layers", -4, "num_hidden_layers must be in 1..1024, got -4"},
            {"max_position_embeddings", -1, "max_position_embeddings must be in 0..1073741824"},
            {"bos_token_id", int64_t{1000000000000000}, "bos_token_id 1000000000000000 is outside"},
            {"pad_token_id", 128256, "pad_token_id 128256 is outside the vocabulary [0, 128256)"}}) {

@@ -1,5 +1,6 @@
 #include "tandem/models/decoder_config.h"
 
+#include <cmath>
 #include <nlohmann/json.hpp>
 #include <set>
 
@@ -214,6 +215,7 @@ DecoderConfig DecoderConfig::from_json(const json& config, const std::string& pa
   out.head_dim = reader.integer_or("head_dim", out.hidden_size / out.num_attention_heads);
   out.rms_norm_eps = reader.number_or("rms_norm_eps", 1e-6);
   out.max_position_embeddings = reader.integer_or("max_position_embeddings", 0);
+  out.validate_sizes(path);  // before the layer count sizes anything below
   out.tie_word_embeddings = reader.boolean_or("tie_word_embeddings", false);
   parse_rope(config, path, out);
   parse_sliding_window(config, path, out);
@@ -243,7 +245,7 @@ DecoderConfig DecoderConfig::from_json(const json& config, const std::string& pa
   return out;
 }
 
-void DecoderConfig::validate(const std::string& where) const {
+void DecoderConfig::validate_sizes(const std::string& where) const {
   // Stated bounds, far above any published model (vocabularies of ~262k, widths of 16k to 25k,
   // MLPs of ~53k, 126 layers, 128 heads of up to 256 dims), checked before any size is used
   // to allocate or loop: a wrong or hostile config.json fails here, naming the field.
@@ -258,6 +260,10 @@ void DecoderConfig::validate(const std::string& where) const {
   in_range(num_attention_heads, "num_attention_heads", 1024);
   in_range(num_key_value_heads, "num_key_value_heads", 1024);
   in_range(head_dim, "head_dim", 4096);
+}
+
+void DecoderConfig::validate(const std::string& where) const {
+  validate_sizes(where);
   check(max_position_embeddings >= 0 && max_position_embeddings <= (int64_t{1} << 30), "[config] ",
         where, ": max_position_embeddings must be in 0..", int64_t{1} << 30, " (0: not given), got ",
         max_position_embeddings);
@@ -270,7 +276,8 @@ void DecoderConfig::validate(const std::string& where) const {
         ": num_attention_heads (", num_attention_heads, ") is not a multiple of ",
         "num_key_value_heads (", num_key_value_heads, ")");
   check(rms_norm_eps > 0, "[config] ", where, ": rms_norm_eps must be positive");
-  check(rope_theta > 0, "[config] ", where, ": rope_theta must be positive");
+  check(std::isfinite(rope_theta) && rope_theta > 0, "[config] ", where,
+        ": rope_theta must be a finite number > 0");
   check(static_cast<int64_t>(sliding_window.size()) == num_hidden_layers, "[config] ", where,
         ": one sliding window entry per layer expected");
   if (rope_scaling.type == "llama3") {

@@ -60,6 +60,9 @@ struct DecoderConfig {
   nlohmann::json to_json() const;
   /// Checks internal consistency (positive sizes, heads divide, ...); `where` names the source.
   void validate(const std::string& where) const;
+  /// The sizes alone (vocab, widths, layers, heads) within their stated bounds; validate()
+  /// includes it. Parsing calls it before the layer count sizes anything.
+  void validate_sizes(const std::string& where) const;
 };
 
 }  // namespace tandem
