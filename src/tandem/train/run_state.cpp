@@ -117,8 +117,6 @@ RunCheckpoint read_run_checkpoint(const CheckpointReader& reader) {
   try {
     std::tie(checkpoint.counters, checkpoint.sampler) =
         parse_trainer_state(parse_json_text(reader.read_text("trainer_state.json")));
-  } catch (const Error&) {
-    throw;
   } catch (const std::exception& e) {  // malformed JSON, a missing or mistyped field
     throw Error("[train] ", path, ": not a trainer state: ", e.what());
   }
