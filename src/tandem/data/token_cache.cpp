@@ -300,15 +300,16 @@ TokenizedDataset TokenizedDataset::open(const std::string& path, DataFormat form
     problem = std::string("mmap: ") + std::strerror(map_errno);
   if (problem.empty())
     problem = validate_cache(static_cast<const uint8_t*>(mapping), info.st_size, key);
-  nlohmann::json meta;  // line and skip counts, JSON after the index
+  Header header{};
   if (problem.empty()) {
-    Header stored;
-    std::memcpy(&stored, mapping, kHeaderSize);
-    const char* text = static_cast<const char*>(mapping) + stored.meta_offset;
+    std::memcpy(&header, mapping, kHeaderSize);
+    // The line and skip counts, JSON after the index: read as part of the validation, so a cache
+    // whose metadata does not parse is rebuilt like any other corrupt one.
+    const char* text = static_cast<const char*>(mapping) + header.meta_offset;
     try {
-      meta = parse_json_text(std::string_view(text, stored.meta_size));
-      (void)meta.at("lines").get<int64_t>();
-      (void)meta.at("skipped");
+      const nlohmann::json meta = parse_json_text(std::string_view(text, header.meta_size));
+      out.num_lines_ = meta.at("lines").get<int64_t>();
+      out.skipped_ = SkipCounts::from_json(meta.at("skipped"));
     } catch (const std::exception& e) {
       problem = std::string("metadata: ") + e.what();
     }
@@ -324,15 +325,11 @@ TokenizedDataset TokenizedDataset::open(const std::string& path, DataFormat form
   out.mapping_ = static_cast<const uint8_t*>(mapping);
   out.mapping_size_ = static_cast<size_t>(info.st_size);
 
-  Header header;
-  std::memcpy(&header, out.mapping_, kHeaderSize);
   out.documents_per_record_ = static_cast<int>(header.documents_per_record);
   out.num_documents_ = static_cast<int64_t>(header.num_documents);
   out.num_tokens_ = static_cast<int64_t>(header.num_tokens);
   out.num_trained_tokens_ = static_cast<int64_t>(header.num_trained_tokens);
   out.index_offset_ = header.index_offset;
-  out.num_lines_ = meta.at("lines").get<int64_t>();
-  out.skipped_ = SkipCounts::from_json(meta.at("skipped"));
   return out;
 }
 

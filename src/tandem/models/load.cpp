@@ -73,10 +73,13 @@ void load_parameters(torch::nn::Module& module, const HfCheckpoint& checkpoint,
 }
 
 CausalLM allocate_causal_lm(const DecoderConfig& config, const at::TensorOptions& options,
-                            const std::string& where) {
+                            const std::string& where, const HfCheckpoint* checkpoint) {
+  // The model without memory first: its shapes against the checkpoint's (headers only), and its
+  // size against the machine, before anything is allocated.
+  const CausalLM shapes(config, options.device(at::kMeta));
+  if (checkpoint) check_checkpoint_matches(*shapes, *checkpoint, config.tie_word_embeddings);
   int64_t count = 0;
-  for (const at::Tensor& parameter : CausalLM(config, options.device(at::kMeta))->parameters())
-    count += parameter.numel();
+  for (const at::Tensor& parameter : shapes->parameters()) count += parameter.numel();
   const double gib = static_cast<double>(count) * static_cast<double>(c10::elementSize(
                          c10::typeMetaToScalarType(options.dtype()))) / double(int64_t{1} << 30);
   if (options.device().is_cpu()) {  // untouched pages would be granted, then fail when filled
@@ -97,14 +100,12 @@ CausalLM allocate_causal_lm(const DecoderConfig& config, const at::TensorOptions
 CausalLM load_causal_lm(const std::string& dir, c10::ScalarType dtype, const RunContext& run) {
   const DecoderConfig config = DecoderConfig::from_dir(dir);
   const HfCheckpoint checkpoint = HfCheckpoint::open(dir, run.rank_zero);
-  // The checkpoint's shapes against the config before anything is allocated: a config.json
-  // whose sizes disagree with its weights fails here, naming both, on a model of no memory.
-  check_checkpoint_matches(*CausalLM(config, at::TensorOptions().dtype(dtype).device(at::kMeta)),
-                           checkpoint, config.tie_word_embeddings);
+  // A config.json whose sizes disagree with its weights fails before anything is allocated.
   // Parameters start uninitialised (at::empty: on the CPU, pages untouched until filled); load
   // replaces each with its checkpoint tensor, so at most one tensor's host copy exists at a time.
-  CausalLM model = allocate_causal_lm(config, at::TensorOptions().dtype(dtype).device(run.placement()),
-                                      dir + "/config.json");
+  CausalLM model =
+      allocate_causal_lm(config, at::TensorOptions().dtype(dtype).device(run.placement()),
+                         dir + "/config.json", &checkpoint);
   load_parameters(*model, checkpoint, dtype, run, config.tie_word_embeddings);
   return model;
 }

@@ -27,11 +27,13 @@ void check_checkpoint_matches(const torch::nn::Module& module, const HfCheckpoin
 void load_parameters(torch::nn::Module& module, const HfCheckpoint& checkpoint,
                      c10::ScalarType dtype, const RunContext& run, bool tied_embeddings);
 
-/// A causal LM with uninitialised parameters on `options`' device and dtype, after checking its
-/// size: on the CPU against the machine's physical memory (pages would be granted untouched and
-/// fail only when filled); an allocation failure on a GPU names `where` and the size too.
+/// A causal LM with uninitialised parameters on `options`' device and dtype, after checking, on
+/// a model without memory, its shapes against `checkpoint` (when given: check_checkpoint_matches)
+/// and its size: on the CPU against the machine's physical memory (pages would be granted
+/// untouched and fail only when filled); an allocation failure on a GPU names `where` and the
+/// size too.
 CausalLM allocate_causal_lm(const DecoderConfig& config, const at::TensorOptions& options,
-                            const std::string& where);
+                            const std::string& where, const HfCheckpoint* checkpoint = nullptr);
 
 /// config.json + weights of `dir` -> a causal LM in `dtype` on `run.device` (read through
 /// `run.rank_zero` when set).

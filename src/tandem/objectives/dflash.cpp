@@ -16,6 +16,7 @@
 #include "tandem/models/flops.h"
 #include "tandem/objectives/dflash_export.h"
 #include "tandem/objectives/distill.h"
+#include "tandem/objectives/sft.h"
 #include "tandem/objectives/vocab_head.h"
 #include "tandem/text/tokenizer.h"
 
@@ -137,10 +138,7 @@ DFlashOptions dflash_options(const Config& config, const RunContext& run) {
   options.max_anchors = loss.get_int("max_anchors", 512);
   check(options.max_anchors >= 1 && options.max_anchors <= (int64_t{1} << 20), "[dflash] ",
         loss.where("max_anchors"), ": must be in 1..1048576, got ", options.max_anchors);
-  options.loss.chunk_tokens = loss.get_int("chunk_tokens", 1024);
-  check(options.loss.chunk_tokens >= 0 && options.loss.chunk_tokens <= (int64_t{1} << 24),
-        "[dflash] ", loss.where("chunk_tokens"), ": must be in 0..16777216 (0: full logits), got ",
-        options.loss.chunk_tokens);
+  options.loss.chunk_tokens = read_chunk_tokens(loss, "dflash");
   options.loss.fp32_head = loss.get_bool("fp32_lm_head", false);
   options.teacher = loss.get_choice("teacher", {"labels", "target"}, "labels") == "target"
                         ? DFlashTeacher::Target

@@ -14,6 +14,7 @@
 #include "tandem/dist/sharding.h"
 #include "tandem/models/flops.h"
 #include "tandem/objectives/eagle3_export.h"
+#include "tandem/objectives/sft.h"
 
 namespace tandem {
 
@@ -53,10 +54,7 @@ Eagle3Options eagle3_options(const Config& config, const RunContext& run) {
   options.init_std = draft.get_double("init_std", 0.02);
   options.seed = static_cast<uint64_t>(config.section("training").get_int("seed", 0));
   options.capture_dir = config.section("data").get_string("capture", "");
-  options.teacher_chunk_tokens = config.section("loss").get_int("chunk_tokens", 1024);
-  check(options.teacher_chunk_tokens >= 0 && options.teacher_chunk_tokens <= (int64_t{1} << 24),
-        "[eagle3] ", config.section("loss").where("chunk_tokens"),
-        ": must be in 0..16777216, got ", options.teacher_chunk_tokens);
+  options.teacher_chunk_tokens = read_chunk_tokens(config.section("loss"), "eagle3");
   return options;
 }
 

@@ -34,10 +34,7 @@ SftOptions sft_options(const Config& config, const RunContext& run) {
         ": must be a finite number >= 0, got ", options.init_std);
   options.seed = static_cast<uint64_t>(config.section("training").get_int("seed", 0));
   const Config loss = config.section("loss");
-  options.loss.chunk_tokens = loss.get_int("chunk_tokens", 1024);
-  check(options.loss.chunk_tokens >= 0 && options.loss.chunk_tokens <= (int64_t{1} << 24), "[sft] ",
-        loss.where("chunk_tokens"), ": must be in 0..16777216 (0: full logits), got ",
-        options.loss.chunk_tokens);
+  options.loss.chunk_tokens = read_chunk_tokens(loss, "sft");
   options.loss.fp32_head = loss.get_bool("fp32_lm_head", false);
   return options;
 }
@@ -68,6 +65,14 @@ NextTokenPositions next_token_positions(const PackedBatch& batch) {
 
 at::Tensor gather_positions(const at::Tensor& hidden, const at::Tensor& index) {
   return hidden.reshape({-1, hidden.size(-1)}).index_select(0, index);
+}
+
+int64_t read_chunk_tokens(const Config& loss, const std::string& component) {
+  const int64_t chunk_tokens = loss.get_int("chunk_tokens", 1024);
+  check(chunk_tokens >= 0 && chunk_tokens <= (int64_t{1} << 24), "[", component, "] ",
+        loss.where("chunk_tokens"), ": must be in 0..16777216 (0: full logits), got ",
+        chunk_tokens);
+  return chunk_tokens;
 }
 
 DecoderConfig student_decoder_config(const SftOptions& options) {

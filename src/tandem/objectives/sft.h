@@ -26,6 +26,10 @@ struct SftOptions {
 /// Reads `model.*` and `loss.*` of the config.
 SftOptions sft_options(const Config& config, const RunContext& run = {});
 
+/// `loss.chunk_tokens` (default 1024; 0..2^24, 0: the plain path with full logits), checked where
+/// it is read; `component` prefixes the error. Every objective with a vocabulary loss reads it.
+int64_t read_chunk_tokens(const Config& loss, const std::string& component);
+
 /// The architecture `options` describe: model.path's config.json, or model.config.
 DecoderConfig student_decoder_config(const SftOptions& options);
 /// The trained causal LM of `options`: loaded from model.path, or fresh from model.config with

@@ -8,7 +8,6 @@
 #include <cmath>
 #include <csignal>
 #include <cstdio>
-#include <filesystem>
 #include <iostream>
 #include <optional>
 #include <sstream>
@@ -231,8 +230,7 @@ void TrainingRun::resume() {
   if (!lead()) return;
   if (!resumed.empty())
     std::cerr << "[train] resuming from " << resumed << " (step " << counters_.step << ")\n";
-  std::filesystem::create_directories(options_.run_dir);
-  MetricsOptions metrics_options;
+  MetricsOptions metrics_options;  // run_dir exists: the lock above created it
   metrics_options.run_dir = options_.run_dir;
   metrics_options.total_steps = options_.steps;
   metrics_options.resume_step = counters_.step + 1;  // steps after the checkpoint are redone

@@ -47,8 +47,7 @@ namespace {
 void plan_records(TrainingData& data, OnError on_error) {
   const int64_t seq_len = data.packing.seq_len, capacity = data.rows * seq_len;
   const int per_record = data.documents_per_record();
-  const int64_t records = data.dataset ? data.dataset->num_records()
-                                       : static_cast<int64_t>(data.rollouts.size());
+  const int64_t records = data.num_records();  // the dataset's: no parts yet
   PackingOptions alone = data.packing;  // a record packed by itself, rows unbounded
   alone.max_rows = 0;
   std::vector<RecordPart> parts;
