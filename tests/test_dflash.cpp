@@ -409,14 +409,13 @@ TEST(DFlashFixture, PublishedBugsGiveTheReferenceBugLossesAndTheCodeAvoidsBoth) 
   tandem::DFlashBlocks moved = blocks;
   moved.anchors = at::where(blocks.anchor_valid, blocks.anchors + 1, blocks.anchors);
   const at::Tensor& features = ref.at("context_features");
-  const auto loss_of = [&](const at::Tensor& context_mask, const tandem::DFlashTargets& targets) {
+  const auto loss_of = [&](const tandem::KeyBands& bands, const tandem::DFlashTargets& targets) {
     const auto& draft = objective.draft();
     const at::Tensor embeds = at::embedding(objective.input_embedding(),
                                             tandem::dflash_block_ids(batch.input_ids, blocks, 511));
-    const at::Tensor hidden =
-        draft->forward(embeds, draft->context(features), batch.position_ids,
-                       tandem::dflash_block_positions(batch.position_ids, blocks), context_mask,
-                       blocks.anchor_valid);
+    const at::Tensor hidden = draft->forward(
+        embeds, draft->context(features), batch.position_ids,
+        tandem::dflash_block_positions(batch.position_ids, blocks), bands, blocks.anchor_valid);
     const at::Tensor ce = -at::log_softmax(logits_of(hidden, 4), -1)
                                .gather(-1, targets.labels.unsqueeze(-1))
                                .squeeze(-1);
@@ -429,14 +428,18 @@ TEST(DFlashFixture, PublishedBugsGiveTheReferenceBugLossesAndTheCodeAvoidsBoth) 
       tandem::dflash_context_mask(batch.document_ids, batch.padding_mask, moved);
   EXPECT_EQ(mask_le.logical_and(mask.logical_not()).sum().item<int64_t>(),
             7);  // one column per valid block
+  const tandem::KeyBands bands = tandem::dflash_key_bands(batch.document_ids, blocks, c10::kCPU);
+  const tandem::KeyBands bands_le = tandem::dflash_key_bands(batch.document_ids, moved, c10::kCPU);
+  EXPECT_TRUE(bands.dense_mask(mask.size(2)).slice(1, 0, c10::nullopt, 4).equal(mask));
+  EXPECT_TRUE(bands_le.dense_mask(mask.size(2)).slice(1, 0, c10::nullopt, 4).equal(mask_le));
   const tandem::DFlashTargets targets = tandem::dflash_targets(batch, blocks);
 
   const double correct = ref.at("loss").item<double>();
   const double shifted = ref.at("bug.shifted_labels.loss").item<double>();
   const double leaked = ref.at("bug.context_le.loss").item<double>();
-  EXPECT_NEAR(loss_of(mask, targets), correct, 1e-5 * correct);
-  EXPECT_NEAR(loss_of(mask, tandem::dflash_targets(batch, moved)), shifted, 1e-5 * shifted);
-  EXPECT_NEAR(loss_of(mask_le, targets), leaked, 1e-5 * leaked);
+  EXPECT_NEAR(loss_of(bands, targets), correct, 1e-5 * correct);
+  EXPECT_NEAR(loss_of(bands, tandem::dflash_targets(batch, moved)), shifted, 1e-5 * shifted);
+  EXPECT_NEAR(loss_of(bands_le, targets), leaked, 1e-5 * leaked);
   const tandem::DFlashResult result =
       objective.run(batch, {features, {}}, blocks, objective.totals(batch, blocks));
   for (const double bug : {shifted, leaked})
@@ -473,7 +476,10 @@ TEST(DFlashMask, HandMadeCaseAndNoNaNFromABlockThatSeesNothing) {
   const at::Tensor q = at::randn({1, 4, 8, 8}), k = at::randn({1, 2, 8, 8}),
                    v = at::randn({1, 2, 8, 8});
   const at::Tensor kb = at::randn({1, 2, 8, 8}), vb = at::randn({1, 2, 8, 8});
-  const at::Tensor out = tandem::dflash_attention(q, k, v, kb, vb, context, blocks.anchor_valid);
+  const tandem::KeyBands bands = tandem::dflash_key_bands(documents, blocks, c10::kCPU);
+  EXPECT_TRUE(bands.dense_mask(8).slice(1, 0, c10::nullopt, 2).equal(context));
+  const at::Tensor out = tandem::dflash_attention(q, k, v, kb, vb, bands, blocks.anchor_valid,
+                                                  tandem::AttentionOptions{});
   EXPECT_TRUE(at::isfinite(out).all().item<bool>());
   EXPECT_EQ(out.narrow(2, 6, 2).abs().max().item<double>(), 0.0);  // the invalid block
   // The document-start block (queries 2, 3) attends to its own two slots only.
@@ -498,9 +504,17 @@ TEST(DFlashAttention, EqualsADenseMaskedReference) {
   const at::Tensor vb = at::randn({batch, kv_heads, queries, dim}, at::kDouble);
   const at::Tensor valid =
       at::tensor({1, 1, 1, 1, 1, 0}, at::kLong).to(at::kBool).view({batch, blocks});
-  const at::Tensor context =
-      (at::rand({batch, blocks, length}) < 0.6).logical_and(valid.unsqueeze(2));
-  const at::Tensor out = tandem::dflash_attention(q, k, v, kb, vb, context, valid);
+  // Row 0: documents [0, 4) and [4, 10), anchors 2, 5, 8; row 1: one document, anchors 1, 6.
+  const at::Tensor documents =
+      at::tensor({0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}, at::kLong)
+          .view({batch, length});
+  const tandem::DFlashBlocks drawn{block_size,
+                                   at::tensor({2, 5, 8, 1, 6, 0}, at::kLong).view({2, 3}), valid};
+  const at::Tensor context = tandem::dflash_context_mask(
+      documents, at::ones({batch, length}, at::kByte), drawn);  // (B, A, S)
+  const tandem::KeyBands bands = tandem::dflash_key_bands(documents, drawn, c10::kCPU);
+  const at::Tensor out = tandem::dflash_attention(q, k, v, kb, vb, bands, valid,
+                                                  {tandem::AttentionKernel::Blockwise, 4, 3});
 
   const at::Tensor mask =
       tandem::dflash_dense_mask(context, valid, block_size).unsqueeze(1);  // (B, 1, Q, S + Q)

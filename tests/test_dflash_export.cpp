@@ -47,7 +47,9 @@ at::Tensor draft_output(const tandem::DFlashDraftImpl& draft, int64_t seed) {
   return draft.forward(at::randn({1, bs, hidden}), draft.context(features),
                        at::arange(n, at::kLong).view({1, n}),
                        at::arange(n, n + bs, at::kLong).view({1, bs}),
-                       at::ones({1, 1, n}, at::kBool), at::ones({1, 1}, at::kBool));
+                       tandem::KeyBands::from_host(at::zeros({1, bs}, at::kLong),
+                                                   at::full({1, bs}, n - 1, at::kLong), c10::kCPU),
+                       at::ones({1, 1}, at::kBool));
 }
 
 TEST(DFlashExport, ExactlyTheKeysShapesAndConfigEnginesRead) {

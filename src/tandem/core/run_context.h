@@ -6,6 +6,8 @@
 // split each weight as it arrives when `shard_on_load` is set (sharded training).
 #include <c10/core/Device.h>
 
+#include "tandem/models/attention_options.h"
+
 namespace tandem {
 
 class CheckpointBroadcast;  // io/hf_checkpoint.h
@@ -19,6 +21,7 @@ struct RunContext {
   bool dry_run = false;
   CheckpointBroadcast* rank_zero = nullptr;  // multi-process: rank 0 reads, others receive
   ParameterShards* shard_on_load = nullptr;  // shard/hybrid: loaded weights split on arrival
+  AttentionOptions attention;                // config section `attention`: kernel and chunk sizes
 
   RunContext() = default;
   // A context on `device` with nothing else set: single-process tools and tests.

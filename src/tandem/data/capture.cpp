@@ -165,7 +165,8 @@ CaptureProgress capture_features(const FrozenModel& target, const TokenizedDatas
       for (int64_t first_row = 0; first_row < batch.rows(); first_row += options.rows) {
         const int64_t rows = std::min(options.rows, batch.rows() - first_row);
         const AttentionLayout layout{on_device.position_ids.narrow(0, first_row, rows),
-                                     on_device.document_ids.narrow(0, first_row, rows)};
+                                     on_device.document_ids.narrow(0, first_row, rows),
+                                     batch.document_ids.narrow(0, first_row, rows)};
         const FrozenModel::Output out = target.forward(
             on_device.input_ids.narrow(0, first_row, rows), layout, layers, /*with_logits=*/false);
         std::vector<at::Tensor> aux_parts;

@@ -202,7 +202,9 @@ at::Tensor PackedBatch::global_document_ids() const {
   return document_ids + row_offsets.unsqueeze(1);
 }
 
-AttentionLayout PackedBatch::layout() const { return AttentionLayout{position_ids, document_ids}; }
+AttentionLayout PackedBatch::layout() const {
+  return AttentionLayout{position_ids, document_ids, on_host().document_ids};
+}
 
 double PackedBatch::attention_pairs() const {
   double pairs = 0;

@@ -7,6 +7,16 @@
 
 namespace tandem {
 
+namespace {
+
+// One block whose bs queries all see the n context keys.
+KeyBands all_context(int64_t n, int64_t block_size, const at::Device& device) {
+  return KeyBands::from_host(at::zeros({1, block_size}, at::kLong),
+                             at::full({1, block_size}, n - 1, at::kLong), device);
+}
+
+}  // namespace
+
 SpeculativeOutput dflash_decode(const FrozenModel& target, const DFlashDraftImpl& draft,
                                 const at::Tensor& mask_embedding,
                                 const std::vector<int64_t>& prompt, int64_t draft_tokens,
@@ -47,7 +57,7 @@ SpeculativeOutput dflash_decode(const FrozenModel& target, const DFlashDraftImpl
         at::cat({embed_tokens[bonus].to(dtype).view({1, 1, -1}), masks}, 1);  // (1, bs, H)
     const at::Tensor hidden = draft.forward(
         block_embeds, context, at::arange(n, block_offsets.options()).view({1, n}),
-        block_offsets + n, at::ones({1, 1, n}, anchor_valid.options()), anchor_valid);  // (1, bs, H)
+        block_offsets + n, all_context(n, block_size, device), anchor_valid);  // (1, bs, H)
     // Slot k predicts token n + k (same-position prediction); slot 0 is the anchor.
     const at::Tensor predicted =
         at::linear(hidden[0].narrow(0, 1, draft_tokens).to(lm_head.scalar_type()), lm_head)

@@ -48,9 +48,11 @@ SpeculativeOutput speculative_decode(const FrozenModel& target, const Eagle3Draf
     at::Tensor out = draft.step(head.embed(decode_row(shifted, device)).to(dtype),
                                 draft.fc->forward(pass.features.narrow(1, 0, n).to(dtype)),
                                 at::arange(n, ids_on_device).view({1, n}),
-                                causal_context_mask(AttentionLayout::causal(1, n, device)), state);
+                                causal_key_bands(AttentionLayout::causal(1, n, device)), state);
     at::Tensor last = out.narrow(1, n - 1, 1);  // (1, 1, H)
-    const at::Tensor all_context = at::ones({1, 1, 1, n}, ids_on_device.dtype(at::kBool));
+    const KeyBands all_context =                // one query that sees the whole context
+        KeyBands::from_host(at::zeros({1, 1}, at::kLong), at::full({1, 1}, n - 1, at::kLong),
+                            device);
     std::vector<int64_t> proposal;
     for (int64_t j = 0; j < draft_tokens; ++j) {
       if (j > 0)

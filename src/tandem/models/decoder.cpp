@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 
 #include "tandem/core/error.h"
+#include "tandem/models/lean_layers.h"
 
 namespace tandem {
 
@@ -11,21 +12,9 @@ AttentionLayout AttentionLayout::causal(int64_t batch, int64_t length, const at:
   return {positions.unsqueeze(0).expand({batch, length}), at::Tensor()};
 }
 
-at::Tensor attention_mask(const AttentionLayout& layout, int64_t sliding_window) {
-  if (!layout.document_ids.defined() && sliding_window == 0) return at::Tensor();
-  const int64_t length = layout.positions.size(1);
-  const auto device = layout.positions.device();
-  const at::Tensor index = at::arange(length, at::TensorOptions().dtype(at::kLong).device(device));
-  const at::Tensor query = index.view({length, 1});
-  const at::Tensor key = index.view({1, length});
-  at::Tensor allowed = key <= query;  // (T, T)
-  if (sliding_window > 0) allowed = allowed.logical_and(query - key < sliding_window);
-  allowed = allowed.unsqueeze(0);  // (1, T, T)
-  if (layout.document_ids.defined()) {
-    const at::Tensor& doc = layout.document_ids;  // (B, T)
-    allowed = allowed.logical_and(doc.unsqueeze(2) == doc.unsqueeze(1));
-  }
-  return allowed.unsqueeze(1);  // (B or 1, 1, T, T)
+at::Tensor AttentionLayout::host_document_ids() const {
+  if (document_ids_host.defined()) return document_ids_host;
+  return document_ids.cpu();
 }
 
 AttentionImpl::AttentionImpl(const DecoderConfig& config, int64_t layer_index,
@@ -69,22 +58,8 @@ at::Tensor AttentionImpl::output(const at::Tensor& attended) const {
 }
 
 at::Tensor AttentionImpl::forward(const at::Tensor& x, const RopeTables& rope,
-                                  const at::Tensor& mask) const {
-  const QueryKeyValue qkv = project(x, rope);
-  const bool causal = !mask.defined();
-  at::Tensor k = qkv.k, v = qkv.v;  // (B, kv_heads, T, d)
-  bool grouped = num_kv_heads != num_heads;
-  if (grouped && mask.defined() && x.is_cuda()) {
-    // On CUDA, SDPA's flash kernel takes GQA but no mask, and its memory-efficient kernel takes
-    // a mask but not GQA: with a mask (packed documents), K/V are repeated per query head so the
-    // memory-efficient kernel runs rather than the math fallback that materialises (T, T) scores.
-    k = k.repeat_interleave(num_heads / num_kv_heads, 1);
-    v = v.repeat_interleave(num_heads / num_kv_heads, 1);
-    grouped = false;
-  }
-  return output(at::scaled_dot_product_attention(
-      qkv.q, k, v, mask.defined() ? std::optional<at::Tensor>(mask) : std::nullopt,
-      /*dropout_p=*/0.0, /*is_causal=*/causal, /*scale=*/std::nullopt, /*enable_gqa=*/grouped));
+                                  const CausalAttentionPlan& plan) const {
+  return output(causal_attention(project(x, rope), plan));
 }
 
 MlpImpl::MlpImpl(int64_t hidden_size, int64_t intermediate_size, bool bias,
@@ -95,7 +70,7 @@ MlpImpl::MlpImpl(int64_t hidden_size, int64_t intermediate_size, bool bias,
 }
 
 at::Tensor MlpImpl::forward(const at::Tensor& x) const {
-  return down_proj->forward(at::silu(gate_proj->forward(x)) * up_proj->forward(x));
+  return down_proj->forward(swiglu(gate_proj->forward(x), up_proj->forward(x)));
 }
 
 DecoderLayerImpl::DecoderLayerImpl(const DecoderConfig& config, int64_t layer_index,
@@ -111,8 +86,9 @@ DecoderLayerImpl::DecoderLayerImpl(const DecoderConfig& config, int64_t layer_in
 }
 
 at::Tensor DecoderLayerImpl::forward(const at::Tensor& hidden, const RopeTables& rope,
-                                     const at::Tensor& mask) const {
-  const at::Tensor attended = hidden + self_attn->forward(input_layernorm->forward(hidden), rope, mask);
+                                     const CausalAttentionPlan& plan) const {
+  const at::Tensor attended =
+      hidden + self_attn->forward(input_layernorm->forward(hidden), rope, plan);
   return attended + mlp->forward(post_attention_layernorm->forward(attended));
 }
 
@@ -148,13 +124,16 @@ at::Tensor CausalLMImpl::forward_hidden(const at::Tensor& ids, const AttentionLa
           ": the model has layers 0..", num_layers - 1);
   at::Tensor hidden = model->embed_tokens->forward(ids);
   const RopeTables rope = rope_tables(inverse_frequencies_, layout.positions, hidden.scalar_type());
-  std::map<int64_t, at::Tensor> masks;  // one mask per distinct sliding window
+  std::map<int64_t, CausalAttentionPlan> plans;  // one plan per distinct sliding window
   for (int64_t i = 0; i < num_layers; ++i) {
     const auto& layer = model->layers->at<DecoderLayerImpl>(i);
-    auto mask = masks.find(layer.sliding_window);
-    if (mask == masks.end())
-      mask = masks.emplace(layer.sliding_window, attention_mask(layout, layer.sliding_window)).first;
-    hidden = layer.forward(hidden, rope, mask->second);
+    auto plan = plans.find(layer.sliding_window);
+    if (plan == plans.end())
+      plan = plans
+                 .emplace(layer.sliding_window,
+                          plan_causal_attention(layout, layer.sliding_window, attention_options))
+                 .first;
+    hidden = layer.forward(hidden, rope, plan->second);
     if (captured && std::find(capture_layers.begin(), capture_layers.end(), i) != capture_layers.end())
       (*captured)[i] = hidden;
   }

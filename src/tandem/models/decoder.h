@@ -9,6 +9,8 @@
 #include <map>
 #include <vector>
 
+#include "tandem/models/attention_options.h"
+#include "tandem/models/causal_attention.h"
 #include "tandem/models/decoder_config.h"
 #include "tandem/models/layers.h"
 #include "tandem/models/rope.h"
@@ -17,12 +19,18 @@ namespace tandem {
 
 /// Which keys each query may attend to. Plain causal attention when `document_ids` is undefined;
 /// with packing, tokens attend only within their own document.
+/// Documents are contiguous runs of a row (data/packing.h).
 struct AttentionLayout {
   at::Tensor positions;     // (B, T) int64 RoPE positions (restart per document when packed)
   at::Tensor document_ids;  // (B, T) int64, optional: attention never crosses documents
+  // document_ids on the CPU when they live on a GPU (a batch's host copy): the kernels read the
+  // boundaries there without waiting for the device. Optional.
+  at::Tensor document_ids_host;
 
   /// Positions 0..T-1 for every row and no document boundaries.
   static AttentionLayout causal(int64_t batch, int64_t length, const at::Device& device);
+  /// document_ids on the CPU: the host copy, or a copy made now (a device wait on a GPU).
+  at::Tensor host_document_ids() const;
 };
 
 /// Queries, keys and values of one attention call, RoPE applied.
@@ -38,8 +46,9 @@ class AttentionImpl : public torch::nn::Module {
   /// the EAGLE-3 draft layer (embedding and hidden state side by side).
   AttentionImpl(const DecoderConfig& config, int64_t layer_index, const at::TensorOptions& options,
                 int64_t input_size = 0);
-  /// x (B, T, H) -> (B, T, H).
-  at::Tensor forward(const at::Tensor& x, const RopeTables& rope, const at::Tensor& mask) const;
+  /// x (B, T, H) -> (B, T, H), causal attention as `plan` says (models/causal_attention.h).
+  at::Tensor forward(const at::Tensor& x, const RopeTables& rope,
+                     const CausalAttentionPlan& plan) const;
   /// x (B, T, input_size) -> q, k, v with q/k norms (Qwen3) and RoPE applied.
   QueryKeyValue project(const at::Tensor& x, const RopeTables& rope) const;
   /// The same without the query (left undefined): keys and values of tokens that ask nothing
@@ -68,7 +77,8 @@ class DecoderLayerImpl : public torch::nn::Module {
   DecoderLayerImpl(const DecoderConfig& config, int64_t layer_index,
                    const at::TensorOptions& options);
   /// Pre-norm residual block: h + attn(norm(h)), then + mlp(norm(.)). (B, T, H) -> (B, T, H).
-  at::Tensor forward(const at::Tensor& hidden, const RopeTables& rope, const at::Tensor& mask) const;
+  at::Tensor forward(const at::Tensor& hidden, const RopeTables& rope,
+                     const CausalAttentionPlan& plan) const;
   Attention self_attn{nullptr};
   Mlp mlp{nullptr};
   RMSNorm input_layernorm{nullptr}, post_attention_layernorm{nullptr};
@@ -104,15 +114,13 @@ class CausalLMImpl : public torch::nn::Module {
 
   DecoderModel model{nullptr};
   Linear lm_head{nullptr};  // null when tie_word_embeddings
+  AttentionOptions
+      attention_options;  // the run's kernel and chunk sizes (config section `attention`)
 
  private:
   DecoderConfig config_;
   at::Tensor inverse_frequencies_;  // (head_dim / 2,) fp32
 };
 TORCH_MODULE(CausalLM);
-
-/// The boolean attention mask (B, 1, T, T) for `layout` and a sliding window (0: none), or an
-/// undefined tensor when plain causal attention suffices.
-at::Tensor attention_mask(const AttentionLayout& layout, int64_t sliding_window);
 
 }  // namespace tandem

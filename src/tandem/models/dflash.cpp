@@ -101,6 +101,20 @@ at::Tensor dflash_context_mask(const at::Tensor& document_ids, const at::Tensor&
       .logical_and(blocks.anchor_valid.unsqueeze(2));  // (B, A, S)
 }
 
+KeyBands dflash_key_bands(const at::Tensor& document_ids_host, const DFlashBlocks& host_blocks,
+                          const c10::Device& device) {
+  check(host_blocks.anchors.is_cpu() && host_blocks.anchor_valid.is_cpu(),
+        "[dflash] the blocks' bands are computed from the blocks on the host");
+  const at::Tensor starts = document_starts(document_ids_host);  // (B, S)
+  const at::Tensor anchors = host_blocks.anchors.to(at::kLong);  // (B, A)
+  const at::Tensor valid = host_blocks.anchor_valid.to(at::kBool);
+  const at::Tensor first = at::where(valid, starts.gather(1, anchors), 0);
+  const at::Tensor last = at::where(valid, anchors - 1, -1);  // strictly before the anchor
+  const int64_t block_size = host_blocks.block_size;
+  return KeyBands::from_host(first.repeat_interleave(block_size, 1),
+                             last.repeat_interleave(block_size, 1), device);
+}
+
 DFlashDraftImpl::DFlashDraftImpl(const DFlashConfig& config, const at::TensorOptions& options)
     : config_(config) {
   config_.validate("draft config");
@@ -124,7 +138,7 @@ at::Tensor DFlashDraftImpl::context(const at::Tensor& target_features) const {
 at::Tensor DFlashDraftImpl::forward(const at::Tensor& block_embeds, const at::Tensor& context,
                                     const at::Tensor& context_positions,
                                     const at::Tensor& block_positions,
-                                    const at::Tensor& context_mask,
+                                    const KeyBands& context_bands,
                                     const at::Tensor& anchor_valid) const {
   check(block_embeds.dim() == 3 && context.dim() == 3 && block_embeds.size(0) == context.size(0),
         "[dflash] block embeddings (B, Q, H) and context (B, S, H) expected, got ",
@@ -145,8 +159,9 @@ at::Tensor DFlashDraftImpl::forward(const at::Tensor& block_embeds, const at::Te
         attention.project(layer.input_layernorm->forward(hidden), block_rope);
     // The same k/v projections (and k_norm) on the context, which skips input_layernorm.
     const QueryKeyValue from_context = attention.project_key_value(context, context_rope);
-    const at::Tensor attended = dflash_attention(block.q, from_context.k, from_context.v, block.k,
-                                                 block.v, context_mask, anchor_valid);
+    const at::Tensor attended =
+        dflash_attention(block.q, from_context.k, from_context.v, block.k, block.v, context_bands,
+                         anchor_valid, attention_options);
     hidden = hidden + attention.output(attended);
     hidden = hidden + layer.mlp->forward(layer.post_attention_layernorm->forward(hidden));
   }

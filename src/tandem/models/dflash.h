@@ -25,8 +25,10 @@
 #include <string>
 #include <vector>
 
+#include "tandem/models/attention_options.h"
 #include "tandem/models/decoder.h"
 #include "tandem/models/decoder_config.h"
+#include "tandem/models/key_bands.h"
 #include "tandem/models/layers.h"
 
 namespace tandem {
@@ -79,9 +81,16 @@ at::Tensor dflash_block_ids(const at::Tensor& input_ids, const DFlashBlocks& blo
 /// Block RoPE positions position_ids[a] + k (k for invalid slots). (B, S) -> (B, A * bs).
 at::Tensor dflash_block_positions(const at::Tensor& position_ids, const DFlashBlocks& blocks);
 /// The context each block sees: [b, i, j] = anchor i valid, document_ids[j] == document_ids[a_i],
-/// padding_mask[j] and j < a_i. document_ids, padding_mask (B, S) -> (B, A, S) bool.
+/// padding_mask[j] and j < a_i. document_ids, padding_mask (B, S) -> (B, A, S) bool. The dense
+/// form of dflash_key_bands, for tests and the dense reference kernel.
 at::Tensor dflash_context_mask(const at::Tensor& document_ids, const at::Tensor& padding_mask,
                                const DFlashBlocks& blocks);
+/// The same visibility as one band per block query: slot k of block i sees context keys
+/// [start of the anchor's document, a_i - 1] (nothing on invalid blocks). Packed rows keep
+/// padding after the last real token, so the band never reaches it. document_ids (B, S) and the
+/// blocks on the CPU -> bands (B, A * bs) on `device`.
+KeyBands dflash_key_bands(const at::Tensor& document_ids_host, const DFlashBlocks& host_blocks,
+                          const c10::Device& device);
 
 class DFlashDraftImpl : public torch::nn::Module {
  public:
@@ -91,12 +100,15 @@ class DFlashDraftImpl : public torch::nn::Module {
   at::Tensor context(const at::Tensor& target_features) const;
   /// The draft on all blocks of a micro-batch. block_embeds (B, A * bs, H): the target's
   /// embeddings of dflash_block_ids; context (B, S, H); context_positions (B, S) and
-  /// block_positions (B, A * bs) int64; context_mask (B, A, S) bool; anchor_valid (B, A) bool.
-  /// Returns norm(final hidden) (B, A * bs, H), zeros on invalid blocks.
+  /// block_positions (B, A * bs) int64; context_bands (B, A * bs) from dflash_key_bands;
+  /// anchor_valid (B, A) bool. Returns norm(final hidden) (B, A * bs, H), zeros on invalid blocks.
   at::Tensor forward(const at::Tensor& block_embeds, const at::Tensor& context,
                      const at::Tensor& context_positions, const at::Tensor& block_positions,
-                     const at::Tensor& context_mask, const at::Tensor& anchor_valid) const;
+                     const KeyBands& context_bands, const at::Tensor& anchor_valid) const;
   const DFlashConfig& config() const { return config_; }
+
+  AttentionOptions
+      attention_options;  // the run's kernel and chunk sizes (config section `attention`)
 
   Linear fc{nullptr};  // (H, k * H_t), no bias
   RMSNorm hidden_norm{nullptr};

@@ -5,13 +5,18 @@
 #include <cmath>
 
 #include "tandem/core/error.h"
+#include "tandem/models/banded_attention.h"
 
 namespace tandem {
 
-at::Tensor dflash_attention(const at::Tensor& q, const at::Tensor& context_k,
-                            const at::Tensor& context_v, const at::Tensor& block_k,
-                            const at::Tensor& block_v, const at::Tensor& context_mask,
-                            const at::Tensor& block_valid) {
+namespace {
+
+// The dense reference: one (bs, S + bs) score block per block query row, the context part
+// masked by context_mask (B, A, S).
+at::Tensor dense_dflash_attention(const at::Tensor& q, const at::Tensor& context_k,
+                                  const at::Tensor& context_v, const at::Tensor& block_k,
+                                  const at::Tensor& block_v, const at::Tensor& context_mask,
+                                  const at::Tensor& block_valid) {
   check(q.dim() == 4 && context_k.dim() == 4 && context_v.sizes() == context_k.sizes() &&
             block_k.dim() == 4 && block_v.sizes() == block_k.sizes(),
         "[dflash_attention] q must be (B, heads, Q, d) and keys/values (B, kv_heads, T, d); got ",
@@ -64,6 +69,31 @@ at::Tensor dflash_attention(const at::Tensor& q, const at::Tensor& context_k,
   return (from_context + from_block.reshape({batch, kv_heads, groups, queries, dim}))
       .reshape({batch, heads, queries, dim})
       .to(q.scalar_type());
+}
+
+}  // namespace
+
+at::Tensor dflash_attention(const at::Tensor& q, const at::Tensor& context_k,
+                            const at::Tensor& context_v, const at::Tensor& block_k,
+                            const at::Tensor& block_v, const KeyBands& context_bands,
+                            const at::Tensor& block_valid, const AttentionOptions& options) {
+  check(q.dim() == 4 && block_k.dim() == 4 && block_v.sizes() == block_k.sizes() &&
+            block_k.size(2) == q.size(2) && block_valid.dim() == 2 &&
+            block_valid.size(0) == q.size(0) && block_valid.size(1) > 0 &&
+            q.size(2) % block_valid.size(1) == 0,
+        "[dflash_attention] ", q.size(2), " queries and block keys ", block_k.sizes(),
+        " do not make ", block_valid.sizes(), " equal blocks");
+  const int64_t blocks = block_valid.size(1), block_size = q.size(2) / blocks;
+  if (options.kernel == AttentionKernel::Dense) {
+    const at::Tensor per_block_rows =  // the first query of each block: (B, A, S)
+        context_bands.dense_mask(context_k.size(2)).slice(1, 0, c10::nullopt, block_size);
+    return dense_dflash_attention(q, context_k, context_v, block_k, block_v, per_block_rows,
+                                  block_valid);
+  }
+  const std::vector<int64_t> per_block = {block_k.size(0), block_k.size(1), blocks, block_size,
+                                          block_k.size(3)};
+  return banded_attention(q, context_k, context_v, context_bands, block_k.reshape(per_block),
+                          block_v.reshape(per_block), block_valid, options);
 }
 
 at::Tensor dflash_dense_mask(const at::Tensor& context_mask, const at::Tensor& block_valid,

@@ -70,7 +70,7 @@ Eagle3DraftImpl::Eagle3DraftImpl(const Eagle3Config& config, const at::TensorOpt
 }
 
 at::Tensor Eagle3DraftImpl::step(const at::Tensor& embeds, const at::Tensor& hidden,
-                                 const at::Tensor& positions, const at::Tensor& context_mask,
+                                 const at::Tensor& positions, const KeyBands& context_bands,
                                  TttState& state) const {
   const Eagle3LayerImpl& layer = *midlayer;
   const at::Tensor input = at::cat(
@@ -85,8 +85,8 @@ at::Tensor Eagle3DraftImpl::step(const at::Tensor& embeds, const at::Tensor& hid
     state.step_k.push_back(qkv.k);
     state.step_v.push_back(qkv.v);
   }
-  const at::Tensor attended = ttt_attention(qkv.q, state.context_k, state.context_v, context_mask,
-                                            state.step_k, state.step_v);
+  const at::Tensor attended = ttt_attention(qkv.q, state.context_k, state.context_v, context_bands,
+                                            state.step_k, state.step_v, attention_options);
   // The residual is the raw hidden state, not its norm (norm_before_residual: false).
   const at::Tensor residual = hidden + layer.self_attn->output(attended);
   return residual + layer.mlp->forward(layer.post_attention_layernorm->forward(residual));
@@ -98,15 +98,6 @@ at::Tensor Eagle3DraftImpl::logits(const at::Tensor& out) const {
 
 at::Tensor Eagle3DraftImpl::draft_to_target() const {
   return at::arange(d2t.size(0), d2t.options()) + d2t;
-}
-
-at::Tensor causal_context_mask(const AttentionLayout& layout) {
-  at::Tensor mask = attention_mask(layout, 0);
-  if (mask.defined()) return mask;
-  const int64_t length = layout.positions.size(1);
-  return at::ones({length, length}, layout.positions.options().dtype(at::kBool))
-      .tril()
-      .view({1, 1, length, length});
 }
 
 }  // namespace tandem

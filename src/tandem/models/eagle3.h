@@ -13,8 +13,10 @@
 
 #include <vector>
 
+#include "tandem/models/attention_options.h"
 #include "tandem/models/decoder.h"
 #include "tandem/models/decoder_config.h"
+#include "tandem/models/key_bands.h"
 #include "tandem/models/layers.h"
 
 namespace tandem {
@@ -56,11 +58,11 @@ class Eagle3DraftImpl : public torch::nn::Module {
 
   /// One unroll step. embeds (B, Tq, H): target embeddings of the step's input ids; hidden
   /// (B, Tq, H): fc(aux) at step 0, the previous step's output after; positions (B, Tq) already
-  /// offset by the step; context_mask (B or 1, 1, Tq, Tk) over the step-0 keys. The first call on
+  /// offset by the step; context_bands (B, Tq) over the step-0 keys. The first call on
   /// an empty `state` is step 0 (its keys become the context). Returns the layer output (B, Tq, H),
   /// before the final norm (the next step's hidden input).
   at::Tensor step(const at::Tensor& embeds, const at::Tensor& hidden, const at::Tensor& positions,
-                  const at::Tensor& context_mask, TttState& state) const;
+                  const KeyBands& context_bands, TttState& state) const;
   /// lm_head(norm(out)): (B, T, H) -> draft-vocab logits (B, T, D).
   at::Tensor logits(const at::Tensor& out) const;
   /// Target ids of draft ids: i + d2t[i]. (D,) int64
@@ -71,6 +73,8 @@ class Eagle3DraftImpl : public torch::nn::Module {
   Eagle3Layer midlayer{nullptr};
   RMSNorm norm{nullptr};
   Linear lm_head{nullptr};  // (D, H)
+  AttentionOptions
+      attention_options;    // the run's kernel and chunk sizes (config section `attention`)
   at::Tensor d2t;           // (D,) int64 buffer: target id = i + d2t[i]
   at::Tensor t2d;           // (V,) bool buffer
 
@@ -79,8 +83,5 @@ class Eagle3DraftImpl : public torch::nn::Module {
   at::Tensor inverse_frequencies_;
 };
 TORCH_MODULE(Eagle3Draft);
-
-/// The step-0 context mask for a packed layout: causal, within documents. (B or 1, 1, T, T) bool.
-at::Tensor causal_context_mask(const AttentionLayout& layout);
 
 }  // namespace tandem

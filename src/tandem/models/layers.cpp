@@ -4,6 +4,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 
 #include "tandem/dist/sharding.h"
+#include "tandem/models/lean_layers.h"
 
 namespace tandem {
 
@@ -52,9 +53,7 @@ RMSNormImpl::RMSNormImpl(int64_t size, double eps_, const at::TensorOptions& opt
 }
 
 at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
-  const at::Tensor x32 = x.to(at::kFloat);
-  const at::Tensor inv_rms = at::rsqrt(x32.pow(2).mean(-1, /*keepdim=*/true) + eps);
-  return weight * (x32 * inv_rms).to(x.scalar_type());
+  return lean_rms_norm(x, weight, eps);  // keeps x and the inverse RMS only (models/lean_layers.h)
 }
 
 at::Tensor RMSNormImpl::forward(const at::Tensor& x) const { return apply_rms_norm(x, weight, eps); }

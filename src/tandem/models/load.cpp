@@ -107,6 +107,7 @@ CausalLM load_causal_lm(const std::string& dir, c10::ScalarType dtype, const Run
       allocate_causal_lm(config, at::TensorOptions().dtype(dtype).device(run.placement()),
                          dir + "/config.json", &checkpoint);
   load_parameters(*model, checkpoint, dtype, run, config.tie_word_embeddings);
+  model->attention_options = run.attention;
   return model;
 }
 

@@ -4,21 +4,26 @@
 //   - the step-0 keys at positions t' <= t of its own document (the context the target produced),
 //   - and, for each later step j = 1..i, the one key step j computed at the same position t
 //     (the draft tokens it proposed itself at inference).
-// So the scores are one causal (Tq, Tk) block plus i diagonal columns: never a dense
-// (T, T * steps) score or mask tensor. One softmax runs over all of them.
+// One softmax runs over all of them. The blockwise kernel (models/banded_attention.h) takes the
+// context as a band per query and the i step keys as local keys: memory linear in T, scores
+// recomputed in backward. The dense kernel (AttentionKernel::Dense) builds the (Tq, Tk) block
+// and is kept as the reference.
 #include <ATen/core/Tensor.h>
 
 #include <vector>
 
+#include "tandem/models/attention_options.h"
+#include "tandem/models/key_bands.h"
+
 namespace tandem {
 
-/// q (B, heads, Tq, d); context_k/context_v (B, kv_heads, Tk, d) with `context_mask`
-/// (B or 1, 1, Tq, Tk) bool (true = may attend); step_k/step_v: for each later step, (B, kv_heads,
-/// Tq, d) aligned with the queries. heads must be a multiple of kv_heads (grouped-query
-/// attention). Returns (B, heads, Tq, d). Softmax in fp32, scale 1/sqrt(d).
+/// q (B, heads, Tq, d); context_k/context_v (B, kv_heads, Tk, d), query t seeing
+/// context_bands[b, t] of them; step_k/step_v: for each later step, (B, kv_heads, Tq, d) aligned
+/// with the queries. heads must be a multiple of kv_heads (grouped-query attention). Returns
+/// (B, heads, Tq, d). Softmax in fp32, scale 1/sqrt(d).
 at::Tensor ttt_attention(const at::Tensor& q, const at::Tensor& context_k,
-                         const at::Tensor& context_v, const at::Tensor& context_mask,
+                         const at::Tensor& context_v, const KeyBands& context_bands,
                          const std::vector<at::Tensor>& step_k,
-                         const std::vector<at::Tensor>& step_v);
+                         const std::vector<at::Tensor>& step_v, const AttentionOptions& options);
 
 }  // namespace tandem

@@ -265,6 +265,7 @@ DFlashObjective::DFlashObjective(const DFlashOptions& options) : options_(option
           " and serving engines expose the outputs of layers 0..", last_layer - 1, " only");
   draft_ = DFlashDraft(config,
                        at::TensorOptions().dtype(options.draft_dtype).device(options.run.placement()));
+  draft_->attention_options = options.run.attention;
   init_normal_(*draft_, options.init_std, options.seed);
   for (auto& parameter : draft_->parameters()) parameter.set_requires_grad(true);
   if (!options.capture_dir.empty()) {
@@ -314,8 +315,8 @@ double dflash_draft_forward_flops(const DFlashConfig& c, const PackedBatch& batc
   const DecoderConfig& l = c.layer;
   const double tokens = static_cast<double>(batch.rows()) * batch.seq_len();
   const double queries = blocks.anchor_valid.sum().item<double>() * c.block_size;
-  const double visible_context =  // sum over blocks of the context keys each block sees
-      dflash_context_mask(batch.document_ids, batch.padding_mask, blocks).sum().item<double>();
+  const double visible_context =  // sum over block queries of the context keys each one sees
+      dflash_key_bands(batch.on_host().document_ids, on_host(blocks), c10::kCPU).visible_pairs();
   const double q = static_cast<double>(l.num_attention_heads) * l.head_dim;
   const double kv = static_cast<double>(l.num_key_value_heads) * l.head_dim;
   const double h = static_cast<double>(l.hidden_size);
@@ -324,7 +325,7 @@ double dflash_draft_forward_flops(const DFlashConfig& c, const PackedBatch& batc
   const double context_kv = 2 * tokens * h * 2 * kv;
   const double block_matmuls =
       2 * queries * (h * (q + 2 * kv) + q * h + 3 * h * l.intermediate_size);
-  const double attention = 4 * q * (visible_context * c.block_size + queries * c.block_size);
+  const double attention = 4 * q * (visible_context + queries * c.block_size);
   return fc + l.num_hidden_layers * (context_kv + block_matmuls + attention);
 }
 
@@ -373,7 +374,7 @@ DFlashResult DFlashObjective::run(const PackedBatch& batch, const TargetFeatures
   DFlashResult result;
   result.hidden = draft_->forward(
       block_embeds, context, batch.position_ids, dflash_block_positions(batch.position_ids, blocks),
-      dflash_context_mask(batch.document_ids, batch.padding_mask, blocks), blocks.anchor_valid);
+      dflash_key_bands(batch.on_host().document_ids, host_blocks, device), blocks.anchor_valid);
   const DFlashTargets host_targets = dflash_targets(batch.on_host(), host_blocks);
   result.targets = {to_device(host_targets.labels, device), to_device(host_targets.valid, device)};
 

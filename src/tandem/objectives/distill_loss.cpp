@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <utility>
+#include <vector>
 
 #include "tandem/core/error.h"
 #include "tandem/objectives/vocab_head.h"
@@ -176,7 +177,7 @@ class FusedDistillation : public torch::autograd::Function<FusedDistillation> {
                             const at::Tensor& student_head, const at::Tensor& teacher_hidden,
                             const at::Tensor& teacher_head, const at::Tensor& labels,
                             const at::Tensor& weights, DistillLossOptions options, bool want_hidden,
-                            bool want_head) {
+                            bool want_head, at::Tensor* student_argmax) {
     at::NoGradGuard no_grad;
     const at::ScalarType reduce = reduction_dtype(student_hidden);
     const at::Tensor weights_reduced = weights.to(reduce);                     // (N,)
@@ -189,6 +190,7 @@ class FusedDistillation : public torch::autograd::Function<FusedDistillation> {
         want_head ? at::zeros(student_head.sizes(), student_head.options().dtype(reduce))
                   : at::Tensor();
     at::Tensor total = at::zeros({}, student_hidden.options().dtype(reduce));
+    std::vector<at::Tensor> argmax_parts;  // (n,) per chunk, when asked for
     for (int64_t start = 0; start < student_hidden.size(0); start += options.chunk_tokens) {
       const int64_t n = std::min(options.chunk_tokens, student_hidden.size(0) - start);
       const at::Tensor hidden =
@@ -201,6 +203,7 @@ class FusedDistillation : public torch::autograd::Function<FusedDistillation> {
       teacher_logits.reset();
       // Named, then moved: a temporary argument would outlive chunk_loss's release of it.
       at::Tensor student_logits = at::linear(hidden, head).to(reduce);
+      if (student_argmax) argmax_parts.push_back(student_logits.argmax(1));
       ChunkLoss chunk =
           chunk_loss(std::move(student_logits), std::move(log_t), labels.narrow(0, start, n),
                      weights_reduced.narrow(0, start, n), options, want_hidden || want_head);
@@ -226,6 +229,9 @@ class FusedDistillation : public torch::autograd::Function<FusedDistillation> {
     }
     ctx->save_for_backward(
         {grad_hidden, want_head ? grad_head.to(student_head.scalar_type()) : at::Tensor()});
+    if (student_argmax)
+      *student_argmax =
+          argmax_parts.empty() ? at::empty({0}, labels.options()) : at::cat(argmax_parts);
     return total;
   }
 
@@ -237,7 +243,7 @@ class FusedDistillation : public torch::autograd::Function<FusedDistillation> {
       return grad.defined() ? grad * grad_total : at::Tensor();
     };
     return {scaled(saved[0]), scaled(saved[1]), at::Tensor(), at::Tensor(), at::Tensor(),
-            at::Tensor(),     at::Tensor(),     at::Tensor(), at::Tensor()};
+            at::Tensor(),     at::Tensor(),     at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 
@@ -253,26 +259,27 @@ Divergence parse_divergence(const std::string& name) {
 at::Tensor fused_distillation_loss(const at::Tensor& student_hidden, const at::Tensor& student_head,
                                    const at::Tensor& teacher_hidden, const at::Tensor& teacher_head,
                                    const at::Tensor& labels, const at::Tensor& weights,
-                                   const DistillLossOptions& options) {
+                                   const DistillLossOptions& options, at::Tensor* student_argmax) {
   check_inputs(student_hidden, student_head, teacher_hidden, teacher_head, labels, weights,
                options);
   if (options.chunk_tokens == 0)
     return unfused_distillation_loss(student_hidden, student_head, teacher_hidden, teacher_head,
-                                     labels, weights, options);
+                                     labels, weights, options, student_argmax);
   // Gradients are formed during the forward pass, so decide here (Function::apply turns grad
   // mode off before forward runs) whether they will be wanted at all.
   const bool grad_mode = at::GradMode::is_enabled();
   return FusedDistillation::apply(student_hidden, student_head, teacher_hidden.detach(),
                                   teacher_head.detach(), safe_targets(labels, weights), weights,
                                   options, grad_mode && student_hidden.requires_grad(),
-                                  grad_mode && student_head.requires_grad());
+                                  grad_mode && student_head.requires_grad(), student_argmax);
 }
 
 at::Tensor unfused_distillation_loss(const at::Tensor& student_hidden,
                                      const at::Tensor& student_head,
                                      const at::Tensor& teacher_hidden,
                                      const at::Tensor& teacher_head, const at::Tensor& labels,
-                                     const at::Tensor& weights, const DistillLossOptions& options) {
+                                     const at::Tensor& weights, const DistillLossOptions& options,
+                                     at::Tensor* student_argmax) {
   check_inputs(student_hidden, student_head, teacher_hidden, teacher_head, labels, weights,
                options);
   const at::ScalarType reduce = reduction_dtype(student_hidden);
@@ -281,9 +288,10 @@ at::Tensor unfused_distillation_loss(const at::Tensor& student_hidden,
     at::NoGradGuard no_grad;
     teacher_logits = head_logits(teacher_hidden, teacher_head, options.fp32_head).to(reduce);
   }
+  const at::Tensor student_logits = head_logits(student_hidden, student_head, options.fp32_head);
+  if (student_argmax) *student_argmax = student_logits.detach().argmax(1);
   const at::Tensor losses =
-      token_losses(head_logits(student_hidden, student_head, options.fp32_head), teacher_logits,
-                   safe_targets(labels, weights), options);
+      token_losses(student_logits, teacher_logits, safe_targets(labels, weights), options);
   return (losses * weights.to(reduce)).sum();
 }
 

@@ -36,11 +36,14 @@ struct DistillLossOptions {
 /// labels (N,) int64, weights (N,) float. Differentiable w.r.t. the student's hidden and head
 /// (gradients in their own dtypes); the teacher never gets one. Returns a 0-dim fp32 tensor.
 /// The gradients' matmuls run here whenever grad mode is on and the student requires grad: take
-/// a value only (metrics, evaluation) under at::NoGradGuard.
+/// a value only (metrics, evaluation) under at::NoGradGuard. With `student_argmax`, it also
+/// receives the argmax of the student's logits per row, (N,) int64 (accuracy metrics without
+/// another pass over the head).
 at::Tensor fused_distillation_loss(const at::Tensor& student_hidden, const at::Tensor& student_head,
                                    const at::Tensor& teacher_hidden, const at::Tensor& teacher_head,
                                    const at::Tensor& labels, const at::Tensor& weights,
-                                   const DistillLossOptions& options);
+                                   const DistillLossOptions& options,
+                                   at::Tensor* student_argmax = nullptr);
 
 /// The same with full logits and plain autograd: the reference and the memory benchmark's
 /// "unfused" side.
@@ -48,6 +51,7 @@ at::Tensor unfused_distillation_loss(const at::Tensor& student_hidden,
                                      const at::Tensor& student_head,
                                      const at::Tensor& teacher_hidden,
                                      const at::Tensor& teacher_head, const at::Tensor& labels,
-                                     const at::Tensor& weights, const DistillLossOptions& options);
+                                     const at::Tensor& weights, const DistillLossOptions& options,
+                                     at::Tensor* student_argmax = nullptr);
 
 }  // namespace tandem

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <memory>
 
 #include "tandem/core/config.h"
 #include "tandem/core/device.h"
@@ -13,6 +14,7 @@
 #include "tandem/data/token_cache.h"
 #include "tandem/dist/sharding.h"
 #include "tandem/models/flops.h"
+#include "tandem/objectives/distill_loss.h"
 #include "tandem/objectives/eagle3_export.h"
 #include "tandem/objectives/sft.h"
 
@@ -108,6 +110,7 @@ Eagle3Objective::Eagle3Objective(const Eagle3Options& options) : options_(option
   }
   draft_ = Eagle3Draft(config,
                        at::TensorOptions().dtype(options.draft_dtype).device(options.run.placement()));
+  draft_->attention_options = options.run.attention;
   init_normal_(*draft_, options.init_std, options.seed);
   for (auto& parameter : draft_->parameters()) parameter.set_requires_grad(true);
   draft_->lm_head->weight.set_requires_grad(options.train_lm_head);
@@ -181,15 +184,17 @@ Teacher Eagle3Objective::teacher(const at::Tensor& last_hidden) const {
   const at::Tensor lm_head = head_->lm_head().to(at::kFloat);                             // (V, H)
   const at::Tensor draft_ids = draft_->draft_to_target();                                 // (D,)
   const int64_t total = normed.size(0), chunk = std::max<int64_t>(1, options_.teacher_chunk_tokens);
-  std::vector<at::Tensor> probs, argmax;
+  std::vector<at::Tensor> entropy, argmax;
   for (int64_t begin = 0; begin < total; begin += chunk) {
     const at::Tensor logits =
         at::linear(normed.narrow(0, begin, std::min(chunk, total - begin)).to(at::kFloat), lm_head);
     argmax.push_back(logits.argmax(-1));
-    probs.push_back(at::softmax(logits.index_select(1, draft_ids), -1));
+    const at::Tensor log_p = at::log_softmax(logits.index_select(1, draft_ids), -1);
+    entropy.push_back(-(log_p.exp() * log_p).sum(-1));
   }
   Teacher teacher;
-  teacher.probs = at::cat(probs).view({rows, length, -1});
+  teacher.normed = normed.to(at::kFloat).view({rows, length, -1});
+  teacher.entropy = at::cat(entropy).view({rows, length});
   teacher.argmax = at::cat(argmax).view({rows, length});
   teacher.in_vocab = draft_->t2d.index({teacher.argmax});
   return teacher;
@@ -203,7 +208,21 @@ Eagle3Result Eagle3Objective::unroll(const PackedBatch& batch, const TargetFeatu
   const c10::ScalarType dtype = options_.draft_dtype;
   const Teacher teacher_all = teacher(features.last);
   const at::Tensor draft_ids = draft_->draft_to_target();
-  const at::Tensor context_mask = causal_context_mask(batch.layout());
+  const KeyBands context_bands = causal_key_bands(batch.layout());  // the same for every step
+  at::Tensor teacher_head;  // (D, H_t) fp32: the target's lm_head rows of the draft vocab
+  {
+    at::NoGradGuard no_grad;
+    const FullParameters target_lm_head({head_->lm_head()});  // gathered here when sharded
+    teacher_head = head_->lm_head().index_select(0, draft_ids).to(at::kFloat);
+  }
+  // Soft cross-entropy against the teacher = forward KL + the teacher's entropy: the fused
+  // forward-KL loss (objectives/distill_loss.h) forms each chunk's draft logits, teacher
+  // distribution and gradient and drops them, so no (T, D) logits are kept for backward.
+  DistillLossOptions loss_options;
+  loss_options.divergence = Divergence::ForwardKL;
+  loss_options.chunk_tokens = options_.teacher_chunk_tokens;
+  const int64_t rows = batch.rows(), length = batch.seq_len();
+  const at::Tensor no_labels = at::zeros({rows * length}, batch.input_ids.options());
 
   Eagle3Result result;
   TttState state;
@@ -216,31 +235,40 @@ Eagle3Result Eagle3Objective::unroll(const PackedBatch& batch, const TargetFeatu
       at::NoGradGuard no_grad;
       embeds = head_->embed(ids).to(dtype);
     }
-    hidden = draft_->step(embeds, hidden, batch.position_ids + i, context_mask, state);
-    const at::Tensor logits = draft_->logits(hidden);  // (B, T, D)
+    hidden = draft_->step(embeds, hidden, batch.position_ids + i, context_bands, state);
+    const at::Tensor normed = draft_->norm->forward(hidden);  // (B, T, H)
 
     // The target's view of x_{t+2+i}: its logits at t+1+i.
     const at::Tensor valid = eagle3_step_targets(batch, i);  // (B, T)
     const at::Tensor target_argmax = shift_left(teacher_all.argmax, 1 + i, 0);
     const at::Tensor in_vocab = shift_left(teacher_all.in_vocab, 1 + i, 0);
     const at::Tensor loss_positions = valid.logical_and(in_vocab);  // (B, T)
-    const at::Tensor probs = shift_left(teacher_all.probs, 1 + i, 0);  // (B, T, D)
-    const at::Tensor log_q = at::log_softmax(logits.to(at::kFloat), -1);
-    // Soft cross-entropy at every position, kept where loss_i counts (a select, not boolean
-    // indexing, which would make the host wait for the device to count the positions).
-    const at::Tensor cross_entropy = -(probs * log_q).sum(-1);  // (B, T)
     const double normaliser = static_cast<double>(std::max<int64_t>(totals.unroll_tokens[i], 1));
-    const at::Tensor step_loss =
-        at::where(loss_positions, cross_entropy, at::zeros_like(cross_entropy)).sum() / normaliser;
+    const at::Tensor weights = loss_positions.to(at::kFloat).reshape(-1) / normaliser;  // (N,)
+    const at::Tensor teacher_hidden =
+        shift_left(teacher_all.normed, 1 + i, 0).reshape({rows * length, -1});  // (N, H_t)
+    // The lm_head goes through with_full_parameters (gathered per call when sharded); the draft
+    // argmax comes back beside the loss (a shared slot: a sharded backward re-runs the body).
+    const auto draft_argmax = std::make_shared<at::Tensor>();
+    const at::Tensor divergence = with_full_parameters(
+        {draft_->lm_head->weight},
+        {normed.reshape({rows * length, -1}), teacher_hidden, no_labels, weights},
+        [loss_options, teacher_head, draft_argmax](const auto& in, const auto& head) {
+          return std::vector<at::Tensor>{fused_distillation_loss(
+              in[0], head[0], in[1], teacher_head, in[2], in[3], loss_options, draft_argmax.get())};
+        })[0];
+    const at::Tensor teacher_entropy =
+        (shift_left(teacher_all.entropy, 1 + i, 0).reshape(-1) * weights).sum();
+    const at::Tensor step_loss = divergence + teacher_entropy;
     loss = loss + std::pow(options_.decay, static_cast<double>(i)) * step_loss;
     {
       at::NoGradGuard no_grad;
-      const at::Tensor predicted = draft_ids.index({logits.argmax(-1)});
+      const at::Tensor predicted = draft_ids.index({draft_argmax->view({rows, length})});
       result.correct.push_back(predicted.eq(target_argmax).logical_and(valid).sum());
       result.loss_positions.push_back(loss_positions.sum());
     }
     result.step_losses.push_back(step_loss);
-    result.step_logits.push_back(logits);
+    result.step_outputs.push_back(hidden);
   }
   result.loss = loss;
   return result;

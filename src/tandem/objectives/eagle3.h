@@ -60,8 +60,12 @@ double eagle3_draft_forward_flops(const Eagle3Config& config, double tokens,
                                   double attention_pairs, int64_t steps);
 
 /// The target's distribution at every position, over the draft vocab.
+/// The target's side of the loss. Its distribution over the draft vocab (softmax of the target
+/// logits at the draft vocab ids) is not stored: the fused loss recomputes it chunk by chunk
+/// from `normed` at every unroll step, so no (T, D) tensor lives across the unroll.
 struct Teacher {
-  at::Tensor probs;     // (B, T, D) fp32: softmax of the target logits at the draft vocab ids
+  at::Tensor normed;    // (B, T, H_t) fp32: the target's final-normed last hidden state
+  at::Tensor entropy;   // (B, T) fp32: entropy of that distribution (soft CE = KL + entropy)
   at::Tensor argmax;    // (B, T) int64: full-vocab argmax of the target logits
   at::Tensor in_vocab;  // (B, T) bool: that argmax is in the draft vocab
 };
@@ -70,7 +74,8 @@ struct Teacher {
 struct Eagle3Result {
   at::Tensor loss;                        // 0-dim: sum_i decay^i * loss_i
   std::vector<at::Tensor> step_losses;    // loss_i, 0-dim, already normalised
-  std::vector<at::Tensor> step_logits;    // (B, T, D) per step
+  std::vector<at::Tensor> step_outputs;   // (B, T, H) per step: the layer output (logits of
+                                          // step i: draft->logits(step_outputs[i]))
   // Counts per step i as 0-dim int64 tensors on the batch's device (read once per step):
   std::vector<at::Tensor> correct;         // positions with a target whose mapped draft argmax
                                            // = the target's argmax

@@ -91,6 +91,7 @@ CausalLM make_causal_lm(const SftOptions& options) {
         at::TensorOptions().dtype(options.dtype).device(options.run.placement()),
         options.model_config);
     init_normal_(*model, options.init_std, options.seed);
+    model->attention_options = options.run.attention;
   }
   for (auto& parameter : model->parameters()) parameter.set_requires_grad(true);
   return model;

@@ -8,6 +8,21 @@
 
 namespace tandem {
 
+AttentionOptions read_attention_options(const Config& attention) {
+  AttentionOptions options;
+  options.kernel = attention.get_choice("kernel", {"blockwise", "dense"}, "blockwise") == "dense"
+                       ? AttentionKernel::Dense
+                       : AttentionKernel::Blockwise;
+  options.query_chunk = attention.get_int("query_chunk", options.query_chunk);
+  options.key_chunk = attention.get_int("key_chunk", options.key_chunk);
+  for (const auto& [key, value] :
+       {std::pair<const char*, int64_t>{"query_chunk", options.query_chunk},
+        {"key_chunk", options.key_chunk}})
+    check(value >= 1 && value <= (int64_t{1} << 20), "[attention] ", attention.where(key),
+          ": must be in 1..1048576, got ", value);
+  return options;
+}
+
 RunContext read_run_context(const Config& config, const dist::LaunchEnv& launch, bool dry_run) {
   const Config training = config.section("training");
   RunContext run;
@@ -22,6 +37,7 @@ RunContext read_run_context(const Config& config, const dist::LaunchEnv& launch,
   }
   run.deterministic = training.get_bool("deterministic", false);
   if (!dry_run) use_deterministic_algorithms(run.deterministic);
+  run.attention = read_attention_options(config.section("attention"));
   return run;
 }
 

@@ -36,6 +36,10 @@ struct TrainingOptions {
 /// Reads `training.*` (but `objective`, `device` and `deterministic`) and `optimizer.*`.
 TrainingOptions read_training(const Config& config);
 
+/// The `attention` section: kernel (blockwise | dense), query_chunk, key_chunk
+/// (docs/long-context.md).
+AttentionOptions read_attention_options(const Config& attention);
+
 /// training.device and training.deterministic on this rank's launch (LOCAL_RANK picks the GPU of
 /// a plain "cuda"); switches deterministic algorithms on when asked. With `dry_run`, a device
 /// that is not visible here is not an error: the context says where the run would compute.

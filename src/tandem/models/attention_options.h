@@ -1,0 +1,24 @@
+#pragma once
+// How the attention of a run is computed (config section `attention`, docs/long-context.md).
+// Built once into the run context and handed to every model that attends; the results do not
+// depend on it beyond rounding.
+#include <cstdint>
+
+namespace tandem {
+
+enum class AttentionKernel {
+  // Memory linear in the sequence length: SDPA per document for the decoders, the blockwise
+  // kernel with a hand-written backward (models/banded_attention.h) for TTT and DFlash blocks.
+  Blockwise,
+  // The earlier kernels: one dense (T, T) mask or score block per call, kept by autograd. For
+  // comparison (bench/bench_long_context.cpp) and as the tests' reference; memory grows with T^2.
+  Dense,
+};
+
+struct AttentionOptions {
+  AttentionKernel kernel = AttentionKernel::Blockwise;
+  int64_t query_chunk = 512;  // queries per tile of the blockwise kernel
+  int64_t key_chunk = 1024;   // keys per tile
+};
+
+}  // namespace tandem

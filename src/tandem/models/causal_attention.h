@@ -1,0 +1,45 @@
+#pragma once
+// The attention of the decoder families (target, student, policy, reference): causal, within
+// packed documents, optionally over a sliding window. Which kernel runs, chosen once per forward
+// and window (plan_causal_attention), never holding a (T, T) tensor unless asked to:
+//   - one document per row, no window: SDPA with is_causal (flash kernels on CPU and CUDA);
+//   - packed documents, no window: SDPA with is_causal on each document's slice of the row (no
+//     mask, so the flash kernels still run; on CUDA they take grouped-query attention as is);
+//   - a sliding window: the blockwise kernel over per-query key bands (models/banded_attention.h);
+//   - AttentionKernel::Dense: the earlier path, one (B, 1, T, T) boolean mask through SDPA.
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "tandem/models/attention_options.h"
+#include "tandem/models/key_bands.h"
+
+namespace tandem {
+
+struct AttentionLayout;  // models/decoder.h
+struct QueryKeyValue;    // models/decoder.h
+
+struct CausalAttentionPlan {
+  AttentionOptions options;
+  // Per row, the columns where its documents start, then T: [0, s_1, ..., T]. Empty when every
+  // row is one causal sequence.
+  std::vector<std::vector<int64_t>> document_bounds;
+  KeyBands window_bands;  // set for a sliding window (blockwise kernel)
+  at::Tensor dense_mask;  // (B or 1, 1, T, T) bool, set for AttentionKernel::Dense
+};
+
+/// The plan for `layout` and a sliding window (0: none). Reads the layout's document ids on the
+/// host (its host copy when it has one).
+CausalAttentionPlan plan_causal_attention(const AttentionLayout& layout, int64_t sliding_window,
+                                          const AttentionOptions& options);
+
+/// q (B, heads, T, d), k/v (B, kv_heads, T, d) -> (B, heads, T, d) as the plan says.
+at::Tensor causal_attention(const QueryKeyValue& qkv, const CausalAttentionPlan& plan);
+
+/// The boolean attention mask (B or 1, 1, T, T) for `layout` and a sliding window, or an
+/// undefined tensor when plain causal attention suffices. The dense kernel's; tests compare
+/// against it.
+at::Tensor attention_mask(const AttentionLayout& layout, int64_t sliding_window);
+
+}  // namespace tandem

@@ -1,0 +1,266 @@
+// The memory-efficient attention kernels (models/banded_attention.h and the paths built on it)
+// against the dense kernels they replace (AttentionKernel::Dense, kept as the reference):
+// outputs and every gradient, fp32 and bf16, packed documents, padding, grouped-query attention,
+// every TTT unroll step, DFlash block sizes 8 and 16 with anchors at document starts and ends,
+// sliding windows, and two chunk sizes (the results must not depend on them).
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <vector>
+
+#include "tandem/core/config.h"
+#include "tandem/core/error.h"
+#include "tandem/models/causal_attention.h"
+#include "tandem/models/decoder.h"
+#include "tandem/models/dflash.h"
+#include "tandem/models/dflash_attention.h"
+#include "tandem/models/ttt_attention.h"
+#include "tandem/train/training_options.h"
+
+namespace {
+
+using tandem::AttentionKernel;
+using tandem::AttentionOptions;
+
+// Two chunkings of the blockwise kernel: tiles smaller than a document (queries not a multiple of
+// the tile) and one tile for everything.
+const std::vector<AttentionOptions> kBlockwise = {{AttentionKernel::Blockwise, 16, 24},
+                                                  {AttentionKernel::Blockwise, 512, 1024}};
+const AttentionOptions kDense{AttentionKernel::Dense, 512, 1024};
+
+// max |a - b| / max |b|: the relative error the bounds are stated in.
+double relative_error(const at::Tensor& a, const at::Tensor& b) {
+  const at::Tensor a64 = a.to(at::kDouble), b64 = b.to(at::kDouble);
+  return (a64 - b64).abs().max().item<double>() / std::max(b64.abs().max().item<double>(), 1e-30);
+}
+
+// The output of `attend` and the gradients of sum(output * weights) for each input.
+struct Evaluated {
+  at::Tensor out;
+  std::vector<at::Tensor> grads;
+};
+
+Evaluated evaluate(const std::function<at::Tensor(const std::vector<at::Tensor>&)>& attend,
+                   const std::vector<at::Tensor>& inputs, const at::Tensor& weights) {
+  std::vector<at::Tensor> leaves;
+  for (const at::Tensor& input : inputs)
+    leaves.push_back(input.detach().clone().requires_grad_(true));
+  const at::Tensor out = attend(leaves);
+  (out.to(at::kFloat) * weights).sum().backward();
+  Evaluated result{out.detach(), {}};
+  for (const at::Tensor& leaf : leaves) result.grads.push_back(leaf.grad());
+  return result;
+}
+
+// Blockwise at both chunkings equals dense: output and each named gradient.
+void expect_blockwise_equals_dense(const std::function<at::Tensor(const std::vector<at::Tensor>&,
+                                                                  const AttentionOptions&)>& attend,
+                                   const std::vector<at::Tensor>& inputs,
+                                   const std::vector<std::string>& names, at::ScalarType dtype,
+                                   const std::string& what) {
+  const double bound = dtype == at::kBFloat16 ? 2e-2 : 1e-5;
+  std::vector<at::Tensor> cast;
+  for (const at::Tensor& input : inputs) cast.push_back(input.to(dtype));
+  at::manual_seed(99);
+  const auto probe = attend(cast, kDense);
+  const at::Tensor weights = at::randn(probe.sizes());
+  const Evaluated dense =
+      evaluate([&](const std::vector<at::Tensor>& x) { return attend(x, kDense); }, cast, weights);
+  for (const AttentionOptions& options : kBlockwise) {
+    const Evaluated blockwise = evaluate(
+        [&](const std::vector<at::Tensor>& x) { return attend(x, options); }, cast, weights);
+    const std::string where = what + " (chunks " + std::to_string(options.query_chunk) + " x " +
+                              std::to_string(options.key_chunk) + ", " + c10::toString(dtype) + ")";
+    EXPECT_EQ(blockwise.out.scalar_type(), dtype) << where;
+    EXPECT_LE(relative_error(blockwise.out, dense.out), bound) << where << ": output";
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      ASSERT_TRUE(dense.grads[i].defined()) << where << ": " << names[i];
+      ASSERT_TRUE(blockwise.grads[i].defined()) << where << ": no gradient for " << names[i];
+      EXPECT_LE(relative_error(blockwise.grads[i], dense.grads[i]), bound)
+          << where << ": gradient of " << names[i];
+    }
+  }
+}
+
+// Row 0: documents [0, 37), [37, 80), [80, 91), then padding clamped onto the last one; row 1:
+// one document over the whole row. (2, 100)
+tandem::AttentionLayout packed_layout() {
+  at::Tensor documents = at::zeros({2, 100}, at::kLong);
+  documents[0].narrow(0, 37, 43).fill_(1);
+  documents[0].narrow(0, 80, 20).fill_(2);
+  return {at::zeros({2, 100}, at::kLong), documents, documents};
+}
+
+TEST(LongContextAttention, TttEveryStepEqualsTheDenseKernel) {
+  const int64_t batch = 2, heads = 4, kv_heads = 2, length = 100, dim = 16, steps = 7;
+  const tandem::AttentionLayout layout = packed_layout();
+  const tandem::KeyBands bands = tandem::causal_key_bands(layout);
+  at::manual_seed(7);
+  const at::Tensor q = at::randn({batch, heads, length, dim});
+  const at::Tensor k = at::randn({batch, kv_heads, length, dim});
+  const at::Tensor v = at::randn({batch, kv_heads, length, dim});
+  std::vector<at::Tensor> step_keys, step_values;
+  for (int64_t j = 0; j < steps - 1; ++j) {
+    step_keys.push_back(at::randn({batch, kv_heads, length, dim}));
+    step_values.push_back(at::randn({batch, kv_heads, length, dim}));
+  }
+  for (const at::ScalarType dtype : {at::kFloat, at::kBFloat16})
+    for (int64_t step = 0; step < steps; ++step) {
+      std::vector<at::Tensor> inputs = {q, k, v};
+      std::vector<std::string> names = {"q", "context_k", "context_v"};
+      for (int64_t j = 0; j < step; ++j) {
+        inputs.push_back(step_keys[j]);
+        inputs.push_back(step_values[j]);
+        names.push_back("step_k " + std::to_string(j + 1));
+        names.push_back("step_v " + std::to_string(j + 1));
+      }
+      expect_blockwise_equals_dense(
+          [&](const std::vector<at::Tensor>& x, const AttentionOptions& options) {
+            std::vector<at::Tensor> ks, vs;
+            for (size_t j = 3; j < x.size(); j += 2) {
+              ks.push_back(x[j]);
+              vs.push_back(x[j + 1]);
+            }
+            return tandem::ttt_attention(x[0], x[1], x[2], bands, ks, vs, options);
+          },
+          inputs, names, dtype, "TTT step " + std::to_string(step));
+    }
+}
+
+// Anchors (sorted, valid first) at a document start (no context), just before a document's end
+// (the block ends on its last token), mid-document, and invalid slots on row 1.
+tandem::DFlashBlocks dflash_blocks(int64_t block_size) {
+  // Row 0's documents: [0, 37), [37, 80), [80, 91); row 1: [0, 100).
+  const std::vector<int64_t> row0 = {0, 37 - block_size, 37, 50, 80 - block_size, 80},
+                             row1 = {3, 40, 100 - block_size, 0, 0, 0};
+  std::vector<int64_t> anchors(row0), valid = {1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0};
+  anchors.insert(anchors.end(), row1.begin(), row1.end());
+  return {block_size, at::tensor(anchors, at::kLong).view({2, 6}),
+          at::tensor(valid, at::kLong).to(at::kBool).view({2, 6})};
+}
+
+TEST(LongContextAttention, DFlashBlocksEqualTheDenseKernel) {
+  const int64_t batch = 2, heads = 6, kv_heads = 2, length = 100, dim = 16;
+  const tandem::AttentionLayout layout = packed_layout();
+  at::Tensor padding = at::ones({batch, length}, at::kByte);
+  padding[0].narrow(0, 91, 9).zero_();
+  for (const int64_t block_size : {8, 16}) {
+    const tandem::DFlashBlocks blocks = dflash_blocks(block_size);
+    const tandem::KeyBands bands = tandem::dflash_key_bands(layout.document_ids, blocks, c10::kCPU);
+    // The bands say exactly what the dense context mask says.
+    EXPECT_TRUE(bands.dense_mask(length)
+                    .slice(1, 0, c10::nullopt, block_size)
+                    .equal(tandem::dflash_context_mask(layout.document_ids, padding, blocks)))
+        << "block size " << block_size;
+    const int64_t queries = blocks.num_anchors() * block_size;
+    at::manual_seed(block_size);
+    const std::vector<at::Tensor> inputs = {
+        at::randn({batch, heads, queries, dim}), at::randn({batch, kv_heads, length, dim}),
+        at::randn({batch, kv_heads, length, dim}), at::randn({batch, kv_heads, queries, dim}),
+        at::randn({batch, kv_heads, queries, dim})};
+    for (const at::ScalarType dtype : {at::kFloat, at::kBFloat16})
+      expect_blockwise_equals_dense(
+          [&](const std::vector<at::Tensor>& x, const AttentionOptions& options) {
+            return tandem::dflash_attention(x[0], x[1], x[2], x[3], x[4], bands,
+                                            blocks.anchor_valid, options);
+          },
+          inputs, {"q", "context_k", "context_v", "block_k", "block_v"}, dtype,
+          "DFlash block size " + std::to_string(block_size));
+  }
+}
+
+TEST(LongContextAttention, DecoderAttentionEqualsTheDenseMaskPath) {
+  const int64_t batch = 2, heads = 4, kv_heads = 2, length = 100, dim = 16;
+  const tandem::AttentionLayout packed = packed_layout();
+  const tandem::AttentionLayout causal = tandem::AttentionLayout::causal(batch, length, c10::kCPU);
+  at::manual_seed(3);
+  const std::vector<at::Tensor> inputs = {at::randn({batch, heads, length, dim}),
+                                          at::randn({batch, kv_heads, length, dim}),
+                                          at::randn({batch, kv_heads, length, dim})};
+  struct Case {
+    const tandem::AttentionLayout* layout;
+    int64_t window;
+    const char* name;
+  };
+  for (const Case& c :
+       {Case{&causal, 0, "causal"}, Case{&packed, 0, "packed documents"},
+        Case{&causal, 7, "sliding window 7"}, Case{&packed, 30, "packed documents, window 30"}})
+    for (const at::ScalarType dtype : {at::kFloat, at::kBFloat16})
+      expect_blockwise_equals_dense(
+          [&](const std::vector<at::Tensor>& x, const AttentionOptions& options) {
+            const tandem::CausalAttentionPlan plan =
+                tandem::plan_causal_attention(*c.layout, c.window, options);
+            return tandem::causal_attention({x[0], x[1], x[2]}, plan);
+          },
+          inputs, {"q", "k", "v"}, dtype, c.name);
+}
+
+// The blockwise plans hold no (T, T) tensor: packed documents are cut into per-document SDPA
+// calls, a window into per-query bands.
+TEST(LongContextAttention, PlansHoldNoDenseMask) {
+  const tandem::AttentionLayout packed = packed_layout();
+  const tandem::CausalAttentionPlan plan = tandem::plan_causal_attention(packed, 0, {});
+  EXPECT_FALSE(plan.dense_mask.defined());
+  ASSERT_EQ(plan.document_bounds.size(), 2u);
+  EXPECT_EQ(plan.document_bounds[0], (std::vector<int64_t>{0, 37, 80, 100}));
+  EXPECT_EQ(plan.document_bounds[1], (std::vector<int64_t>{0, 100}));
+  const tandem::CausalAttentionPlan window = tandem::plan_causal_attention(packed, 30, {});
+  EXPECT_FALSE(window.dense_mask.defined());
+  EXPECT_EQ(window.window_bands.first.sizes(), (std::vector<int64_t>{2, 100}));
+  EXPECT_EQ(window.window_bands.first_host[0][50].item<int64_t>(), 37);  // its document's start
+  EXPECT_EQ(window.window_bands.first_host[0][75].item<int64_t>(), 46);  // 75 - 30 + 1
+  const tandem::CausalAttentionPlan dense = tandem::plan_causal_attention(packed, 0, kDense);
+  EXPECT_EQ(dense.dense_mask.sizes(), (std::vector<int64_t>{2, 1, 100, 100}));
+}
+
+// A query that sees no key (an invalid DFlash block) gives 0 and no NaN, forward and backward.
+TEST(LongContextAttention, AQueryThatSeesNothingGivesZeroAndFiniteGradients) {
+  const tandem::KeyBands nothing = tandem::KeyBands::from_host(
+      at::zeros({1, 4}, at::kLong), at::full({1, 4}, -1, at::kLong), c10::kCPU);
+  const at::Tensor q = at::randn({1, 2, 4, 8}).requires_grad_(true);
+  const at::Tensor k = at::randn({1, 2, 6, 8}).requires_grad_(true);
+  const at::Tensor v = at::randn({1, 2, 6, 8}).requires_grad_(true);
+  const at::Tensor out = tandem::ttt_attention(q, k, v, nothing, {}, {}, AttentionOptions{});
+  EXPECT_EQ(out.abs().max().item<double>(), 0.0);
+  out.sum().backward();
+  for (const at::Tensor& grad : {q.grad(), k.grad(), v.grad()}) {
+    EXPECT_TRUE(at::isfinite(grad).all().item<bool>());
+    EXPECT_EQ(grad.abs().max().item<double>(), 0.0);
+  }
+}
+
+}  // namespace
+
+namespace {
+
+// The `attention` section: defaults, both kernels, and chunk sizes out of range named by key.
+TEST(LongContextAttention, TheAttentionSectionIsReadAndCheckedByKey) {
+  const auto read = [](const std::string& yaml) {
+    return tandem::read_attention_options(
+        tandem::Config::parse(yaml, "run.yaml").section("attention"));
+  };
+  const AttentionOptions defaults = read("training: {steps: 1}\n");
+  EXPECT_EQ(defaults.kernel, AttentionKernel::Blockwise);
+  EXPECT_EQ(defaults.query_chunk, 512);
+  EXPECT_EQ(defaults.key_chunk, 1024);
+  const AttentionOptions dense =
+      read("attention: {kernel: dense, query_chunk: 64, key_chunk: 128}\n");
+  EXPECT_EQ(dense.kernel, AttentionKernel::Dense);
+  EXPECT_EQ(dense.query_chunk, 64);
+  EXPECT_EQ(dense.key_chunk, 128);
+  for (const std::string& bad : {std::string("attention: {query_chunk: 0}\n"),
+                                 std::string("attention: {key_chunk: 2000000}\n"),
+                                 std::string("attention: {kernel: flash}\n")}) {
+    try {
+      read(bad);
+      ADD_FAILURE() << "accepted " << bad;
+    } catch (const tandem::Error& error) {
+      const std::string message = error.what();
+      EXPECT_NE(message.find("run.yaml"), std::string::npos) << message;
+      EXPECT_NE(message.find("attention."), std::string::npos) << message;
+    }
+  }
+}
+
+}  // namespace
