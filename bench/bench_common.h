@@ -4,9 +4,9 @@
 #include <ATen/ATen.h>
 #include <sys/resource.h>
 
-#include <cstdio>
-
 #include <chrono>
+#include <cstdio>
+#include <cstring>
 #include <functional>
 #include <utility>
 
@@ -52,29 +52,28 @@ inline void reset_peak_rss() {
   }
 }
 
-/// The kernel's peak-RSS mark (VmHWM) in MiB: since start, or since reset_peak_rss().
-inline double peak_rss_mark_mib() {
-  FILE* file = std::fopen("/proc/self/status", "r");
+/// A "Name: value kB" field of a /proc file (VmHWM, VmRSS of /proc/self/status; MemAvailable of
+/// /proc/meminfo) in MiB; 0 when absent.
+inline double proc_field_mib(const char* path, const char* field) {
+  FILE* file = std::fopen(path, "r");
   if (!file) return 0;
   char line[256];
   double kib = 0;
+  const size_t length = std::strlen(field);
   while (std::fgets(line, sizeof(line), file))
-    if (std::sscanf(line, "VmHWM: %lf kB", &kib) == 1) break;
+    if (std::strncmp(line, field, length) == 0 && line[length] == ':') {
+      std::sscanf(line + length + 1, "%lf", &kib);
+      break;
+    }
   std::fclose(file);
   return kib / 1024.0;
 }
 
+/// The kernel's peak-RSS mark (VmHWM) in MiB: since start, or since reset_peak_rss().
+inline double peak_rss_mark_mib() { return proc_field_mib("/proc/self/status", "VmHWM"); }
+
 /// Current RSS (VmRSS) in MiB.
-inline double current_rss_mib() {
-  FILE* file = std::fopen("/proc/self/status", "r");
-  if (!file) return 0;
-  char line[256];
-  double kib = 0;
-  while (std::fgets(line, sizeof(line), file))
-    if (std::sscanf(line, "VmRSS: %lf kB", &kib) == 1) break;
-  std::fclose(file);
-  return kib / 1024.0;
-}
+inline double current_rss_mib() { return proc_field_mib("/proc/self/status", "VmRSS"); }
 
 struct PeakAndTime {
   double peak_mib;  // peak-RSS rise of one run
