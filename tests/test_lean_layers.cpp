@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "gradients.h"
 #include "tandem/models/lean_layers.h"
 
 namespace {
@@ -21,32 +22,16 @@ at::Tensor composite_rms_norm(const at::Tensor& x, const at::Tensor& weight, dou
   return weight * (x32 * inv_rms).to(x.scalar_type());
 }
 
-double relative_error(const at::Tensor& a, const at::Tensor& b) {
-  const at::Tensor a64 = a.to(at::kDouble), b64 = b.to(at::kDouble);
-  return (a64 - b64).abs().max().item<double>() / std::max(b64.abs().max().item<double>(), 1e-30);
-}
-
-// Values and gradients of f(inputs) . weights, for leaves cloned from `inputs`.
-std::pair<at::Tensor, std::vector<at::Tensor>> value_and_grads(
-    const std::function<at::Tensor(const std::vector<at::Tensor>&)>& f,
-    const std::vector<at::Tensor>& inputs, const at::Tensor& weights) {
-  std::vector<at::Tensor> leaves;
-  for (const at::Tensor& input : inputs)
-    leaves.push_back(input.detach().clone().requires_grad_(true));
-  const at::Tensor out = f(leaves);
-  (out.to(at::kDouble) * weights).sum().backward();
-  std::vector<at::Tensor> grads;
-  for (const at::Tensor& leaf : leaves) grads.push_back(leaf.grad());
-  return {out.detach(), grads};
-}
+using tandem::test::output_and_gradients;
+using tandem::test::relative_error;
 
 void expect_same(const std::function<at::Tensor(const std::vector<at::Tensor>&)>& lean,
                  const std::function<at::Tensor(const std::vector<at::Tensor>&)>& composite,
                  const std::vector<at::Tensor>& inputs, double bound, const std::string& what) {
   at::manual_seed(5);
   const at::Tensor weights = at::randn(composite(inputs).sizes(), at::kDouble);
-  const auto [lean_out, lean_grads] = value_and_grads(lean, inputs, weights);
-  const auto [reference_out, reference_grads] = value_and_grads(composite, inputs, weights);
+  const auto [lean_out, lean_grads] = output_and_gradients(lean, inputs, weights);
+  const auto [reference_out, reference_grads] = output_and_gradients(composite, inputs, weights);
   EXPECT_EQ(lean_out.scalar_type(), reference_out.scalar_type()) << what;
   EXPECT_TRUE(lean_out.equal(reference_out)) << what << ": the forward is the composite's exactly";
   for (size_t i = 0; i < inputs.size(); ++i) {

@@ -9,6 +9,7 @@
 #include <functional>
 #include <vector>
 
+#include "gradients.h"
 #include "tandem/core/config.h"
 #include "tandem/core/error.h"
 #include "tandem/models/causal_attention.h"
@@ -29,29 +30,8 @@ const std::vector<AttentionOptions> kBlockwise = {{AttentionKernel::Blockwise, 1
                                                   {AttentionKernel::Blockwise, 512, 1024}};
 const AttentionOptions kDense{AttentionKernel::Dense, 512, 1024};
 
-// max |a - b| / max |b|: the relative error the bounds are stated in.
-double relative_error(const at::Tensor& a, const at::Tensor& b) {
-  const at::Tensor a64 = a.to(at::kDouble), b64 = b.to(at::kDouble);
-  return (a64 - b64).abs().max().item<double>() / std::max(b64.abs().max().item<double>(), 1e-30);
-}
-
-// The output of `attend` and the gradients of sum(output * weights) for each input.
-struct Evaluated {
-  at::Tensor out;
-  std::vector<at::Tensor> grads;
-};
-
-Evaluated evaluate(const std::function<at::Tensor(const std::vector<at::Tensor>&)>& attend,
-                   const std::vector<at::Tensor>& inputs, const at::Tensor& weights) {
-  std::vector<at::Tensor> leaves;
-  for (const at::Tensor& input : inputs)
-    leaves.push_back(input.detach().clone().requires_grad_(true));
-  const at::Tensor out = attend(leaves);
-  (out.to(at::kFloat) * weights).sum().backward();
-  Evaluated result{out.detach(), {}};
-  for (const at::Tensor& leaf : leaves) result.grads.push_back(leaf.grad());
-  return result;
-}
+using tandem::test::output_and_gradients;
+using tandem::test::relative_error;
 
 // Blockwise at both chunkings equals dense: output and each named gradient.
 void expect_blockwise_equals_dense(const std::function<at::Tensor(const std::vector<at::Tensor>&,
@@ -65,10 +45,10 @@ void expect_blockwise_equals_dense(const std::function<at::Tensor(const std::vec
   at::manual_seed(99);
   const auto probe = attend(cast, kDense);
   const at::Tensor weights = at::randn(probe.sizes());
-  const Evaluated dense =
-      evaluate([&](const std::vector<at::Tensor>& x) { return attend(x, kDense); }, cast, weights);
+  const auto dense = output_and_gradients(
+      [&](const std::vector<at::Tensor>& x) { return attend(x, kDense); }, cast, weights);
   for (const AttentionOptions& options : kBlockwise) {
-    const Evaluated blockwise = evaluate(
+    const auto blockwise = output_and_gradients(
         [&](const std::vector<at::Tensor>& x) { return attend(x, options); }, cast, weights);
     const std::string where = what + " (chunks " + std::to_string(options.query_chunk) + " x " +
                               std::to_string(options.key_chunk) + ", " + c10::toString(dtype) + ")";
