@@ -12,8 +12,8 @@
 //                   anchor in its document, plus the block): 4 * q width * sum over queries
 //   lm_head (frozen) = 2 * labels * V * H forward + the same for the hidden-state gradient
 //   draft forward + backward = 3 x draft forward (two backward matmuls per forward matmul)
-// The attention kernel computes scores against all S context keys and masks; the masked work is
-// not counted, so MFU is the useful fraction. MFU = model FLOPs / time / the fp32 matmul peak
+// The blockwise attention kernel skips the context tiles after each anchor but still masks inside
+// the tiles it visits; the masked work is not counted, so MFU is the useful fraction. MFU = model FLOPs / time / the fp32 matmul peak
 // measured in the same run. Target weights are random (speed does not depend on them).
 #include <ATen/ATen.h>
 #include <CLI/CLI.hpp>
