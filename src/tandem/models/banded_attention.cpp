@@ -143,7 +143,7 @@ Forward banded_forward(const at::Tensor& rows, const at::Tensor& k, const at::Te
   const int64_t queries = call.bands.queries(), groups = rows.size(2) / queries;
   const int64_t keys = k.size(2), G = call.group_queries;
   const int64_t query_chunk = call.options.query_chunk, key_chunk = call.options.key_chunk;
-  const bool has_local = local_k.defined() && local_k.size(3) > 0;
+  const bool has_local = local_k.defined();
   Forward result{at::zeros_like(rows),
                  at::empty({batch, kv_heads, queries * groups}, rows.options())};
   const std::vector<ChunkKeys> chunks = chunk_keys(call.bands, query_chunk, keys);
@@ -191,7 +191,7 @@ Gradients banded_backward(const at::Tensor& rows, const at::Tensor& k, const at:
   const int64_t queries = call.bands.queries(), groups = rows.size(2) / queries;
   const int64_t keys = k.size(2), G = call.group_queries;
   const int64_t query_chunk = call.options.query_chunk, key_chunk = call.options.key_chunk;
-  const bool has_local = local_k.defined() && local_k.size(3) > 0;
+  const bool has_local = local_k.defined();
   const at::Tensor delta = (grad_rows * saved.out).sum(-1);  // D: (B, kvh, Tq * g)
   Gradients grads{at::zeros_like(rows), at::zeros_like(k), at::zeros_like(v),
                   has_local ? at::zeros_like(local_k) : at::Tensor(),
@@ -244,14 +244,15 @@ at::ScalarType compute_dtype(const at::Tensor& q) {
 
 // Local keys arrive as one (B, kvh, Tq / G, L, d) tensor, or as L per-step tensors
 // (B, kvh, Tq, d) (TTT, G = 1) that are stacked here for the call's duration only: saving the
-// stack for backward would copy every earlier step's keys again at each unroll step.
-at::Tensor local_tensor(at::TensorList parts) {
+// stack for backward would copy every earlier step's keys again at each unroll step. Returns
+// them in the compute dtype, undefined when there are none.
+at::Tensor local_tensor(at::TensorList parts, at::ScalarType dtype) {
   if (parts.empty()) return at::Tensor();
-  if (parts.size() == 1 && parts[0].dim() == 5) return parts[0];
-  return at::stack(parts, 3);
+  if (parts.size() == 1 && parts[0].dim() == 5) return parts[0].to(dtype);
+  return at::stack(parts, 3).to(dtype);
 }
 
-// The gradient of local_tensor(parts) split back into one gradient per part.
+// The gradient of local_tensor(parts, ...) split back into one gradient per part.
 void append_local_grads(const at::Tensor& grad, at::TensorList parts,
                         torch::autograd::variable_list& out) {
   if (parts.empty()) return;
@@ -273,10 +274,9 @@ class BandedAttentionFunction : public torch::autograd::Function<BandedAttention
     const int64_t kv_heads = k.size(1);
     const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(3)));
     const at::Tensor rows = to_rows(q, kv_heads, dtype);
-    const at::Tensor keys_local = local_tensor(local_k), values_local = local_tensor(local_v);
-    const Forward result = banded_forward(
-        rows, k.to(dtype), v.to(dtype), keys_local.defined() ? keys_local.to(dtype) : keys_local,
-        values_local.defined() ? values_local.to(dtype) : values_local, scale, *call);
+    const Forward result =
+        banded_forward(rows, k.to(dtype), v.to(dtype), local_tensor(local_k, dtype),
+                       local_tensor(local_v, dtype), scale, *call);
     const at::Tensor output = from_rows(result.out, q.size(1), q.scalar_type());
     // The output is saved in q's dtype rather than the fp32 accumulator: one copy of it lives.
     torch::autograd::variable_list saved = {q, k, v, output, result.lse};
@@ -316,11 +316,9 @@ class BandedAttentionFunction : public torch::autograd::Function<BandedAttention
     const at::ScalarType dtype = compute_dtype(q);
     const int64_t kv_heads = k.size(1);
     const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(3)));
-    const at::Tensor keys_local = local_tensor(local_k), values_local = local_tensor(local_v);
     const Gradients grads = banded_backward(
-        to_rows(q, kv_heads, dtype), k.to(dtype), v.to(dtype),
-        keys_local.defined() ? keys_local.to(dtype) : keys_local,
-        values_local.defined() ? values_local.to(dtype) : values_local, Forward{to_rows(saved[3], kv_heads, dtype), saved[4]},
+        to_rows(q, kv_heads, dtype), k.to(dtype), v.to(dtype), local_tensor(local_k, dtype),
+        local_tensor(local_v, dtype), Forward{to_rows(saved[3], kv_heads, dtype), saved[4]},
         to_rows(grad_outputs[0], kv_heads, dtype), scale, call);
     torch::autograd::variable_list out = {from_rows(grads.rows, q.size(1), q.scalar_type()),
                                           grads.k.to(k.scalar_type()), grads.v.to(v.scalar_type())};
@@ -386,15 +384,7 @@ at::Tensor banded_attention_with_step_keys(const at::Tensor& q, const at::Tensor
                                            const AttentionOptions& options) {
   if (step_k.empty())
     return banded_attention(q, k, v, bands, at::Tensor(), at::Tensor(), at::Tensor(), options);
-  check_call(q, k, v, bands, options);
-  check(step_k.size() == step_v.size(), "[attention] ", step_k.size(), " step keys but ",
-        step_v.size(), " step values");
-  for (size_t j = 0; j < step_k.size(); ++j)
-    check(step_k[j].dim() == 4 && step_k[j].size(0) == q.size(0) &&
-              step_k[j].size(1) == k.size(1) && step_k[j].size(2) == q.size(2) &&
-              step_k[j].size(3) == q.size(3) && step_v[j].sizes() == step_k[j].sizes(),
-          "[attention] step keys/values must be (B, kv_heads, Tq, d) like the queries ", q.sizes(),
-          "; step ", j + 1, " has ", step_k[j].sizes(), " and ", step_v[j].sizes());
+  check_call(q, k, v, bands, options);  // the step tensors' shapes: ttt_attention checks them
   BandedCall call{bands, at::Tensor(), options, 1};
   return BandedAttentionFunction::apply(q, k, v, at::TensorList(step_k), at::TensorList(step_v),
                                         &call);

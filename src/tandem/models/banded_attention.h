@@ -35,8 +35,9 @@ at::Tensor banded_attention(const at::Tensor& q, const at::Tensor& k, const at::
                             const AttentionOptions& options);
 
 /// The same with TTT's local keys given per unroll step: step_k/step_v, L tensors
-/// (B, kv_heads, Tq, d), key j of query t being step j's at position t (G = 1). They are stacked
-/// only for the call, never kept stacked for backward.
+/// (B, kv_heads, Tq, d), key j of query t being step j's at position t (G = 1), as
+/// ttt_attention checks them. They are stacked only for the call, never kept stacked for
+/// backward.
 at::Tensor banded_attention_with_step_keys(const at::Tensor& q, const at::Tensor& k,
                                            const at::Tensor& v, const KeyBands& bands,
                                            const std::vector<at::Tensor>& step_k,

@@ -2,6 +2,8 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
+
 #include "tandem/core/error.h"
 #include "tandem/models/banded_attention.h"
 #include "tandem/models/decoder.h"
@@ -58,18 +60,9 @@ CausalAttentionPlan plan_causal_attention(const AttentionLayout& layout, int64_t
     return plan;
   }
   if (!layout.document_ids.defined()) return plan;
-  const at::Tensor ids = layout.host_document_ids().to(at::kLong).contiguous();  // (B, T)
-  const int64_t rows = ids.size(0), length = ids.size(1);
-  const int64_t* id = ids.data_ptr<int64_t>();
-  bool single = true;
-  for (int64_t b = 0; b < rows; ++b) {
-    std::vector<int64_t> bounds{0};
-    for (int64_t t = 1; t < length; ++t)
-      if (id[b * length + t] != id[b * length + t - 1]) bounds.push_back(t);
-    bounds.push_back(length);
-    single = single && bounds.size() == 2;
-    plan.document_bounds.push_back(std::move(bounds));
-  }
+  plan.document_bounds = document_bounds(layout.host_document_ids());
+  const bool single = std::all_of(plan.document_bounds.begin(), plan.document_bounds.end(),
+                                  [](const std::vector<int64_t>& row) { return row.size() == 2; });
   if (single) plan.document_bounds.clear();  // every row one document: plain causal
   return plan;
 }

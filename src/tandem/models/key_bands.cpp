@@ -2,6 +2,8 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
+
 #include "tandem/core/device.h"
 #include "tandem/core/error.h"
 #include "tandem/models/decoder.h"
@@ -31,21 +33,32 @@ double KeyBands::visible_pairs() const {
   return (last_host - first_host + 1).clamp_min(0).sum().item<double>();
 }
 
-at::Tensor document_starts(const at::Tensor& document_ids_host) {
+std::vector<std::vector<int64_t>> document_bounds(const at::Tensor& document_ids_host) {
   const at::Tensor ids = document_ids_host.to(at::kLong).contiguous();
   check(ids.is_cpu() && ids.dim() == 2, "[attention] document ids must be (B, T) on the CPU, got ",
         ids.sizes(), " on ", ids.device().str());
-  at::Tensor starts = at::empty_like(ids);
   const int64_t rows = ids.size(0), length = ids.size(1);
   const int64_t* id = ids.data_ptr<int64_t>();
+  std::vector<std::vector<int64_t>> bounds(static_cast<size_t>(rows));
+  for (int64_t b = 0; b < rows; ++b) {
+    std::vector<int64_t>& row = bounds[static_cast<size_t>(b)];
+    row.push_back(0);
+    for (int64_t t = 1; t < length; ++t)
+      if (id[b * length + t] != id[b * length + t - 1]) row.push_back(t);
+    row.push_back(length);
+  }
+  return bounds;
+}
+
+at::Tensor document_starts(const at::Tensor& document_ids_host) {
+  const std::vector<std::vector<int64_t>> bounds = document_bounds(document_ids_host);
+  const int64_t rows = document_ids_host.size(0), length = document_ids_host.size(1);
+  at::Tensor starts = at::empty({rows, length}, at::kLong);
   int64_t* start = starts.data_ptr<int64_t>();
   for (int64_t b = 0; b < rows; ++b) {
-    int64_t current = 0;
-    for (int64_t t = 0; t < length; ++t) {
-      const int64_t at = b * length + t;
-      if (t > 0 && id[at] != id[at - 1]) current = t;
-      start[at] = current;
-    }
+    const std::vector<int64_t>& row = bounds[static_cast<size_t>(b)];
+    for (size_t i = 0; i + 1 < row.size(); ++i)
+      std::fill(start + b * length + row[i], start + b * length + row[i + 1], row[i]);
   }
   return starts;
 }

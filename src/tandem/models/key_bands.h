@@ -11,6 +11,9 @@
 #include <ATen/core/Tensor.h>
 #include <c10/core/Device.h>
 
+#include <cstdint>
+#include <vector>
+
 namespace tandem {
 
 struct AttentionLayout;  // models/decoder.h
@@ -30,8 +33,10 @@ struct KeyBands {
   double visible_pairs() const;
 };
 
-/// For each token, the column where its document starts. document_ids (B, T) int64 on the CPU,
-/// documents contiguous in each row -> (B, T) int64 on the CPU.
+/// Per row, the columns where its documents start, then T: [0, s_1, ..., T]. document_ids
+/// (B, T) on the CPU, documents contiguous in each row.
+std::vector<std::vector<int64_t>> document_bounds(const at::Tensor& document_ids_host);
+/// For each token, the column where its document starts: (B, T) int64 on the CPU.
 at::Tensor document_starts(const at::Tensor& document_ids_host);
 
 /// Causal attention within documents (the layout's), limited to the last `sliding_window` keys
