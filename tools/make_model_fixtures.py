@@ -11,14 +11,52 @@ Writes, for each fixture NAME, tests/fixtures/models/NAME/:
     hidden_bf16.{i}    F32 [2, 16, H]
     __metadata__       generator, versions, seed, fixture, notes
 
+Dense fixtures: llama3 (fp32, llama3 RoPE scaling), mistral (fp32, sliding_window 6),
+qwen2 (bf16, two shards, qkv bias), qwen3 (fp32, q/k norm, tied embeddings).
+
+Mixture-of-experts fixtures (8 experts each; seeds chosen for robust routing, see SEED_*):
+  qwen3_moe   Qwen3MoeForCausalLM, bf16, two shards with layer 2's experts split across them;
+              top-2 of softmax(router logits), renormalized; layers 0, 2, 3 MoE (expert
+              intermediate 32), layer 1 a dense MLP (mlp_only_layers [1], intermediate 128).
+  mixtral     MixtralForCausalLM, fp32, one kv head; top-2 of softmax, renormalized.
+  minimax_m2  MiniMaxM2ForCausalLM, fp32; top-3 of sigmoid(logits) + e_score_correction_bias
+              (random, non-zero: it changes the chosen experts of 6-15 tokens per layer), weights
+              = the chosen sigmoids renormalized; partial RoPE (rotary_dim 16 of head_dim 32);
+              q_norm/k_norm RMS over all heads at once ([heads*head_dim] weights); bos/eos 510/511.
+              The dir also holds tokenizer.json (byte-level BPE: 510 tokens, then <s>, </s> -- no
+              mask, no reserved tokens, exactly 512 = vocab_size) and tokenizer_config.json
+              (no mask_token).
+  On disk the experts are per-expert 2-D tensors, as transformers writes them:
+    qwen3_moe:  model.layers.N.mlp.gate.weight [E, H]; model.layers.N.mlp.experts.J.{gate_proj,
+                up_proj}.weight [I, H], .down_proj.weight [H, I]
+    mixtral, minimax_m2: model.layers.N.block_sparse_moe.gate.weight [E, H];
+                model.layers.N.block_sparse_moe.experts.J.{w1 (gate), w3 (up)}.weight [I, H],
+                .w2.weight (down) [H, I]; minimax_m2 also
+                model.layers.N.block_sparse_moe.e_score_correction_bias [E]
+  Their reference.safetensors adds, all F32:
+    router_logits.{i}       [B*T, E]  router (gate) logits of MoE layer i, fp32 forward (rows b*T+t)
+    router_logits_bf16.{i}  [B*T, E]  the same in the bf16 forward, upcast
+    aux_loss                []        load_balancing_loss_func(router_logits of all MoE layers, E,
+                                      top_k, attention_mask=None) of the fp32 forward, i.e.
+                                      out.aux_loss with output_router_logits=True, NOT multiplied by
+                                      router_aux_loss_coef
+  and the metadata keys num_experts, top_k, moe_layers, moe_note, experts_implementation,
+  aux_loss, router_logits (+ routing for minimax_m2). The references run the experts with
+  transformers' default experts_implementation "grouped_mm" (requested explicitly): per token, the
+  k products expert_output * routing_weight (in the bf16 forward: bf16 for qwen3_moe, whose router
+  casts its weights to the activation dtype; float32 for mixtral / minimax_m2, whose weights stay
+  float32) are summed with float32 accumulation and cast once to the activation dtype.
+
 Deterministic: fixed seeds, CPU, single thread; running it twice gives byte-identical files.
 Run (from the repository root):
-    <venv-tools>/bin/python tools/make_model_fixtures.py [--out tests/fixtures/models] [--only NAME ...]
-"""
+    <venv-tools>/bin/python tools/make_model_fixtures.py [--out tests/fixtures/models] [--only NAME ...]"""
 
 import argparse
+import json
 import math
 import os
+import random
+import re
 import shutil
 import sys
 
@@ -37,12 +75,18 @@ from transformers import (  # noqa: E402
     AutoModelForCausalLM,
     LlamaConfig,
     LlamaForCausalLM,
+    MiniMaxM2Config,
+    MiniMaxM2ForCausalLM,
     MistralConfig,
     MistralForCausalLM,
+    MixtralConfig,
+    MixtralForCausalLM,
     Qwen2Config,
     Qwen2ForCausalLM,
     Qwen3Config,
     Qwen3ForCausalLM,
+    Qwen3MoeConfig,
+    Qwen3MoeForCausalLM,
 )
 
 GENERATOR = "tools/make_model_fixtures.py"
@@ -62,9 +106,23 @@ COMMON = dict(
     pad_token_id=None,
 )
 
+MOE_EXPERTS, MOE_INTER = 8, 32
+# MoE seeds (searched; 1005-1007 and most others fail): in both the fp32 and the bf16 reference
+# forward the k-th and (k+1)-th routing scores of every token in every MoE layer are
+# >= MIN_ROUTING_GAP apart, the bf16 forward picks the same experts as the fp32 one and as a bf16
+# forward with experts_implementation="eager" (all asserted), and as a plain model.to(bf16) (only
+# printed).  This lowers, not removes, the chance that a reimplementation whose bf16 rounding
+# differs picks another expert somewhere: the bf16 routing scores are off the fp32 ones by ~1e-2,
+# several times MIN_ROUTING_GAP.
+SEED_QWEN3_MOE, SEED_MIXTRAL, SEED_MINIMAX_M2 = 2094, 2410, 2074
+MIN_ROUTING_GAP = 2e-3
+# MiniMax-M2 fixture tokenizer: 510 byte-level BPE tokens, then <s>, </s> as the last two ids
+# (MiniMax keeps its specials at the top of the vocabulary); no mask, no reserved tokens.
+MINIMAX_BOS, MINIMAX_EOS = VOCAB - 2, VOCAB - 1
+
 
 def fixture_specs():
-    """name -> dict(seed, config factory, model class, save dtype, shards, embed_std)."""
+    """name -> dict(seed, config factory, model class, save dtype, shards, embed_std, moe, tokenizer)."""
     return {
         "llama3": dict(
             seed=1001,
@@ -139,16 +197,107 @@ def fixture_specs():
             # tied: logits = norm(h) @ E^T, so the embedding scale sets the logit scale
             embed_std=0.4,
         ),
+        # ---- mixture of experts (moe=True: router references, routing-gap and aux-loss checks) ----
+        "qwen3_moe": dict(
+            seed=SEED_QWEN3_MOE,
+            make_config=lambda: Qwen3MoeConfig(
+                **COMMON,  # intermediate_size 128: the dense MLP of the mlp_only layer
+                num_attention_heads=4,
+                num_key_value_heads=2,
+                head_dim=32,
+                max_position_embeddings=512,
+                tie_word_embeddings=False,
+                attention_bias=False,
+                use_sliding_window=False,
+                num_experts=MOE_EXPERTS,
+                num_experts_per_tok=2,
+                moe_intermediate_size=MOE_INTER,
+                mlp_only_layers=[1],
+                decoder_sparse_step=1,
+                norm_topk_prob=True,
+                output_router_logits=False,
+                router_aux_loss_coef=0.001,
+                rope_parameters=dict(rope_type="default", rope_theta=1000000.0),
+            ),
+            cls=Qwen3MoeForCausalLM,
+            save_dtype=torch.bfloat16,
+            # bf16 weights total ~676 KB. transformers cuts shards in sorted-name order, moving a
+            # layer's 8 experts' down_proj / gate_proj / up_proj as three blocks; 450 KB
+            # (= 450000 B) per shard puts layer 2's experts.*.down_proj and experts.*.gate_proj in
+            # shard 1 and its experts.*.up_proj in shard 2: exactly two shards, layer 2's experts
+            # split across both (asserted in check_moe_shards).
+            max_shard_size="450KB",
+            moe=True,
+        ),
+        "mixtral": dict(
+            seed=SEED_MIXTRAL,
+            make_config=lambda: MixtralConfig(
+                **{**COMMON, "intermediate_size": MOE_INTER},
+                num_attention_heads=4,
+                num_key_value_heads=1,
+                max_position_embeddings=512,
+                tie_word_embeddings=False,
+                sliding_window=None,
+                num_local_experts=MOE_EXPERTS,
+                num_experts_per_tok=2,
+                output_router_logits=False,
+                router_aux_loss_coef=0.02,
+                router_jitter_noise=0.0,
+                rope_parameters=dict(rope_type="default", rope_theta=1000000.0),
+            ),
+            cls=MixtralForCausalLM,
+            save_dtype=torch.float32,
+            max_shard_size=None,
+            moe=True,
+        ),
+        "minimax_m2": dict(
+            seed=SEED_MINIMAX_M2,
+            make_config=lambda: MiniMaxM2Config(
+                **{**COMMON, "intermediate_size": MOE_INTER,
+                   "bos_token_id": MINIMAX_BOS, "eos_token_id": MINIMAX_EOS},
+                num_attention_heads=4,
+                num_key_value_heads=2,
+                head_dim=32,
+                # the released checkpoints' legacy field; the config turns it into
+                # rope_parameters.partial_rotary_factor = 16 / 32 (and keeps rotary_dim)
+                rotary_dim=16,
+                max_position_embeddings=512,
+                tie_word_embeddings=False,
+                num_local_experts=MOE_EXPERTS,
+                num_experts_per_tok=3,
+                output_router_logits=False,
+                router_aux_loss_coef=0.001,
+                router_jitter_noise=0.0,
+                rope_parameters=dict(rope_type="default", rope_theta=5000000.0),
+            ),
+            cls=MiniMaxM2ForCausalLM,
+            save_dtype=torch.float32,
+            max_shard_size=None,
+            moe=True,
+            tokenizer=True,
+        ),
     }
 
 
-def reinit_(model, gen, embed_std=1.0, linear_gain=1.0, lm_head_gain=2.0, bias_std=0.5):
-    """Overwrite every parameter deterministically with a healthy spread.
+ROUTER_RE = re.compile(r"(^|\.)mlp\.gate\.weight$")  # MoE router [E, H] (not mlp.gate_proj)
+EXPERTS_RE = re.compile(r"(^|\.)mlp\.experts\.(gate_up_proj|down_proj)$")
+
+
+def reinit_(model, gen, embed_std=1.0, linear_gain=1.0, lm_head_gain=2.0, bias_std=0.5,
+            router_gain=2.0, score_bias_std=0.1):
+    """Overwrite every parameter (and every persistent buffer) deterministically with a healthy spread.
 
     norms (input/post_attention/final/q_norm/k_norm): 1 + 0.1*randn
     embed_tokens: embed_std * randn
     Linear weights [out, in]: gain * randn / sqrt(in)   (lm_head: lm_head_gain)
     biases: bias_std * randn
+    MoE router mlp.gate.weight [E, H]: router_gain * randn / sqrt(H)  (logit std ~router_gain:
+        clearly non-uniform routing)
+    MoE experts mlp.experts.gate_up_proj [E, 2I, H] / down_proj [E, H, I]: gain * randn / sqrt(last dim)
+    persistent buffers (after all parameters, in named_buffers order): only MiniMax-M2's
+        mlp.e_score_correction_bias [E] = score_bias_std * randn; any other one is an error.
+    The random draws follow named_parameters() order, so models without MoE parameters get the
+    same values as before these rules existed.
     """
     with torch.no_grad():
         for name, p in model.named_parameters():  # tied params appear once
@@ -162,11 +311,25 @@ def reinit_(model, gen, embed_std=1.0, linear_gain=1.0, lm_head_gain=2.0, bias_s
                 v = bias_std * r
             elif name == "lm_head.weight":
                 v = lm_head_gain * r / math.sqrt(shape[1])
+            elif ROUTER_RE.search(name) and p.dim() == 2:
+                v = router_gain * r / math.sqrt(shape[1])
+            elif EXPERTS_RE.search(name) and p.dim() == 3:
+                v = linear_gain * r / math.sqrt(shape[2])
             elif p.dim() == 2:
                 v = linear_gain * r / math.sqrt(shape[1])
             else:
                 raise RuntimeError(f"unexpected parameter {name} {shape}")
             p.copy_(v.to(p.dtype))
+        for mod_name, mod in model.named_modules():
+            for bname, buf in mod._buffers.items():
+                if buf is None or bname in mod._non_persistent_buffers_set:
+                    continue  # e.g. RoPE inv_freq: derived from the config, not saved
+                name = f"{mod_name}.{bname}"
+                if name.endswith("mlp.e_score_correction_bias") and buf.dim() == 1:
+                    r = torch.randn(tuple(buf.shape), generator=gen, dtype=torch.float32)
+                    buf.copy_((score_bias_std * r).to(buf.dtype))
+                else:
+                    raise RuntimeError(f"unexpected persistent buffer {name} {tuple(buf.shape)}")
 
 
 def make_input_ids(seed, vocab):
@@ -179,9 +342,20 @@ def make_input_ids(seed, vocab):
     return ids.to(torch.int64)
 
 
+def moe_routers(model):
+    """{layer index: router module} for the decoder layers whose MLP is a sparse MoE block."""
+    return {i: layer.mlp.gate for i, layer in enumerate(model.model.layers)
+            if hasattr(layer.mlp, "experts") and hasattr(layer.mlp, "gate")}
+
+
 @torch.no_grad()
-def run_forward(model, input_ids):
-    """Returns (logits F32, [hidden F32 per layer]) with hooks on model.model.layers[i]."""
+def run_forward(model, input_ids, moe=False):
+    """Returns (logits F32, [hidden F32 per layer]) with hooks on model.model.layers[i].
+
+    moe=True: the forward also gets output_router_logits=True, hooks capture each MoE router's
+    outputs, and a third item is returned: dict(router_logits={i: [B*T, E] in the model dtype},
+    topk_index={i: [B*T, k]}, aux_loss=out.aux_loss).
+    """
     captured = {}
     handles = []
     for i, layer in enumerate(model.model.layers):
@@ -189,20 +363,48 @@ def run_forward(model, input_ids):
             t = out[0] if isinstance(out, (tuple, list)) else out
             captured[i] = t.detach().to(torch.float32).clone()
         handles.append(layer.register_forward_hook(hook))
+    routed = {}
+    if moe:
+        for i, gate in moe_routers(model).items():
+            def gate_hook(_mod, _inp, out, i=i):
+                # every router returns (router_logits, top_k_weights, top_k_index)
+                routed[i] = (out[0].detach().clone(), out[2].detach().clone())
+            handles.append(gate.register_forward_hook(gate_hook))
     try:
-        out = model(input_ids=input_ids, use_cache=False)
+        if moe:
+            out = model(input_ids=input_ids, use_cache=False, output_router_logits=True)
+        else:
+            out = model(input_ids=input_ids, use_cache=False)
     finally:
         for h in handles:
             h.remove()
     n = len(model.model.layers)
     assert sorted(captured) == list(range(n)), captured.keys()
-    return out.logits.detach().to(torch.float32).clone(), [captured[i] for i in range(n)]
+    logits = out.logits.detach().to(torch.float32).clone()
+    hidden = [captured[i] for i in range(n)]
+    if not moe:
+        return logits, hidden
+    layers = sorted(routed)
+    assert layers == sorted(moe_routers(model)) and len(out.router_logits) == len(layers)
+    for i, r in zip(layers, out.router_logits):  # the recorder sees the same tensors, in layer order
+        assert torch.equal(r, routed[i][0]), i
+    info = dict(router_logits={i: routed[i][0] for i in layers},
+                topk_index={i: routed[i][1] for i in layers},
+                aux_loss=out.aux_loss.detach().clone())
+    return logits, hidden, info
 
 
-def load_model(path, dtype=torch.float32):
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, attn_implementation="eager")
+EXPERTS_IMPL = "grouped_mm"  # transformers 5.x's default experts_implementation, requested explicitly
+
+
+def load_model(path, dtype=torch.float32, experts=None):
+    """experts: None for dense models, else the experts_implementation to request (MoE)."""
+    kwargs = {} if experts is None else {"experts_implementation": experts}
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, attn_implementation="eager", **kwargs)
     model.eval()
     assert model.config._attn_implementation == "eager"
+    if experts is not None:
+        assert model.config._experts_implementation == experts, model.config._experts_implementation
     return model
 
 
@@ -243,8 +445,172 @@ def check_sliding_window(model, input_ids, window):
     return diff_full, early, changed
 
 
+def routing_scores(model, layer, router_logits):
+    """The scores transformers' router takes the top-k of, for MoE layer `layer` (float32).
+
+    Qwen3-MoE / Mixtral: softmax(router_logits in float32).  MiniMax-M2: sigmoid(router_logits in
+    float32) + e_score_correction_bias (the selection score; the expert weights are the plain
+    sigmoids of the chosen experts, renormalized)."""
+    mlp = model.model.layers[layer].mlp
+    logits = router_logits.float()
+    if hasattr(mlp, "e_score_correction_bias"):
+        return torch.sigmoid(logits) + mlp.e_score_correction_bias
+    return torch.softmax(logits, dim=-1)
+
+
+def routing_report(model, info, top_k):
+    """Checks our reading of the router against the experts the model picked; returns
+    (min over tokens and MoE layers of score[k-th] - score[(k+1)-th], {layer: that minimum})."""
+    per_layer = {}
+    for i, logits in info["router_logits"].items():
+        scores = routing_scores(model, i, logits)
+        top = scores.topk(top_k + 1, dim=-1).values
+        per_layer[i] = (top[:, top_k - 1] - top[:, top_k]).min().item()
+        ours = scores.topk(top_k, dim=-1).indices.sort(dim=-1).values
+        theirs = info["topk_index"][i].sort(dim=-1).values
+        assert torch.equal(ours, theirs), f"layer {i}: routing does not match the model's top-k"
+    return min(per_layer.values()), per_layer
+
+
+def selection_diffs(info_a, info_b):
+    """Number of (token, MoE layer)s whose chosen expert sets differ between two forwards."""
+    return sum(int((info_a["topk_index"][i].sort(-1).values != info_b["topk_index"][i].sort(-1).values)
+                   .any(-1).sum().item()) for i in info_a["topk_index"])
+
+
+def reference_aux_loss(router_logits, num_experts, top_k):
+    """Switch-Transformer load-balancing loss written out independently of transformers:
+    all MoE layers' rows together (L*N rows, no mask), p = softmax(logits),
+    f_e = (#rows whose top-k holds e) / (L*N), P_e = mean_rows p_e, loss = E * sum_e f_e * P_e."""
+    logits = torch.cat([router_logits[i].float() for i in sorted(router_logits)], dim=0)
+    probs = torch.softmax(logits, dim=-1)
+    chosen = probs.topk(top_k, dim=-1).indices
+    f = torch.nn.functional.one_hot(chosen, num_experts).float().sum(dim=1).mean(dim=0)
+    return num_experts * (f * probs.mean(dim=0)).sum()
+
+
+def bias_changes_selection(model, info, top_k):
+    """MiniMax-M2: {layer: number of tokens whose top-k with e_score_correction_bias differs from
+    the top-k of the plain sigmoid scores} (fp32 forward)."""
+    out = {}
+    for i, logits in info["router_logits"].items():
+        plain = torch.sigmoid(logits.float()).topk(top_k, dim=-1).indices.sort(dim=-1).values
+        biased = routing_scores(model, i, logits).topk(top_k, dim=-1).indices.sort(dim=-1).values
+        out[i] = int((plain != biased).any(dim=-1).sum().item())
+    return out
+
+
+def check_moe_shards(out_dir):
+    """Two shard files, and some layer's expert tensors spread over both; returns that split."""
+    with open(os.path.join(out_dir, "model.safetensors.index.json")) as f:
+        weight_map = json.load(f)["weight_map"]
+    assert sorted(set(weight_map.values())) == ["model-00001-of-00002.safetensors",
+                                                "model-00002-of-00002.safetensors"], weight_map
+    files_per_layer = {}
+    for key, file in weight_map.items():
+        m = re.match(r"model\.layers\.(\d+)\..*\.experts\.", key)
+        if m:
+            files_per_layer.setdefault(int(m.group(1)), set()).add(file)
+    split = sorted(i for i, files in files_per_layer.items() if len(files) == 2)
+    assert split, f"no layer has its experts in both shards: {files_per_layer}"
+    return split
+
+
+# The byte-level BPE of the minimax_m2 fixture: Llama-3's split pattern + ByteLevel (the layout
+# tools/make_demo_data.py uses, which tandem's tokenizer reads), trained on a fixed synthetic corpus.
+LLAMA3_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|"
+                  r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+TOKENIZER_SPECIALS = ["<s>", "</s>"]
+TOKENIZER_SAMPLE = ("Hello, MiniMax-M2!  The 3 experts\tsaid: \"ok\" -- "
+                    "caf\u00e9 \u00fcber \u4e2d\u6587 12345\n")
+
+
+def tokenizer_corpus():
+    rng = random.Random(20250612)
+    onsets = ["", "b", "c", "d", "f", "g", "h", "k", "l", "m", "n", "p", "r", "s", "t", "v", "w",
+              "ch", "sh", "th", "st", "tr", "pl"]
+    vowels = ["a", "e", "i", "o", "u", "ai", "ou", "ee", "\u00e9"]
+    codas = ["", "", "n", "r", "s", "t", "l", "m", "ng", "ck", "x"]
+    words = sorted({"".join(rng.choice(onsets) + rng.choice(vowels) + rng.choice(codas)
+                            for _ in range(rng.randint(1, 3))) for _ in range(600)})
+    weights = [1.0 / (1 + k) for k in range(len(words))]  # Zipf-like: frequent pairs to merge
+    rng.shuffle(words)
+    lines = []
+    for _ in range(800):
+        ws = rng.choices(words, weights=weights, k=rng.randint(3, 14))
+        if rng.random() < 0.3:
+            ws[0] = ws[0].capitalize()
+        if rng.random() < 0.2:
+            ws.insert(rng.randint(0, len(ws)), str(rng.randint(0, 99999)))
+        lines.append(" ".join(ws) + rng.choice([".", ",", "!", "?", ":", ";", " --", ""]))
+    return lines
+
+
+def write_tokenizer(out_dir, bos_id, eos_id, vocab):
+    """tokenizer.json (vocab-2 BPE tokens, then <s>, </s>) + tokenizer_config.json (no mask_token)."""
+    from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers
+    from tokenizers import processors, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(LLAMA3_PATTERN), behavior="isolated", invert=False),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=True, use_regex=False),
+    ])
+    tok.decoder = decoders.ByteLevel()
+    n_plain = vocab - len(TOKENIZER_SPECIALS)
+    trainer = trainers.BpeTrainer(vocab_size=n_plain, min_frequency=2, show_progress=False,
+                                  special_tokens=[], initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(tokenizer_corpus(), trainer=trainer)
+    assert tok.get_vocab_size() == n_plain, tok.get_vocab_size()
+    tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in TOKENIZER_SPECIALS])
+    tok.post_processor = processors.ByteLevel(trim_offsets=False)
+    assert [tok.token_to_id(t) for t in TOKENIZER_SPECIALS] == [bos_id, eos_id]
+    tok.save(os.path.join(out_dir, "tokenizer.json"))
+    config = {
+        "added_tokens_decoder": {
+            str(tok.token_to_id(t)): {"content": t, "lstrip": False, "normalized": False,
+                                      "rstrip": False, "single_word": False, "special": True}
+            for t in TOKENIZER_SPECIALS},
+        "bos_token": "<s>",
+        "eos_token": "</s>",
+        "clean_up_tokenization_spaces": False,
+        "model_input_names": ["input_ids", "attention_mask"],
+        "model_max_length": 512,
+        "tokenizer_class": "PreTrainedTokenizerFast",
+    }
+    with open(os.path.join(out_dir, "tokenizer_config.json"), "w", encoding="utf-8", newline="\n") as f:
+        f.write(json.dumps(config, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
+
+    # checks: through the tokenizers library and through transformers
+    back = Tokenizer.from_file(os.path.join(out_dir, "tokenizer.json"))
+    assert back.get_vocab_size(with_added_tokens=True) == vocab
+    assert sorted(back.get_vocab(with_added_tokens=True).values()) == list(range(vocab))
+    added = {i: t.content for i, t in back.get_added_tokens_decoder().items()}
+    assert added == {bos_id: "<s>", eos_id: "</s>"}, added  # no mask, no reserved tokens
+    ids = back.encode(TOKENIZER_SAMPLE).ids
+    assert back.decode(ids, skip_special_tokens=False) == TOKENIZER_SAMPLE, ids
+    wrapped = back.encode("<s>" + TOKENIZER_SAMPLE + "</s>").ids
+    assert wrapped == [bos_id] + ids + [eos_id], wrapped
+    hf = transformers.AutoTokenizer.from_pretrained(out_dir)
+    assert len(hf) == vocab and hf.bos_token_id == bos_id and hf.eos_token_id == eos_id
+    assert hf.mask_token is None and hf.mask_token_id is None
+    assert hf(TOKENIZER_SAMPLE, add_special_tokens=True)["input_ids"] == ids
+    assert hf.decode(ids) == TOKENIZER_SAMPLE
+    return dict(sample_tokens=len(ids), sample_chars=len(TOKENIZER_SAMPLE))
+
+
+def top_k_of(config):
+    return config.num_experts_per_tok
+
+
+def num_experts_of(config):
+    return config.num_experts if hasattr(config, "num_experts") else config.num_local_experts
+
+
 def build_fixture(name, spec, out_root):
     seed = spec["seed"]
+    moe = spec.get("moe", False)
+    experts = EXPERTS_IMPL if moe else None
     torch.manual_seed(seed)
     gen = torch.Generator().manual_seed(seed)
     config = spec["make_config"]()
@@ -267,28 +633,64 @@ def build_fixture(name, spec, out_root):
     del to_save, model
 
     files = sorted(os.listdir(out_dir))
+    extra = {}
     if spec["max_shard_size"] is not None:
         want = {"model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors",
                 "model.safetensors.index.json"}
         assert want <= set(files) and "model.safetensors" not in files, files
+        if moe:
+            extra["experts_split_layers"] = check_moe_shards(out_dir)
     else:
         assert "model.safetensors" in files and not any(f.endswith(".index.json") for f in files), files
+    if spec.get("tokenizer"):
+        extra["tokenizer"] = write_tokenizer(out_dir, config.bos_token_id, config.eos_token_id,
+                                             config.vocab_size)
 
     # References always come from the checkpoint as stored on disk, loaded in fp32.
-    model = load_model(out_dir, torch.float32)
+    model = load_model(out_dir, torch.float32, experts)
     input_ids = make_input_ids(seed + 7, config.vocab_size)
-    logits, hidden = run_forward(model, input_ids)
+    if moe:
+        logits, hidden, info = run_forward(model, input_ids, moe=True)
+    else:
+        logits, hidden = run_forward(model, input_ids)
     assert torch.isfinite(logits).all()
 
-    extra = {}
     if name == "mistral":
         extra["sliding_window_check"] = check_sliding_window(model, input_ids, config.sliding_window)
+    if moe:
+        top_k, n_exp = top_k_of(model.config), num_experts_of(model.config)
+        moe_layers = sorted(info["router_logits"])
+        assert all(info["router_logits"][i].dtype == torch.float32 for i in moe_layers)
+        extra["moe_layers"] = moe_layers
+        extra["min_gap"], extra["min_gap_per_layer"] = routing_report(model, info, top_k)
+        ours = reference_aux_loss(info["router_logits"], n_exp, top_k)
+        extra["aux_loss"] = info["aux_loss"].item()
+        assert abs(ours.item() - extra["aux_loss"]) <= 1e-6, (ours.item(), extra["aux_loss"])
+        if name == "minimax_m2":
+            changed = bias_changes_selection(model, info, top_k)
+            extra["bias_changes_selection"] = changed
+            assert max(changed.values()) >= 3, f"e_score_correction_bias barely matters: {changed}"
+            assert model.model.rotary_emb.inv_freq.numel() == 8  # rotary_dim 16 of head_dim 32
+            extra["score_bias_dtype"] = {"fp32": str(model.model.layers[0].mlp.e_score_correction_bias.dtype)}
 
     # bf16 reference = what transformers computes for this checkpoint loaded in bf16
     # (from_pretrained(dtype=bfloat16)): every weight rounded to bf16, RoPE inv_freq kept fp32.
-    model_bf16 = load_model(out_dir, torch.bfloat16)
+    model_bf16 = load_model(out_dir, torch.bfloat16, experts)
     assert model_bf16.model.rotary_emb.inv_freq.dtype == torch.float32
-    logits_bf16, hidden_bf16 = run_forward(model_bf16, input_ids)
+    if moe:
+        logits_bf16, hidden_bf16, info_bf16 = run_forward(model_bf16, input_ids, moe=True)
+        extra["min_gap_bf16"], extra["min_gap_bf16_per_layer"] = routing_report(model_bf16, info_bf16,
+                                                                                top_k)
+        # scale of the bf16 forward's error in the routing scores, to compare with the gaps
+        extra["bf16_score_err"] = max(
+            (routing_scores(model_bf16, i, info_bf16["router_logits"][i])
+             - routing_scores(model, i, info["router_logits"][i])).abs().max().item() for i in moe_layers)
+        extra["bf16_vs_fp32_selection_differs"] = selection_diffs(info, info_bf16)
+        if name == "minimax_m2":
+            bias = model_bf16.model.layers[0].mlp.e_score_correction_bias
+            extra["score_bias_dtype"]["bf16"] = str(bias.dtype)
+    else:
+        logits_bf16, hidden_bf16 = run_forward(model_bf16, input_ids)
     assert torch.isfinite(logits_bf16).all()
     del model_bf16
     # Cross-check: identical to the fp32 model after model.to(torch.bfloat16) with inv_freq
@@ -297,12 +699,31 @@ def build_fixture(name, spec, out_root):
     # measured, not stored.
     inv_freq = model.model.rotary_emb.inv_freq.clone()
     model = model.to(torch.bfloat16)
-    lit_logits, _ = run_forward(model, input_ids)
+    if moe:
+        lit_logits, _, lit_info = run_forward(model, input_ids, moe=True)
+    else:
+        lit_logits, _ = run_forward(model, input_ids)
     model.model.rotary_emb.inv_freq = inv_freq
     cast_logits, cast_hidden = run_forward(model, input_ids)
     assert torch.equal(cast_logits, logits_bf16) and all(
         torch.equal(a, b) for a, b in zip(cast_hidden, hidden_bf16)), "bf16 load != fp32 model cast to bf16"
     extra["literal_to_bf16_vs_stored_max_abs"] = (lit_logits - logits_bf16).abs().max().item()
+    if moe:
+        # How robust is the bf16 expert selection?  Two bf16 forwards that only round differently
+        # from the stored one: the literal modeling-file experts loop (experts_implementation=
+        # "eager": each expert's weighted output cast to the activation dtype and index_add_-ed
+        # in expert order, vs grouped_mm's one float32 sum over the top-k), and the plain
+        # model.to(bf16) above (RoPE inv_freq rounded).  Count the (token, layer)s whose experts
+        # differ from the stored bf16 forward's (the MoE seeds are chosen so the first is 0).
+        eager, extra["bf16_selection_flips"] = {}, {"bf16_inv_freq": selection_diffs(lit_info, info_bf16)}
+        for dtype, ref in ((torch.float32, logits), (torch.bfloat16, logits_bf16)):
+            m = load_model(out_dir, dtype, "eager")
+            e_logits, _, e_info = run_forward(m, input_ids, moe=True)
+            eager[str(dtype).replace("torch.", "")] = (e_logits - ref).abs().max().item()
+            if dtype == torch.bfloat16:
+                extra["bf16_selection_flips"]["eager_experts"] = selection_diffs(e_info, info_bf16)
+            del m
+        extra["eager_experts_vs_stored_max_abs"] = eager
 
     tensors = {"input_ids": input_ids.contiguous(), "logits": logits.contiguous(),
                "logits_bf16": logits_bf16.contiguous()}
@@ -327,6 +748,33 @@ def build_fixture(name, spec, out_root):
                      "hidden.{i}: raw output of model.model.layers[i] (forward hook, before final norm)",
         "num_layers": str(len(hidden)),
     }
+    if moe:
+        for i in moe_layers:
+            tensors[f"router_logits.{i}"] = info["router_logits"][i].float().contiguous()
+            tensors[f"router_logits_bf16.{i}"] = info_bf16["router_logits"][i].float().contiguous()
+        tensors["aux_loss"] = info["aux_loss"].to(torch.float32).reshape(()).contiguous()
+        dense = [i for i in range(len(hidden)) if i not in moe_layers]
+        metadata.update({
+            "num_experts": str(n_exp),
+            "top_k": str(top_k),
+            "moe_layers": ",".join(str(i) for i in moe_layers),
+            "moe_note": f"layers {moe_layers} are sparse MoE blocks (router_logits.{{i}} stored for each); "
+                        + (f"layers {dense} are dense MLPs" if dense else "no dense MLP layers"),
+            "experts_implementation": f"{EXPERTS_IMPL} (from_pretrained(experts_implementation="
+                                      f"'{EXPERTS_IMPL}'), transformers' default)",
+            "aux_loss": "out.aux_loss of the fp32 forward with output_router_logits=True and no "
+                        "attention_mask = load_balancing_loss_func(router_logits of all MoE layers, "
+                        "num_experts, top_k, None): rows of all MoE layers together, p = softmax(logits) "
+                        "(also for MiniMax-M2, whose router uses sigmoid + bias), f_e = share of rows whose "
+                        "softmax top-k holds e, loss = E * sum_e f_e * mean_rows(p_e); raw value, NOT "
+                        "multiplied by router_aux_loss_coef",
+            "router_logits": "router_logits.{i}: [B*T, E] output of model.model.layers[i].mlp.gate "
+                             "(rows b*T+t) in the fp32 forward; router_logits_bf16.{i}: the bf16 forward's, "
+                             "upcast to float32",
+        })
+        if name == "minimax_m2":
+            metadata["routing"] = ("sigmoid(router_logits.float()) + e_score_correction_bias -> top-k "
+                                   "experts; weights = sigmoid of the chosen, divided by their sum (float32)")
     write_safetensors(os.path.join(out_dir, "reference.safetensors"), tensors, metadata)
 
     stats = dict(
@@ -340,22 +788,31 @@ def build_fixture(name, spec, out_root):
     return stats
 
 
-def self_check(name, out_root):
-    """Reload the checkpoint from disk and reproduce the stored fp32 logits/hidden exactly."""
+def self_check(name, out_root, moe=False):
+    """Reload the checkpoint from disk and reproduce the stored fp32 logits/hidden exactly
+    (MoE: also router_logits / router_logits_bf16 / aux_loss)."""
     out_dir = os.path.join(out_root, name)
     with safe_open(os.path.join(out_dir, "reference.safetensors"), "pt") as f:
         ref = {k: f.get_tensor(k) for k in f.keys()}
-    model = load_model(out_dir)
-    logits, hidden = run_forward(model, ref["input_ids"])
-    d = (logits - ref["logits"]).abs().max().item()
-    dh = max((h - ref[f"hidden.{i}"]).abs().max().item() for i, h in enumerate(hidden))
-    assert d == 0.0 and dh == 0.0, f"{name}: reload mismatch logits {d} hidden {dh}"
-    model = load_model(out_dir, torch.bfloat16)
-    logits, hidden = run_forward(model, ref["input_ids"])
-    db = (logits - ref["logits_bf16"]).abs().max().item()
-    dbh = max((h - ref[f"hidden_bf16.{i}"]).abs().max().item() for i, h in enumerate(hidden))
-    assert db == 0.0 and dbh == 0.0, f"{name}: bf16 reload mismatch logits {db} hidden {dbh}"
-    return d, db
+    experts = EXPERTS_IMPL if moe else None
+    diffs = []
+    for dtype, sfx in ((torch.float32, ""), (torch.bfloat16, "_bf16")):
+        model = load_model(out_dir, dtype, experts)
+        out = run_forward(model, ref["input_ids"], moe=moe)
+        logits, hidden = out[0], out[1]
+        d = (logits - ref["logits" + sfx]).abs().max().item()
+        dh = max((h - ref[f"hidden{sfx}.{i}"]).abs().max().item() for i, h in enumerate(hidden))
+        assert d == 0.0 and dh == 0.0, f"{name}: {dtype} reload mismatch logits {d} hidden {dh}"
+        if moe:
+            info = out[2]
+            assert sorted(k for k in ref if k.startswith(f"router_logits{sfx}.")) == sorted(
+                f"router_logits{sfx}.{i}" for i in info["router_logits"])
+            for i, r in info["router_logits"].items():
+                assert torch.equal(r.float(), ref[f"router_logits{sfx}.{i}"]), f"{name}: router {i} {dtype}"
+            if dtype == torch.float32:
+                assert torch.equal(info["aux_loss"].float().reshape(()), ref["aux_loss"]), name
+        diffs.append(d)
+    return tuple(diffs)
 
 
 def main():
@@ -386,8 +843,34 @@ def main():
             dfull, early, changed = st["sliding_window_check"]
             print(f"    sliding_window check: vs sliding_window=None max|dlogit| {dfull:.4f} "
                   f"(positions < window: {early:.2e}); layer-0 positions affected by token 3: {changed}")
+        if "moe_layers" in st:
+            fmt = lambda d: "{" + ", ".join(f"{i}: {v:.2e}" for i, v in d.items()) + "}"  # noqa: E731
+            print(f"    MoE layers {st['moe_layers']}, seed {specs[name]['seed']}; min gap k-th vs (k+1)-th "
+                  f"routing score: fp32 {st['min_gap']:.3e} {fmt(st['min_gap_per_layer'])}")
+            print(f"        bf16 {st['min_gap_bf16']:.3e} {fmt(st['min_gap_bf16_per_layer'])}; "
+                  f"max|score bf16 - fp32| {st['bf16_score_err']:.3e}")
+            print(f"    (token, layer)s whose experts differ from the stored bf16 forward's: fp32 forward "
+                  f"{st['bf16_vs_fp32_selection_differs']}, bf16 with experts_implementation='eager' "
+                  f"{st['bf16_selection_flips']['eager_experts']}, plain model.to(bf16) "
+                  f"{st['bf16_selection_flips']['bf16_inv_freq']}")
+            print(f"    aux_loss (raw, before router_aux_loss_coef) {st['aux_loss']:.6f}; "
+                  f"experts_implementation='eager' vs stored ({EXPERTS_IMPL}) max|dlogit|: "
+                  f"{st['eager_experts_vs_stored_max_abs']}")
+            if "experts_split_layers" in st:
+                print(f"    shards: layers with expert tensors in both files: {st['experts_split_layers']}")
+            if "bias_changes_selection" in st:
+                print(f"    e_score_correction_bias changes the top-k of tokens per layer: "
+                      f"{st['bias_changes_selection']}; its dtype fp32/bf16 load: {st['score_bias_dtype']}")
+            if "tokenizer" in st:
+                tok = st["tokenizer"]
+                print(f"    tokenizer: 512 ids, <s>/</s> = {MINIMAX_BOS}/{MINIMAX_EOS}, sample round-trips "
+                      f"({tok['sample_chars']} chars -> {tok['sample_tokens']} tokens)")
+            assert st["min_gap_bf16"] >= MIN_ROUTING_GAP, f"{name}: bf16 routing gap {st['min_gap_bf16']}"
+            assert st["min_gap"] >= MIN_ROUTING_GAP, f"{name}: fp32 routing gap {st['min_gap']}"
+            assert st["bf16_vs_fp32_selection_differs"] == 0, name
+            assert st["bf16_selection_flips"]["eager_experts"] == 0, name
     for name in names:
-        d, db = self_check(name, out_root)
+        d, db = self_check(name, out_root, specs[name].get("moe", False))
         print(f"self-check {name}: reload from disk reproduces logits/hidden (fp32 max abs diff {d}, "
               f"bf16 max abs diff {db})")
     print(f"total size {total} B ({total / 1e6:.2f} MB)")
