@@ -126,7 +126,7 @@ TEST(DecoderConfig, ErrorsNameTheFieldAndFile) {
   };
   json config = llama31_config();
   config["quantization_config"] = {{"quant_method", "gptq"}};
-  expect_error(config, "unsupported field 'quantization_config'");
+  expect_error(config, "the checkpoint is quantized (quantization_config)");
 
   config = llama31_config();
   config["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}};

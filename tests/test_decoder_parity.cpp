@@ -128,7 +128,8 @@ TEST_P(DecoderParity, PackedRowEqualsSeparateDocuments) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, DecoderParity,
-                         ::testing::Combine(::testing::Values("llama3", "mistral", "qwen2", "qwen3"),
+                         ::testing::Combine(::testing::Values("llama3", "mistral", "qwen2", "qwen3",
+                                                              "qwen3_moe", "mixtral", "minimax_m2"),
                                             ::testing::Values("cpu", "cuda")),
                          [](const auto& info) {
                            return std::get<0>(info.param) + "_" + std::get<1>(info.param);

@@ -22,4 +22,25 @@ TEST(ModelFlops, ADecoderForwardMatchesTheHandCount) {
   EXPECT_DOUBLE_EQ(tandem::lm_head_flops(config, 3), 240.0);
 }
 
+// A mixture-of-experts layer counts its active parameters: the router and top-k experts.
+TEST(ModelFlops, AMixtureOfExpertsLayerCountsTheActiveExperts) {
+  tandem::DecoderConfig config;
+  config.hidden_size = 4;
+  config.num_attention_heads = 2;
+  config.head_dim = 2;
+  config.num_key_value_heads = 1;
+  config.intermediate_size = 8;  // the dense layer's MLP
+  config.num_hidden_layers = 2;
+  config.vocab_size = 10;
+  config.moe.num_experts = 6;
+  config.moe.experts_per_token = 2;
+  config.moe.expert_intermediate_size = 3;
+  config.moe.sparse_layers = {true, false};
+  // Sparse layer: attention 48 + router 4 x 6 = 24 + 2 experts x 3 x 4 x 3 = 72 -> 144, the same
+  // as the dense layer's 48 + 96; 3 tokens: 2 x (144 + 144) x 3 = 1728; attention 2 x 72 = 144.
+  EXPECT_DOUBLE_EQ(tandem::decoder_forward_flops(config, 3, 9, /*with_lm_head=*/false), 1872.0);
+  config.moe.experts_per_token = 1;  // one expert fewer: 2 x 36 x 3 = 216 less
+  EXPECT_DOUBLE_EQ(tandem::decoder_forward_flops(config, 3, 9, /*with_lm_head=*/false), 1656.0);
+}
+
 }  // namespace

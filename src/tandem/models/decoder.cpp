@@ -21,7 +21,8 @@ AttentionImpl::AttentionImpl(const DecoderConfig& config, int64_t layer_index,
                              const at::TensorOptions& options, int64_t input_size)
     : num_heads(config.num_attention_heads),
       num_kv_heads(config.num_key_value_heads),
-      head_dim(config.head_dim) {
+      head_dim(config.head_dim),
+      norm_across_heads(config.qk_norm_across_heads) {
   const int64_t hidden = config.hidden_size;
   const int64_t input = input_size > 0 ? input_size : hidden;
   q_proj = register_module("q_proj", Linear(input, num_heads * head_dim, config.qkv_bias, options));
@@ -31,23 +32,29 @@ AttentionImpl::AttentionImpl(const DecoderConfig& config, int64_t layer_index,
       register_module("v_proj", Linear(input, num_kv_heads * head_dim, config.qkv_bias, options));
   o_proj = register_module("o_proj", Linear(num_heads * head_dim, hidden, config.o_bias, options));
   if (config.qk_norm) {
-    q_norm = register_module("q_norm", RMSNorm(head_dim, config.rms_norm_eps, options));
-    k_norm = register_module("k_norm", RMSNorm(head_dim, config.rms_norm_eps, options));
+    const int64_t q_width = norm_across_heads ? num_heads * head_dim : head_dim;
+    const int64_t k_width = norm_across_heads ? num_kv_heads * head_dim : head_dim;
+    q_norm = register_module("q_norm", RMSNorm(q_width, config.rms_norm_eps, options));
+    k_norm = register_module("k_norm", RMSNorm(k_width, config.rms_norm_eps, options));
   }
 }
 
 QueryKeyValue AttentionImpl::project_key_value(const at::Tensor& x, const RopeTables& rope) const {
   const int64_t batch = x.size(0), length = x.size(1);
-  at::Tensor k = k_proj->forward(x).view({batch, length, num_kv_heads, head_dim});
+  at::Tensor k = k_proj->forward(x);
+  if (k_norm && norm_across_heads) k = k_norm->forward(k);  // MiniMax-M2: all heads at once
+  k = k.view({batch, length, num_kv_heads, head_dim});
   const at::Tensor v = v_proj->forward(x).view({batch, length, num_kv_heads, head_dim});
-  if (k_norm) k = k_norm->forward(k);  // Qwen3 normalises each head before RoPE
+  if (k_norm && !norm_across_heads) k = k_norm->forward(k);  // Qwen3: each head, before RoPE
   return {at::Tensor(), apply_rope(k.transpose(1, 2), rope), v.transpose(1, 2)};
 }
 
 QueryKeyValue AttentionImpl::project(const at::Tensor& x, const RopeTables& rope) const {
   QueryKeyValue qkv = project_key_value(x, rope);
-  at::Tensor q = q_proj->forward(x).view({x.size(0), x.size(1), num_heads, head_dim});
-  if (q_norm) q = q_norm->forward(q);
+  at::Tensor q = q_proj->forward(x);
+  if (q_norm && norm_across_heads) q = q_norm->forward(q);
+  q = q.view({x.size(0), x.size(1), num_heads, head_dim});
+  if (q_norm && !norm_across_heads) q = q_norm->forward(q);
   qkv.q = apply_rope(q.transpose(1, 2), rope);
   return qkv;
 }
@@ -77,19 +84,26 @@ DecoderLayerImpl::DecoderLayerImpl(const DecoderConfig& config, int64_t layer_in
                                    const at::TensorOptions& options)
     : sliding_window(config.sliding_window.at(layer_index)) {
   self_attn = register_module("self_attn", Attention(config, layer_index, options));
-  mlp = register_module(
-      "mlp", Mlp(config.hidden_size, config.intermediate_size, config.mlp_bias, options));
+  if (config.moe.enabled() && config.moe.sparse_layers.at(layer_index))
+    experts = register_module("mlp", SparseMoe(config, options));
+  else
+    mlp = register_module(
+        "mlp", Mlp(config.hidden_size, config.intermediate_size, config.mlp_bias, options));
   input_layernorm = register_module(
       "input_layernorm", RMSNorm(config.hidden_size, config.rms_norm_eps, options));
   post_attention_layernorm = register_module(
       "post_attention_layernorm", RMSNorm(config.hidden_size, config.rms_norm_eps, options));
 }
 
+at::Tensor DecoderLayerImpl::feed_forward(const at::Tensor& x, RouterLoad* load) const {
+  return mlp ? mlp->forward(x) : experts->forward(x, load);
+}
+
 at::Tensor DecoderLayerImpl::forward(const at::Tensor& hidden, const RopeTables& rope,
-                                     const CausalAttentionPlan& plan) const {
+                                     const CausalAttentionPlan& plan, RouterLoad* load) const {
   const at::Tensor attended =
       hidden + self_attn->forward(input_layernorm->forward(hidden), rope, plan);
-  return attended + mlp->forward(post_attention_layernorm->forward(attended));
+  return attended + feed_forward(post_attention_layernorm->forward(attended), load);
 }
 
 DecoderModelImpl::DecoderModelImpl(const DecoderConfig& config, const at::TensorOptions& options) {
@@ -109,12 +123,13 @@ CausalLMImpl::CausalLMImpl(const DecoderConfig& config, const at::TensorOptions&
     lm_head = register_module("lm_head",
                               Linear(config.hidden_size, config.vocab_size, false, options));
   inverse_frequencies_ =
-      rope_inverse_frequencies(config.head_dim, config.rope_theta, config.rope_scaling);
+      rope_inverse_frequencies(config.rotated_dims(), config.rope_theta, config.rope_scaling);
 }
 
 at::Tensor CausalLMImpl::forward_hidden(const at::Tensor& ids, const AttentionLayout& layout,
                                         const std::vector<int64_t>& capture_layers,
-                                        std::map<int64_t, at::Tensor>* captured) const {
+                                        std::map<int64_t, at::Tensor>* captured,
+                                        RouterLoad* router_load) const {
   check(ids.dim() == 2, "[decoder] input ids must be (batch, length), got ", ids.sizes());
   check(layout.positions.sizes() == ids.sizes(), "[decoder] positions ", layout.positions.sizes(),
         " do not match ids ", ids.sizes());
@@ -133,7 +148,7 @@ at::Tensor CausalLMImpl::forward_hidden(const at::Tensor& ids, const AttentionLa
                  .emplace(layer.sliding_window,
                           plan_causal_attention(layout, layer.sliding_window, attention_options))
                  .first;
-    hidden = layer.forward(hidden, rope, plan->second);
+    hidden = layer.forward(hidden, rope, plan->second, router_load);
     if (captured && std::find(capture_layers.begin(), capture_layers.end(), i) != capture_layers.end())
       (*captured)[i] = hidden;
   }

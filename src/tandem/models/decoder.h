@@ -1,7 +1,11 @@
 #pragma once
-// Llama-family causal LM (Llama 2/3/3.x, Mistral, Qwen2, Qwen3): embeddings, RMSNorm, RoPE,
-// grouped-query attention, SwiGLU MLP, tied or untied lm_head. Module names are HF's, so
-// `named_parameters()` yields checkpoint keys (`model.layers.0.self_attn.q_proj.weight`, ...).
+// Llama-family causal LM (Llama 2/3/3.x, Mistral, Qwen2, Qwen3) and the mixture-of-experts
+// decoders built from the same parts (Qwen3-MoE, Mixtral, MiniMax-M2; the sparse MLP is
+// models/moe.h): embeddings, RMSNorm, RoPE (full or partial), grouped-query attention with
+// optional q/k norms, a SwiGLU MLP or experts, tied or untied lm_head. Module names are
+// transformers', so `named_parameters()` yields its keys (`model.layers.0.self_attn.q_proj.weight`,
+// `model.layers.0.mlp.experts.gate_up_proj`, ...; models/stored_weights.h maps the expert ones to
+// what checkpoints store).
 #include <torch/nn/module.h>
 #include <torch/nn/modules/container/modulelist.h>
 #include <torch/nn/pimpl.h>
@@ -13,6 +17,7 @@
 #include "tandem/models/causal_attention.h"
 #include "tandem/models/decoder_config.h"
 #include "tandem/models/layers.h"
+#include "tandem/models/moe.h"
 #include "tandem/models/rope.h"
 
 namespace tandem {
@@ -49,7 +54,8 @@ class AttentionImpl : public torch::nn::Module {
   /// x (B, T, H) -> (B, T, H), causal attention as `plan` says (models/causal_attention.h).
   at::Tensor forward(const at::Tensor& x, const RopeTables& rope,
                      const CausalAttentionPlan& plan) const;
-  /// x (B, T, input_size) -> q, k, v with q/k norms (Qwen3) and RoPE applied.
+  /// x (B, T, input_size) -> q, k, v with q/k norms (Qwen3 per head, MiniMax-M2 across heads)
+  /// and RoPE applied.
   QueryKeyValue project(const at::Tensor& x, const RopeTables& rope) const;
   /// The same without the query (left undefined): keys and values of tokens that ask nothing
   /// (the DFlash draft's context).
@@ -57,8 +63,9 @@ class AttentionImpl : public torch::nn::Module {
   /// Attention output (B, heads, T, head_dim) -> (B, T, H) through o_proj.
   at::Tensor output(const at::Tensor& attended) const;
   Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
-  RMSNorm q_norm{nullptr}, k_norm{nullptr};  // Qwen3 only
+  RMSNorm q_norm{nullptr}, k_norm{nullptr};  // Qwen3 (head_dim), MiniMax-M2 (heads * head_dim)
   int64_t num_heads, num_kv_heads, head_dim;
+  bool norm_across_heads;
 };
 TORCH_MODULE(Attention);
 
@@ -77,10 +84,14 @@ class DecoderLayerImpl : public torch::nn::Module {
   DecoderLayerImpl(const DecoderConfig& config, int64_t layer_index,
                    const at::TensorOptions& options);
   /// Pre-norm residual block: h + attn(norm(h)), then + mlp(norm(.)). (B, T, H) -> (B, T, H).
+  /// A sparse layer adds its router's logits to `load` when given.
   at::Tensor forward(const at::Tensor& hidden, const RopeTables& rope,
-                     const CausalAttentionPlan& plan) const;
+                     const CausalAttentionPlan& plan, RouterLoad* load = nullptr) const;
+  /// The MLP part: the dense MLP, or the experts. (B, T, H) -> (B, T, H).
+  at::Tensor feed_forward(const at::Tensor& x, RouterLoad* load = nullptr) const;
   Attention self_attn{nullptr};
-  Mlp mlp{nullptr};
+  Mlp mlp{nullptr};            // a dense layer (null in a sparse one)
+  SparseMoe experts{nullptr};  // a sparse layer: registered as "mlp" (null in a dense one)
   RMSNorm input_layernorm{nullptr}, post_attention_layernorm{nullptr};
   int64_t sliding_window;  // 0: full causal attention
 };
@@ -102,10 +113,12 @@ class CausalLMImpl : public torch::nn::Module {
 
   /// Runs the decoder on ids (B, T) and returns the final-normed hidden states (B, T, H).
   /// For each i in `capture_layers`, `captured[i]` receives the raw output of decoder layer i
-  /// (transformers' hidden_states[i + 1], before any final norm).
+  /// (transformers' hidden_states[i + 1], before any final norm). A mixture-of-experts model adds
+  /// each sparse layer's router logits to `router_load` when given (the load-balancing loss).
   at::Tensor forward_hidden(const at::Tensor& ids, const AttentionLayout& layout,
                             const std::vector<int64_t>& capture_layers = {},
-                            std::map<int64_t, at::Tensor>* captured = nullptr) const;
+                            std::map<int64_t, at::Tensor>* captured = nullptr,
+                            RouterLoad* router_load = nullptr) const;
   /// Full-vocabulary logits (B, T, V) of final hidden states (B, T, H).
   at::Tensor logits(const at::Tensor& hidden) const;
   /// The output projection (V, H): lm_head.weight, or the embedding when tied.
@@ -119,7 +132,7 @@ class CausalLMImpl : public torch::nn::Module {
 
  private:
   DecoderConfig config_;
-  at::Tensor inverse_frequencies_;  // (head_dim / 2,) fp32
+  at::Tensor inverse_frequencies_;  // (rotated dims / 2,) fp32
 };
 TORCH_MODULE(CausalLM);
 

@@ -17,6 +17,12 @@ const char* family_name(DecoderFamily family) {
     case DecoderFamily::Mistral: return "mistral";
     case DecoderFamily::Qwen2: return "qwen2";
     case DecoderFamily::Qwen3: return "qwen3";
+    case DecoderFamily::Qwen3Moe:
+      return "qwen3_moe";
+    case DecoderFamily::Mixtral:
+      return "mixtral";
+    case DecoderFamily::MiniMaxM2:
+      return "minimax_m2";
   }
   return "?";
 }
@@ -29,6 +35,12 @@ const char* architecture_name(DecoderFamily family) {
     case DecoderFamily::Mistral: return "MistralForCausalLM";
     case DecoderFamily::Qwen2: return "Qwen2ForCausalLM";
     case DecoderFamily::Qwen3: return "Qwen3ForCausalLM";
+    case DecoderFamily::Qwen3Moe:
+      return "Qwen3MoeForCausalLM";
+    case DecoderFamily::Mixtral:
+      return "MixtralForCausalLM";
+    case DecoderFamily::MiniMaxM2:
+      return "MiniMaxM2ForCausalLM";
   }
   return "?";
 }
@@ -45,6 +57,31 @@ const std::set<std::string> kMetadataFields = {
     "num_key_value_heads", "max_position_embeddings", "is_decoder", "chunk_size_feed_forward",
     "id2label", "label2id", "problem_type", "tokenizer_class", "prefix", "task_specific_params",
     "finetuning_task", "bad_words_ids", "decoder_start_token_id", "sep_token_id"};
+
+// The mixture-of-experts fields, read by parse_moe (allowed for the MoE families only).
+const std::set<std::string> kMoeFields = {
+    "num_experts",          "num_local_experts",   "num_experts_per_tok", "moe_intermediate_size",
+    "norm_topk_prob",       "decoder_sparse_step", "mlp_only_layers",     "router_aux_loss_coef",
+    "output_router_logits", "router_jitter_noise"};
+
+// MiniMax-M2's own fields (transformers' and the released checkpoints' spellings), read by
+// parse_minimax_m2: each is accepted only with the value that means what transformers computes.
+const std::set<std::string> kMiniMaxFields = {"rotary_dim",
+                                              "partial_rotary_factor",
+                                              "scoring_func",
+                                              "use_routing_bias",
+                                              "use_qk_norm",
+                                              "qk_norm_type",
+                                              "shared_intermediate_size",
+                                              "attn_type_list",
+                                              "use_mtp",
+                                              "num_mtp_modules",
+                                              "mtp_transformer_layers"};
+
+bool is_moe_family(DecoderFamily family) {
+  return family == DecoderFamily::Qwen3Moe || family == DecoderFamily::Mixtral ||
+         family == DecoderFamily::MiniMaxM2;
+}
 
 class Reader {
  public:
@@ -93,16 +130,23 @@ class Reader {
 
 DecoderFamily parse_family(const json& config, const std::string& path) {
   check(config.contains("model_type") && config["model_type"].is_string(), "[config] ", path,
-        ": missing 'model_type' (expected llama, mistral, qwen2 or qwen3)");
+        ": missing 'model_type' (expected llama, mistral, qwen2, qwen3, qwen3_moe, mixtral or "
+        "minimax_m2)");
   const std::string type = config["model_type"];
   DecoderFamily family;
   if (type == "llama") family = DecoderFamily::Llama;
   else if (type == "mistral") family = DecoderFamily::Mistral;
   else if (type == "qwen2") family = DecoderFamily::Qwen2;
   else if (type == "qwen3") family = DecoderFamily::Qwen3;
+  else if (type == "qwen3_moe")
+    family = DecoderFamily::Qwen3Moe;
+  else if (type == "mixtral")
+    family = DecoderFamily::Mixtral;
+  else if (type == "minimax_m2")
+    family = DecoderFamily::MiniMaxM2;
   else
     throw Error("[config] ", path, ": unsupported model_type '", type,
-                "' (tandem supports llama, mistral, qwen2, qwen3)");
+                "' (tandem supports llama, mistral, qwen2, qwen3, qwen3_moe, mixtral, minimax_m2)");
   if (config.contains("architectures") && config["architectures"].is_array()) {
     for (const json& arch : config["architectures"]) {
       check(arch.is_string() && arch.get<std::string>() == architecture_name(family), "[config] ",
@@ -130,6 +174,14 @@ void parse_rope(const json& config, const std::string& path, DecoderConfig& out)
   out.rope_theta = rope.has("rope_theta") ? rope.number("rope_theta")
                                           : top.number_or("rope_theta", 10000.0);
   std::string type = rope.string_or("rope_type", rope.string_or("type", "default"));
+  if (rope.has("partial_rotary_factor")) {
+    check(out.family == DecoderFamily::MiniMaxM2, "[config] ", path,
+          ": partial_rotary_factor is implemented for minimax_m2 only");
+    const double factor = rope.number("partial_rotary_factor");
+    check(factor > 0 && factor <= 1, "[config] ", path,
+          ": partial_rotary_factor must be in (0, 1], got ", factor);
+    out.rotary_dim = static_cast<int64_t>(static_cast<double>(out.head_dim) * factor);
+  }
   if (type == "default") return;
   check(type == "llama3", "[config] ", path, ": unsupported RoPE scaling type '", type,
         "' (tandem implements default and llama3)");
@@ -140,8 +192,13 @@ void parse_rope(const json& config, const std::string& path, DecoderConfig& out)
   out.rope_scaling.original_max_position_embeddings =
       rope.integer("original_max_position_embeddings");
   for (const auto& item : scaling.items()) {
-    static const std::set<std::string> known = {"rope_type", "type", "rope_theta", "factor",
-                                                "low_freq_factor", "high_freq_factor",
+    static const std::set<std::string> known = {"rope_type",
+                                                "type",
+                                                "rope_theta",
+                                                "factor",
+                                                "partial_rotary_factor",
+                                                "low_freq_factor",
+                                                "high_freq_factor",
                                                 "original_max_position_embeddings"};
     check(known.count(item.key()) > 0, "[config] ", path, ": unsupported RoPE field '",
           item.key(), "' for llama3 scaling");
@@ -155,8 +212,17 @@ void parse_sliding_window(const json& config, const std::string& path, DecoderCo
   const int64_t layers = out.num_hidden_layers;
   out.sliding_window.assign(layers, 0);
   const int64_t window = reader.integer_or("sliding_window", 0);
-  if (out.family == DecoderFamily::Mistral) {
+  if (out.family == DecoderFamily::MiniMaxM2) return;  // transformers ignores sliding_window there
+  if (out.family == DecoderFamily::Mistral || out.family == DecoderFamily::Mixtral) {
     if (window > 0) out.sliding_window.assign(layers, window);
+  } else if (out.family == DecoderFamily::Qwen3Moe) {
+    // Every layer or none: Qwen3-MoE's attention reads use_sliding_window alone.
+    if (reader.boolean_or("use_sliding_window", false)) {
+      check(window > 0, "[config] ", path, ": use_sliding_window is true but sliding_window is ",
+            window);
+      out.sliding_window.assign(layers, window);
+    }
+    return;
   } else if (reader.boolean_or("use_sliding_window", false)) {
     check(window > 0, "[config] ", path, ": use_sliding_window is true but sliding_window is ",
           window);
@@ -194,16 +260,131 @@ std::vector<int64_t> parse_token_ids(const json& value, const std::string& path,
   return ids;
 }
 
+// The sparse MLP: how many experts, top-k, their width, which layers have them, how routing
+// scores. Qwen3-MoE names the count num_experts, Mixtral and MiniMax-M2 num_local_experts.
+void parse_moe(const json& config, const std::string& path, DecoderConfig& out) {
+  Reader reader(config, path);
+  MoeConfig& moe = out.moe;
+  const bool qwen = out.family == DecoderFamily::Qwen3Moe;
+  // The hub's Qwen3-MoE configs say num_experts, transformers 5 writes num_local_experts for all
+  // three families: either is read, and both must agree when both are there.
+  check(reader.has("num_experts") || reader.has("num_local_experts"), "[config] ", path,
+        ": missing required field 'num_local_experts' (or 'num_experts')");
+  const char* count_key = reader.has("num_local_experts") ? "num_local_experts" : "num_experts";
+  moe.num_experts = reader.integer(count_key);
+  if (reader.has("num_experts") && reader.has("num_local_experts"))
+    check(reader.integer("num_experts") == moe.num_experts, "[config] ", path, ": num_experts (",
+          reader.integer("num_experts"), ") and num_local_experts (", moe.num_experts,
+          ") disagree");
+  check(moe.num_experts >= 1 && moe.num_experts <= 4096, "[config] ", path, ": ", count_key,
+        " must be in 1..4096, got ", moe.num_experts);
+  moe.experts_per_token = reader.integer("num_experts_per_tok");
+  check(moe.experts_per_token >= 1 && moe.experts_per_token <= moe.num_experts, "[config] ", path,
+        ": num_experts_per_tok must be in 1..", count_key, " (", moe.num_experts, "), got ",
+        moe.experts_per_token);
+  moe.expert_intermediate_size =
+      qwen ? reader.integer("moe_intermediate_size") : out.intermediate_size;
+  check(moe.expert_intermediate_size >= 1 && moe.expert_intermediate_size <= (int64_t{1} << 20),
+        "[config] ", path, ": moe_intermediate_size must be in 1..", int64_t{1} << 20, ", got ",
+        moe.expert_intermediate_size);
+  moe.normalize_top_k = qwen ? reader.boolean_or("norm_topk_prob", false) : true;
+  moe.weights_in_model_dtype = qwen;
+  moe.scoring = out.family == DecoderFamily::MiniMaxM2 ? RouterScoring::SigmoidWithBias
+                                                       : RouterScoring::Softmax;
+  moe.router_aux_loss_coef = reader.number_or("router_aux_loss_coef", 0.001);
+  const double jitter = reader.number_or("router_jitter_noise", 0.0);
+  check(jitter == 0.0, "[config] ", path, ": unsupported router_jitter_noise ", jitter,
+        " (tandem routes without jitter; set it to 0.0)");
+
+  const int64_t layers = out.num_hidden_layers;
+  moe.sparse_layers.assign(static_cast<size_t>(layers), true);
+  if (!qwen) {
+    for (const char* key : {"decoder_sparse_step", "mlp_only_layers"})
+      check(!reader.has(key), "[config] ", path, ": unsupported field '", key, "' for ",
+            family_name(out.family), " (every layer has experts there)");
+    return;
+  }
+  const int64_t step = reader.integer_or("decoder_sparse_step", 1);
+  check(step >= 1, "[config] ", path, ": decoder_sparse_step must be >= 1, got ", step);
+  std::set<int64_t> dense;
+  if (reader.has("mlp_only_layers")) {
+    const json& list = config["mlp_only_layers"];
+    check(list.is_array(), "[config] ", path,
+          ": 'mlp_only_layers' must be a list of layer indices");
+    for (const json& layer : list) {
+      check(layer.is_number_integer() && layer.get<int64_t>() >= 0 && layer.get<int64_t>() < layers,
+            "[config] ", path, ": mlp_only_layers entry ", layer.dump(),
+            " is not a layer index in 0..", layers - 1);
+      dense.insert(layer.get<int64_t>());
+    }
+  }
+  for (int64_t i = 0; i < layers; ++i)
+    moe.sparse_layers[static_cast<size_t>(i)] = !dense.count(i) && (i + 1) % step == 0;
+}
+
+// MiniMax-M2: q/k norms across all heads, partial RoPE (rotary_dim, or partial_rotary_factor in
+// rope_parameters), sigmoid routing with a per-expert bias. The released checkpoints' extra
+// fields are accepted when they say exactly that.
+void parse_minimax_m2(const json& config, const std::string& path, DecoderConfig& out) {
+  Reader reader(config, path);
+  out.qk_norm = true;
+  out.qk_norm_across_heads = true;
+  int64_t rotary = out.rotary_dim;  // from rope_parameters.partial_rotary_factor, if given
+  if (reader.has("partial_rotary_factor")) {
+    const double factor = reader.number("partial_rotary_factor");
+    check(factor > 0 && factor <= 1, "[config] ", path,
+          ": partial_rotary_factor must be in (0, 1], got ", factor);
+    rotary = static_cast<int64_t>(static_cast<double>(out.head_dim) * factor);
+  }
+  if (reader.has("rotary_dim")) {
+    const int64_t dim = reader.integer("rotary_dim");
+    check(rotary == 0 || rotary == dim, "[config] ", path, ": rotary_dim ", dim,
+          " disagrees with partial_rotary_factor (", rotary, " of head_dim ", out.head_dim, ")");
+    rotary = dim;
+  }
+  check(rotary == 0 || (rotary >= 2 && rotary <= out.head_dim && rotary % 2 == 0), "[config] ",
+        path, ": rotary_dim must be even and in 2..head_dim (", out.head_dim, "), got ", rotary);
+  out.rotary_dim = rotary == out.head_dim ? 0 : rotary;
+  auto require = [&](const char* key, const json& wanted, const char* meaning) {
+    if (reader.has(key))
+      check(config[key] == wanted, "[config] ", path, ": unsupported ", key, " ",
+            config[key].dump(), " (tandem implements ", wanted.dump(), ": ", meaning, ")");
+  };
+  require("scoring_func", "sigmoid", "sigmoid router scores");
+  require("use_routing_bias", true, "the e_score_correction_bias of each layer");
+  require("use_qk_norm", true, "q and k RMS-normalised");
+  require("qk_norm_type", "per_layer", "one norm across all heads");
+  require("shared_intermediate_size", 0, "no shared expert");
+  if (reader.has("attn_type_list")) {
+    const json& types = config["attn_type_list"];
+    check(types.is_array(), "[config] ", path, ": 'attn_type_list' must be a list");
+    for (const json& type : types)
+      check(type == 1, "[config] ", path, ": unsupported attn_type_list entry ", type.dump(),
+            " (tandem implements 1: full softmax attention; 0 is MiniMax-01's lightning "
+            "attention)");
+  }
+  // use_mtp, num_mtp_modules, mtp_transformer_layers: multi-token-prediction heads beside the
+  // model; the causal LM (what transformers builds) does not run them.
+}
+
 }  // namespace
 
 DecoderConfig DecoderConfig::from_json(const json& config, const std::string& path) {
   check(config.is_object(), "[config] ", path, ": expected a JSON object");
-  for (const auto& item : config.items()) {
-    check(kMetadataFields.count(item.key()) > 0, "[config] ", path, ": unsupported field '",
-          item.key(), "' (tandem does not implement it; a model using it would be computed wrong)");
-  }
   DecoderConfig out;
   out.family = parse_family(config, path);
+  const bool moe_family = is_moe_family(out.family);
+  for (const auto& item : config.items()) {
+    const std::string& key = item.key();
+    check(key != "quantization_config", "[config] ", path,
+          ": the checkpoint is quantized (quantization_config); tandem reads float weights "
+          "(bf16, fp16, fp32): dequantize it to bf16 first");
+    check(kMetadataFields.count(key) > 0 || (moe_family && kMoeFields.count(key) > 0) ||
+              (out.family == DecoderFamily::MiniMaxM2 && kMiniMaxFields.count(key) > 0),
+          "[config] ", path, ": unsupported field '", key, "' for model_type '",
+          family_name(out.family),
+          "' (tandem does not implement it; a model using it would be computed wrong)");
+  }
   Reader reader(config, path);
   out.vocab_size = reader.integer("vocab_size");
   out.hidden_size = reader.integer("hidden_size");
@@ -224,7 +405,15 @@ DecoderConfig DecoderConfig::from_json(const json& config, const std::string& pa
   out.qkv_bias = out.family == DecoderFamily::Qwen2 || attention_bias;
   out.o_bias = out.family != DecoderFamily::Qwen2 && attention_bias;
   out.mlp_bias = reader.boolean_or("mlp_bias", false);
-  out.qk_norm = out.family == DecoderFamily::Qwen3;
+  out.qk_norm = out.family == DecoderFamily::Qwen3 || out.family == DecoderFamily::Qwen3Moe;
+  if (moe_family) {
+    check(!out.mlp_bias, "[config] ", path, ": mlp_bias is not part of ", family_name(out.family));
+    check(!attention_bias || out.family == DecoderFamily::Qwen3Moe, "[config] ", path,
+          ": attention_bias is not part of ", family_name(out.family),
+          " (its projections have none)");
+    parse_moe(config, path, out);
+  }
+  if (out.family == DecoderFamily::MiniMaxM2) parse_minimax_m2(config, path, out);
 
   const std::string act = reader.string_or("hidden_act", "silu");
   check(act == "silu", "[config] ", path, ": unsupported hidden_act '", act,
@@ -288,6 +477,26 @@ void DecoderConfig::validate(const std::string& where) const {
   for (int64_t id : eos_token_ids)
     check(id >= 0 && id < vocab_size, "[config] ", where, ": eos_token_id ", id,
           " is outside the vocabulary [0, ", vocab_size, ")");
+  check(rotary_dim == 0 || (rotary_dim >= 2 && rotary_dim <= head_dim && rotary_dim % 2 == 0),
+        "[config] ", where, ": rotary_dim must be even and in 2..head_dim, got ", rotary_dim);
+  check(!qk_norm_across_heads || qk_norm, "[config] ", where,
+        ": q/k norms across heads need qk_norm");
+  if (moe.enabled()) {
+    check(moe.experts_per_token >= 1 && moe.experts_per_token <= moe.num_experts, "[config] ",
+          where, ": num_experts_per_tok must be in 1..", moe.num_experts);
+    check(moe.expert_intermediate_size >= 1, "[config] ", where,
+          ": the experts' intermediate size must be positive");
+    check(static_cast<int64_t>(moe.sparse_layers.size()) == num_hidden_layers, "[config] ", where,
+          ": one experts-or-dense entry per layer expected");
+  }
+}
+
+DecoderConfig DecoderConfig::dense_layer_base() const {
+  DecoderConfig base = *this;
+  base.moe = MoeConfig();
+  base.rotary_dim = 0;
+  base.qk_norm_across_heads = false;
+  return base;
 }
 
 DecoderConfig DecoderConfig::from_dir(const std::string& dir) {
@@ -322,13 +531,37 @@ json DecoderConfig::to_json() const {
   }
   if (max_position_embeddings > 0) out["max_position_embeddings"] = max_position_embeddings;
   out["tie_word_embeddings"] = tie_word_embeddings;
-  if (family != DecoderFamily::Qwen2) out["attention_bias"] = o_bias;
+  const bool bias_field = family != DecoderFamily::Qwen2 && family != DecoderFamily::Mixtral &&
+                          family != DecoderFamily::MiniMaxM2;
+  if (bias_field) out["attention_bias"] = o_bias;
   if (family == DecoderFamily::Llama) out["mlp_bias"] = mlp_bias;
   out["attention_dropout"] = 0.0;
+  if (moe.enabled()) {
+    out["num_local_experts"] = moe.num_experts;  // transformers 5's spelling for all three
+    out["num_experts_per_tok"] = moe.experts_per_token;
+    out["router_aux_loss_coef"] = moe.router_aux_loss_coef;
+    out["output_router_logits"] = false;
+  }
+  if (family == DecoderFamily::Qwen3Moe) {
+    out["moe_intermediate_size"] = moe.expert_intermediate_size;
+    out["norm_topk_prob"] = moe.normalize_top_k;
+    out["decoder_sparse_step"] = 1;
+    std::vector<int64_t> dense;
+    for (size_t i = 0; i < moe.sparse_layers.size(); ++i)
+      if (!moe.sparse_layers[i]) dense.push_back(static_cast<int64_t>(i));
+    out["mlp_only_layers"] = dense;
+  }
+  if (family == DecoderFamily::MiniMaxM2) {
+    out["rotary_dim"] = rotated_dims();  // the field vLLM and SGLang read; transformers too
+    out["router_jitter_noise"] = 0.0;
+  }
   const int64_t window = *std::max_element(sliding_window.begin(), sliding_window.end());
-  if (family == DecoderFamily::Mistral) {
+  if (family == DecoderFamily::Mistral || family == DecoderFamily::Mixtral) {
     out["sliding_window"] = window > 0 ? json(window) : json(nullptr);
-  } else if (family != DecoderFamily::Llama && window > 0) {
+  } else if (family == DecoderFamily::Qwen3Moe) {
+    out["use_sliding_window"] = window > 0;
+    out["sliding_window"] = window > 0 ? json(window) : json(nullptr);
+  } else if (family != DecoderFamily::Llama && family != DecoderFamily::MiniMaxM2 && window > 0) {
     std::vector<std::string> types;
     for (int64_t w : sliding_window) types.push_back(w > 0 ? "sliding_attention" : "full_attention");
     out["use_sliding_window"] = true;

@@ -1,5 +1,6 @@
 #pragma once
-// Hyperparameters of a Llama-family decoder (Llama 2/3/3.x, Mistral, Qwen2, Qwen3), read from an
+// Hyperparameters of a Llama-family decoder (Llama 2/3/3.x, Mistral, Qwen2, Qwen3) or of a
+// mixture-of-experts one built on the same layers (Qwen3-MoE, Mixtral, MiniMax-M2), read from an
 // HF config.json. Both transformers 4 (`rope_theta`, `rope_scaling`, `torch_dtype`) and
 // transformers 5 (`rope_parameters`, `dtype`, `layer_types`) spellings are understood; any field
 // that would change the model and is not implemented is an error naming it.
@@ -12,10 +13,33 @@
 
 namespace tandem {
 
-enum class DecoderFamily { Llama, Mistral, Qwen2, Qwen3 };
+enum class DecoderFamily { Llama, Mistral, Qwen2, Qwen3, Qwen3Moe, Mixtral, MiniMaxM2 };
 
-/// "llama", "mistral", "qwen2" or "qwen3".
+/// The config.json `model_type`: "llama", "mistral", "qwen2", "qwen3", "qwen3_moe", "mixtral" or
+/// "minimax_m2".
 const char* family_name(DecoderFamily family);
+
+/// How a mixture-of-experts router turns its logits (tokens, experts) into the chosen experts
+/// and their weights.
+enum class RouterScoring {
+  Softmax,         // Qwen3-MoE, Mixtral: softmax in fp32, top-k of the probabilities
+  SigmoidWithBias  // MiniMax-M2: sigmoid in fp32; top-k of sigmoid + e_score_correction_bias,
+                   // weighted by the sigmoids alone
+};
+
+/// The sparse MLP of a mixture-of-experts decoder. `num_experts == 0`: a dense model.
+struct MoeConfig {
+  int64_t num_experts = 0;
+  int64_t experts_per_token = 0;  // top-k
+  int64_t expert_intermediate_size = 0;
+  RouterScoring scoring = RouterScoring::Softmax;
+  bool normalize_top_k = true;  // the k weights divided by their sum (Qwen3-MoE: norm_topk_prob)
+  bool weights_in_model_dtype = false;  // Qwen3-MoE casts them to the model's dtype; others: fp32
+  std::vector<bool> sparse_layers;      // per decoder layer: experts (true) or the dense MLP
+  double router_aux_loss_coef = 0;      // as the checkpoint declares it (written back on export)
+
+  bool enabled() const { return num_experts > 0; }
+};
 
 /// RoPE frequency scaling; `llama3` is the only scaled type implemented.
 struct RopeScaling {
@@ -43,7 +67,11 @@ struct DecoderConfig {
   bool qkv_bias = false;  // bias on q/k/v projections (Qwen2 always; others via attention_bias)
   bool o_bias = false;    // bias on o_proj (attention_bias in Llama/Mistral/Qwen3)
   bool mlp_bias = false;  // bias on gate/up/down (Llama's mlp_bias)
-  bool qk_norm = false;   // per-head RMSNorm on q and k before RoPE (Qwen3)
+  bool qk_norm = false;   // RMSNorm on q and k before RoPE (Qwen3: per head)
+  // MiniMax-M2: the q/k norms span all heads (weights (heads * head_dim,)), not one head.
+  bool qk_norm_across_heads = false;
+  int64_t rotary_dim = 0;  // RoPE on the first rotary_dim dims of each head (0: all of them)
+  MoeConfig moe;
   // Per decoder layer: the sliding attention window in tokens, or 0 for full causal attention.
   std::vector<int64_t> sliding_window;
   std::string torch_dtype;  // dtype the checkpoint declares ("bfloat16", ...), may be empty
@@ -60,6 +88,11 @@ struct DecoderConfig {
   nlohmann::json to_json() const;
   /// Checks internal consistency (positive sizes, heads divide, ...); `where` names the source.
   void validate(const std::string& where) const;
+  /// The dims RoPE rotates: rotary_dim, or head_dim when it is 0.
+  int64_t rotated_dims() const { return rotary_dim > 0 ? rotary_dim : head_dim; }
+  /// The target's sizes with a plain Llama layer (per-head or no q/k norm as the caller sets,
+  /// full RoPE, a dense MLP): what a draft layer derived from a target starts from.
+  DecoderConfig dense_layer_base() const;
   /// The sizes alone (vocab, widths, layers, heads) within their stated bounds; validate()
   /// includes it. Parsing calls it before the layer count sizes anything.
   void validate_sizes(const std::string& where) const;

@@ -33,7 +33,7 @@ DFlashConfig DFlashConfig::for_target(const DecoderConfig& target, const DFlashD
     return value > 0 ? value : fallback;
   };
   DFlashConfig config;
-  config.layer = target;
+  config.layer = target.dense_layer_base();    // no experts, full RoPE, per-head norms
   config.layer.family = DecoderFamily::Qwen3;  // z-lab drafts are Qwen3 layers for every target
   config.layer.qk_norm = true;
   config.layer.num_hidden_layers = dims.num_layers;

@@ -16,7 +16,7 @@ Eagle3Config Eagle3Config::for_target(const DecoderConfig& target,
                                       std::vector<int64_t> aux_layer_ids,
                                       int64_t draft_vocab_size, int64_t intermediate_size) {
   Eagle3Config config;
-  config.layer = target;
+  config.layer = target.dense_layer_base();    // no experts, full RoPE, per-head norms
   config.layer.family = DecoderFamily::Llama;  // the draft layer is a Llama layer in every engine
   config.layer.num_hidden_layers = 1;
   config.layer.intermediate_size = intermediate_size > 0 ? intermediate_size : target.intermediate_size;

@@ -3,7 +3,8 @@
 // (MFU = model FLOPs / time / the matmul peak measured on the same device). Counted the way the
 // benchmarks have always counted them: 2 x (matmul parameters) per token, plus causal attention
 // 2 * pairs * (heads * head_dim) per layer, where `pairs` sums len^2 over the sequences (QK^T
-// and PV over the causal half of the square); backward = 2 x forward.
+// and PV over the causal half of the square); backward = 2 x forward. Mixture-of-experts layers
+// count their active parameters: the router (E x H) and top-k experts (3 x H x I each).
 #include "tandem/models/decoder_config.h"
 
 namespace tandem {

@@ -16,9 +16,16 @@ namespace tandem {
 namespace {
 
 // Every live frozen model's weights, by storage; a tensor sharing one of these storages is frozen.
+// Each entry keeps its registration number: frozen_weights() lists them in loading order, the
+// same on every rank (storage addresses are not).
+struct FrozenEntry {
+  uint64_t order;
+  at::Tensor tensor;
+};
 std::mutex registry_mutex;
-std::multimap<const void*, at::Tensor>& frozen_storages() {
-  static std::multimap<const void*, at::Tensor> storages;
+uint64_t registrations = 0;
+std::multimap<const void*, FrozenEntry>& frozen_storages() {
+  static std::multimap<const void*, FrozenEntry> storages;
   return storages;
 }
 
@@ -28,7 +35,7 @@ const void* storage_key(const at::Tensor& tensor) {
 
 void register_frozen(const at::Tensor& tensor) {
   std::lock_guard<std::mutex> lock(registry_mutex);
-  frozen_storages().emplace(storage_key(tensor), tensor);
+  frozen_storages().emplace(storage_key(tensor), FrozenEntry{registrations++, tensor});
 }
 
 void unregister_frozen(const at::Tensor& tensor) {
@@ -143,10 +150,13 @@ std::map<std::string, at::Tensor> FrozenModel::named_weights() const {
 
 std::vector<at::Tensor> frozen_weights() {
   std::lock_guard<std::mutex> lock(registry_mutex);
-  std::vector<at::Tensor> out;
+  std::map<uint64_t, at::Tensor> in_order;
   std::set<const c10::TensorImpl*> seen;
   for (const auto& entry : frozen_storages())
-    if (seen.insert(entry.second.unsafeGetTensorImpl()).second) out.push_back(entry.second);
+    if (seen.insert(entry.second.tensor.unsafeGetTensorImpl()).second)
+      in_order.emplace(entry.second.order, entry.second.tensor);
+  std::vector<at::Tensor> out;
+  for (auto& [order, tensor] : in_order) out.push_back(std::move(tensor));
   return out;
 }
 

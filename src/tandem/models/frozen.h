@@ -98,7 +98,8 @@ TargetFeatures target_features(const FrozenModel& target, const at::Tensor& ids,
                                const AttentionLayout& layout, const std::vector<int64_t>& layers,
                                bool with_last);
 
-/// The weights of every live frozen model and head, each tensor once (for sharding them).
+/// The weights of every live frozen model and head, each tensor once, in the order they were
+/// loaded (the same on every rank: sharding them, checksumming them).
 std::vector<at::Tensor> frozen_weights();
 
 /// True when `tensor` shares storage with the weights of a live FrozenModel.

@@ -1,14 +1,14 @@
 #include "tandem/models/load.h"
 
-#include <unistd.h>
-
 #include <ATen/ATen.h>
+#include <unistd.h>
 
 #include <set>
 #include <sstream>
 
 #include "tandem/core/error.h"
 #include "tandem/dist/sharding.h"
+#include "tandem/models/stored_weights.h"
 
 namespace tandem {
 
@@ -31,26 +31,42 @@ std::string join_first(const std::vector<std::string>& names, size_t limit) {
 
 }  // namespace
 
+namespace {
+
+// The tensors a checkpoint fills: every parameter, and the buffers that are weights
+// (MiniMax-M2's e_score_correction_bias).
+std::vector<std::pair<std::string, at::Tensor>> checkpoint_tensors(
+    const torch::nn::Module& module) {
+  std::vector<std::pair<std::string, at::Tensor>> out;
+  for (const auto& param : module.named_parameters(/*recurse=*/true))
+    out.emplace_back(param.key(), param.value());
+  for (const auto& buffer : module.named_buffers(/*recurse=*/true))
+    out.emplace_back(buffer.key(), buffer.value());
+  return out;
+}
+
+}  // namespace
+
 void check_checkpoint_matches(const torch::nn::Module& module, const HfCheckpoint& checkpoint,
-                              bool tied_embeddings) {
+                              const DecoderConfig& config) {
   std::vector<std::string> missing, unexpected;
   std::set<std::string> expected;
-  for (const auto& param : module.named_parameters(/*recurse=*/true)) {
-    const std::string& name = param.key();
-    expected.insert(name);
-    if (!checkpoint.contains(name)) {
-      missing.push_back(name);
-      continue;
+  for (const auto& [name, value] : checkpoint_tensors(module)) {
+    const StoredWeight stored = stored_form(name, config, checkpoint);
+    bool complete = true;
+    for (const std::string& piece : stored.names()) {
+      expected.insert(piece);
+      if (!checkpoint.contains(piece)) {
+        missing.push_back(piece);
+        complete = false;
+      }
     }
-    const auto& info = checkpoint.info(name);
-    check(info.shape == param.value().sizes().vec(), "[checkpoint] ", checkpoint.dir(),
-          ": tensor '", name, "' has shape ", at::IntArrayRef(info.shape),
-          " but the config implies ", param.value().sizes());
+    if (complete) check_stored_shapes(stored, value.sizes(), checkpoint);
   }
   check(missing.empty(), "[checkpoint] ", checkpoint.dir(), ": missing tensors ",
         join_first(missing, 5));
   for (const std::string& name : checkpoint.names())
-    if (!expected.count(name) && !carries_no_weights(name, tied_embeddings))
+    if (!expected.count(name) && !carries_no_weights(name, config.tie_word_embeddings))
       unexpected.push_back(name);
   check(unexpected.empty(), "[checkpoint] ", checkpoint.dir(),
         ": tensors the config does not account for: ", join_first(unexpected, 5),
@@ -58,17 +74,20 @@ void check_checkpoint_matches(const torch::nn::Module& module, const HfCheckpoin
 }
 
 void load_parameters(torch::nn::Module& module, const HfCheckpoint& checkpoint,
-                     c10::ScalarType dtype, const RunContext& run, bool tied_embeddings) {
-  check_checkpoint_matches(module, checkpoint, tied_embeddings);
+                     c10::ScalarType dtype, const RunContext& run, const DecoderConfig& config) {
+  check_checkpoint_matches(module, checkpoint, config);
   at::NoGradGuard no_grad;
-  for (auto& param : module.named_parameters(/*recurse=*/true)) {
-    const std::string& name = param.key();
-    const auto& info = checkpoint.info(name);
+  std::set<std::string> buffers;
+  for (const auto& buffer : module.named_buffers(/*recurse=*/true)) buffers.insert(buffer.key());
+  for (auto& [name, tensor] : checkpoint_tensors(module)) {
+    const StoredWeight stored = stored_form(name, config, checkpoint);
+    const at::TensorOptions options = at::TensorOptions().dtype(dtype).device(run.device);
     at::Tensor value = run.dry_run  // shapes checked above; nothing read
-                           ? at::empty(info.shape, at::TensorOptions().dtype(dtype).device(at::kMeta))
-                           : checkpoint.read_weight(name).to(run.device, dtype);
-    param.value().set_data(value);
-    shard_on_load(run.shard_on_load, param.value());  // sharded training: split on arrival
+                           ? at::empty(tensor.sizes(), options.device(at::kMeta))
+                           : read_stored_weight(stored, tensor.sizes(), checkpoint, options);
+    tensor.set_data(value);
+    // Sharded training: split on arrival. Buffers (never trained, a few numbers) stay whole.
+    if (!buffers.count(name)) shard_on_load(run.shard_on_load, tensor);
   }
 }
 
@@ -77,7 +96,7 @@ CausalLM allocate_causal_lm(const DecoderConfig& config, const at::TensorOptions
   // The model without memory first: its shapes against the checkpoint's (headers only), and its
   // size against the machine, before anything is allocated.
   const CausalLM shapes(config, options.device(at::kMeta));
-  if (checkpoint) check_checkpoint_matches(*shapes, *checkpoint, config.tie_word_embeddings);
+  if (checkpoint) check_checkpoint_matches(*shapes, *checkpoint, config);
   int64_t count = 0;
   for (const at::Tensor& parameter : shapes->parameters()) count += parameter.numel();
   const double gib = static_cast<double>(count) * static_cast<double>(c10::elementSize(
@@ -106,7 +125,7 @@ CausalLM load_causal_lm(const std::string& dir, c10::ScalarType dtype, const Run
   CausalLM model =
       allocate_causal_lm(config, at::TensorOptions().dtype(dtype).device(run.placement()),
                          dir + "/config.json", &checkpoint);
-  load_parameters(*model, checkpoint, dtype, run, config.tie_word_embeddings);
+  load_parameters(*model, checkpoint, dtype, run, config);
   model->attention_options = run.attention;
   return model;
 }

@@ -11,21 +11,22 @@
 
 namespace tandem {
 
-/// The checkpoint holds exactly `module`'s parameters (and tensors that carry no weights), at
-/// their shapes; errors name the directory and list missing, unexpected or misshapen tensors.
-/// Reads headers only: `module` may live on the meta device.
+/// The checkpoint holds exactly `module`'s parameters and weight buffers (and tensors that carry
+/// no weights), at their shapes, each under its own name or, for mixture-of-experts tensors, as
+/// the hub stores them (models/stored_weights.h); errors name the directory and list missing,
+/// unexpected or misshapen tensors. Reads headers only: `module` may live on the meta device.
 void check_checkpoint_matches(const torch::nn::Module& module, const HfCheckpoint& checkpoint,
-                              bool tied_embeddings);
+                              const DecoderConfig& config);
 
-/// Replaces every parameter of `module` with the checkpoint tensor of the same name, converted
-/// to `dtype` on `run.device` one tensor at a time (the host copy of a weight is dropped once
-/// it is on the device). Errors name the directory and list missing, unexpected or misshapen
-/// tensors. Tensors that carry no weights (`rotary_emb.inv_freq`) and, for tied models, a stored
-/// `lm_head.weight` are skipped.
+/// Replaces every parameter and weight buffer of `module` with its checkpoint tensor (stacked
+/// from one tensor per expert where the checkpoint stores them so), converted to `dtype` on
+/// `run.device` one stored tensor at a time (its host copy is dropped once it is on the device).
+/// Errors name the directory and list missing, unexpected or misshapen tensors. Tensors that carry
+/// no weights (`rotary_emb.inv_freq`) and, for tied models, a stored `lm_head.weight` are skipped.
 /// In sharded training (`run.shard_on_load`) each parameter is split as soon as it is filled,
 /// so the whole model never exists on one rank.
 void load_parameters(torch::nn::Module& module, const HfCheckpoint& checkpoint,
-                     c10::ScalarType dtype, const RunContext& run, bool tied_embeddings);
+                     c10::ScalarType dtype, const RunContext& run, const DecoderConfig& config);
 
 /// A causal LM with uninitialised parameters on `options`' device and dtype, after checking, on
 /// a model without memory, its shapes against `checkpoint` (when given: check_checkpoint_matches)

@@ -38,6 +38,11 @@ RopeTables rope_tables(const at::Tensor& inverse_frequencies, const at::Tensor& 
 }
 
 at::Tensor apply_rope(const at::Tensor& x, const RopeTables& tables) {
+  const int64_t rotated_dims = tables.cos.size(-1), dims = x.size(-1);
+  if (rotated_dims < dims)  // partial RoPE: the first dims rotate, the rest pass through
+    return at::cat({apply_rope(x.narrow(-1, 0, rotated_dims), tables),
+                    x.narrow(-1, rotated_dims, dims - rotated_dims)},
+                   -1);
   const int64_t half = x.size(-1) / 2;
   const at::Tensor rotated = at::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
   return x * tables.cos + rotated * tables.sin;

@@ -11,7 +11,7 @@ namespace tandem {
 at::Tensor rope_inverse_frequencies(int64_t head_dim, double theta, const RopeScaling& scaling);
 
 struct RopeTables {
-  at::Tensor cos;  // (B, 1, T, head_dim), compute dtype
+  at::Tensor cos;  // (B, 1, T, rotated dims), compute dtype
   at::Tensor sin;  // (B, 1, T, head_dim)
 };
 
@@ -19,7 +19,8 @@ struct RopeTables {
 RopeTables rope_tables(const at::Tensor& inverse_frequencies, const at::Tensor& positions,
                        c10::ScalarType dtype);
 
-/// x * cos + rotate_half(x) * sin, for x (B, heads, T, head_dim).
+/// x * cos + rotate_half(x) * sin, for x (B, heads, T, head_dim). Tables narrower than head_dim
+/// (partial RoPE, MiniMax-M2's rotary_dim) rotate the first dims and pass the others through.
 at::Tensor apply_rope(const at::Tensor& x, const RopeTables& tables);
 
 }  // namespace tandem

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <iostream>
 
 #include "tandem/core/config.h"
 #include "tandem/core/device.h"
@@ -13,6 +14,7 @@
 #include "tandem/core/hash.h"
 #include "tandem/core/json_file.h"
 #include "tandem/dist/sharding.h"
+#include "tandem/io/hf_checkpoint.h"
 #include "tandem/models/flops.h"
 #include "tandem/objectives/dflash_export.h"
 #include "tandem/objectives/distill.h"
@@ -240,6 +242,12 @@ DFlashObjective::DFlashObjective(const DFlashOptions& options) : options_(option
   gamma_ = options.gamma > 0 ? options.gamma : dflash_default_gamma(options.block_size);
 
   mask_token_ = resolve_dflash_mask_token(options, target_config_.vocab_size);
+  if (!options.run.rank_zero || options.run.rank_zero->reads_files())  // said once per job
+    std::cerr << "[dflash] mask token id " << mask_token_.id << " ("
+              << mask_token_rule_name(mask_token_.rule)
+              << (mask_token_.content.empty() ? "" : ", " + mask_token_.content) << ")"
+              << (mask_token_.grow_embedding ? ": a row is grown; " + mask_token_.serving_note : "")
+              << "\n";
   input_embedding_ = head_->embed_tokens();
   if (mask_token_.grow_embedding) {  // a copy with one more row; the target's stays untouched
     {

@@ -3,12 +3,14 @@
 #include <ATen/ATen.h>
 
 #include <cmath>
-#include "tandem/core/device.h"
-#include "tandem/models/flops.h"
+
 #include "tandem/core/config.h"
+#include "tandem/core/device.h"
 #include "tandem/core/dtype.h"
 #include "tandem/core/error.h"
 #include "tandem/dist/sharding.h"
+#include "tandem/models/flops.h"
+#include "tandem/objectives/router_loss.h"
 
 namespace tandem {
 
@@ -67,7 +69,8 @@ StepTotals DistillObjective::count(const PackedBatch& batch) const {
 ObjectiveOutput DistillObjective::compute(const PackedBatch& batch, const StepTotals& totals) {
   check(totals.loss_tokens > 0, "[distill] the step has no loss tokens");
   const NextTokenPositions targets = next_token_positions(batch);
-  const at::Tensor student_hidden = student_->forward_hidden(batch.input_ids, batch.layout());
+  const TrainedForward student = trained_forward(student_, batch);
+  const at::Tensor& student_hidden = student.hidden;
   const at::Tensor teacher_hidden =
       teacher_->forward(batch.input_ids, batch.layout(), {}, /*with_logits=*/false).final_hidden;
   auto targets_of = [&](const at::Tensor& hidden) {  // (B, T, H) -> (N, H)
@@ -88,6 +91,8 @@ ObjectiveOutput DistillObjective::compute(const PackedBatch& batch, const StepTo
       })[0];
   ObjectiveOutput output{loss, {}};
   output.add_metric("loss", loss);
+  add_router_loss(output, student.router, options_.student.router_aux_loss_coef,
+                  micro_batch_share(*this, batch, totals));
   return output;
 }
 
@@ -95,9 +100,10 @@ ObjectiveDescription distill_description() {
   ObjectiveDescription description;
   description.name = "distill";
   description.summary = "a student distilled from a frozen teacher (same vocabulary)";
-  description.keys = "model (the student, as sft), teacher (path, dtype), loss (divergence: "
-                     "forward_kl | reverse_kl | jsd, beta, temperature, hard_label_weight, "
-                     "chunk_tokens, fp32_lm_head)";
+  description.keys =
+      "model (the student, as sft), teacher (path, dtype), loss (divergence: "
+      "forward_kl | reverse_kl | jsd, beta, temperature, hard_label_weight, "
+      "chunk_tokens, fp32_lm_head, router_aux_loss_coef)";
   description.make = [](const Config& config, const RunContext& run) {
     return std::make_unique<DistillObjective>(distill_options(config, run));
   };

@@ -11,10 +11,11 @@
 #include "tandem/core/dtype.h"
 #include "tandem/core/error.h"
 #include "tandem/core/hash.h"
+#include "tandem/data/token_cache.h"
 #include "tandem/dist/sharding.h"
 #include "tandem/models/flops.h"
-#include "tandem/data/token_cache.h"
 #include "tandem/objectives/dpo_loss.h"
+#include "tandem/objectives/router_loss.h"
 
 namespace tandem {
 
@@ -135,7 +136,8 @@ ObjectiveOutput DpoObjective::compute(const PackedBatch& batch, const StepTotals
   const at::Tensor chosen = to_device(at::tensor(chosen_positions, at::kLong), device);
   const at::Tensor rejected = to_device(at::tensor(rejected_positions, at::kLong), device);
 
-  const at::Tensor hidden = policy_->forward_hidden(batch.input_ids, batch.layout());  // (B, T, H)
+  const TrainedForward forward = trained_forward(policy_, batch);
+  const at::Tensor& hidden = forward.hidden;                               // (B, T, H)
   const at::Tensor host_counts = document_target_counts(batch.on_host());  // (D,) on the host
   const at::Tensor counts = to_device(host_counts, device);
   at::Tensor reference;
@@ -193,6 +195,8 @@ ObjectiveOutput DpoObjective::compute(const PackedBatch& batch, const StepTotals
   output.add_metric("rewards/margin", margins.sum().to(at::kDouble) * scale);
   output.add_metric("rewards/accuracy", (margins > 0).sum().to(at::kDouble) * scale);
   output.add_metric("pairs", static_cast<double>(chosen_positions.size()));
+  add_router_loss(output, forward.router, options_.policy.router_aux_loss_coef,
+                  micro_batch_share(*this, batch, totals));
   return output;
 }
 
@@ -200,8 +204,10 @@ ObjectiveDescription dpo_description() {
   ObjectiveDescription description;
   description.name = "dpo";
   description.summary = "a policy tuned on preference pairs against a frozen reference";
-  description.keys = "model (the policy, as sft), reference (path, dtype, logprobs from `tandem "
-                     "reference-logprobs`), loss (type: sigmoid | hinge | ipo, beta)";
+  description.keys =
+      "model (the policy, as sft), reference (path, dtype, logprobs from `tandem "
+      "reference-logprobs`), loss (type: sigmoid | hinge | ipo, beta, "
+      "router_aux_loss_coef)";
   description.make = [](const Config& config, const RunContext& run) {
     return std::make_unique<DpoObjective>(dpo_options(config, run));
   };

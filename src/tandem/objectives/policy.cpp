@@ -8,6 +8,7 @@
 #include "tandem/data/datasets.h"
 #include "tandem/dist/sharding.h"
 #include "tandem/models/flops.h"
+#include "tandem/objectives/router_loss.h"
 
 namespace tandem {
 
@@ -118,7 +119,8 @@ ObjectiveOutput PolicyObjective::compute(const PackedBatch& batch, const StepTot
   check(rollouts_ != nullptr, "[", name(), "] no rollouts attached");
   check(totals.loss_tokens > 0, "[", name(), "] the step has no completion tokens");
   const RolloutTargets targets = rollout_targets(batch, *rollouts_);
-  const at::Tensor hidden = policy_->forward_hidden(batch.input_ids, batch.layout());  // (B, T, H)
+  const TrainedForward forward = trained_forward(policy_, batch);
+  const at::Tensor& hidden = forward.hidden;                          // (B, T, H)
   const at::Tensor inputs = gather_positions(hidden, targets.index);  // (N, H)
   const FusedLossOptions loss_options = options_.policy.loss;
   const std::vector<at::Tensor> head = with_full_parameters(  // gathered here when sharded
@@ -149,6 +151,8 @@ ObjectiveOutput PolicyObjective::compute(const PackedBatch& batch, const StepTot
   output.add_metric("entropy", entropy.sum().to(at::kDouble) * per_token);
   output.add_metric("advantage_mean", targets.advantages.sum().to(at::kDouble) * per_document);
   if (!targets.rewards.empty()) output.add_metric("reward_mean", reward_sum * per_document);
+  add_router_loss(output, forward.router, options_.policy.router_aux_loss_coef,
+                  micro_batch_share(*this, batch, totals));
   return output;
 }
 
@@ -158,8 +162,10 @@ ObjectiveDescription policy_description(const std::string& name, const std::stri
   ObjectiveDescription description;
   description.name = name;
   description.summary = summary;
-  description.keys = "model (the policy, as sft), loss (epsilon_low, epsilon_high); data.format: "
-                     "rollout (from `tandem rollout` or any engine)";
+  description.keys =
+      "model (the policy, as sft), loss (epsilon_low, epsilon_high, router_aux_loss_coef); "
+      "data.format: "
+      "rollout (from `tandem rollout` or any engine)";
   description.make = [name](const Config& config, const RunContext& run) {
     return std::make_unique<PolicyObjective>(policy_options(config, name, run));
   };

@@ -14,8 +14,10 @@
 #include "tandem/core/json_file.h"
 #include "tandem/dist/sharding.h"
 #include "tandem/io/hf_checkpoint.h"
-#include "tandem/models/load.h"
 #include "tandem/models/flops.h"
+#include "tandem/models/load.h"
+#include "tandem/models/stored_weights.h"
+#include "tandem/objectives/router_loss.h"
 
 namespace tandem {
 
@@ -36,6 +38,7 @@ SftOptions sft_options(const Config& config, const RunContext& run) {
   const Config loss = config.section("loss");
   options.loss.chunk_tokens = read_chunk_tokens(loss, "sft");
   options.loss.fp32_head = loss.get_bool("fp32_lm_head", false);
+  options.router_aux_loss_coef = read_router_aux_loss_coef(loss, "sft");
   return options;
 }
 
@@ -111,7 +114,8 @@ StepTotals SftObjective::count(const PackedBatch& batch) const { return next_tok
 
 ObjectiveOutput SftObjective::compute(const PackedBatch& batch, const StepTotals& totals) {
   check(totals.loss_tokens > 0, "[sft] the step has no loss tokens");
-  const at::Tensor hidden = model_->forward_hidden(batch.input_ids, batch.layout());  // (B, T, H)
+  const TrainedForward forward = trained_forward(model_, batch);
+  const at::Tensor& hidden = forward.hidden;  // (B, T, H)
   const NextTokenPositions targets_at = next_token_positions(batch);
   const at::Tensor inputs = gather_positions(hidden, targets_at.index);  // (N, H)
   const at::Tensor& targets = targets_at.labels;                         // (N,)
@@ -127,6 +131,8 @@ ObjectiveOutput SftObjective::compute(const PackedBatch& batch, const StepTotals
       })[0];
   ObjectiveOutput output{loss, {}};
   output.add_metric("loss", loss);
+  add_router_loss(output, forward.router, options_.router_aux_loss_coef,
+                  micro_batch_share(*this, batch, totals));
   return output;
 }
 
@@ -139,10 +145,17 @@ double SftObjective::model_flops(const PackedBatch& batch) const {
 
 void export_causal_lm(const CausalLM& model, const std::string& dir) {
   std::filesystem::create_directories(dir);
-  std::vector<std::pair<std::string, at::Tensor>> weights;
-  for (const auto& parameter : model->named_parameters()) weights.emplace_back(parameter.key(), parameter.value());
-  const c10::ScalarType dtype = weights.front().second.scalar_type();
+  // In the hub form: one tensor per expert for mixture-of-experts models (what transformers
+  // writes and vLLM / SGLang read; models/stored_weights.h), plus the weight buffers.
   DecoderConfig config = model->config();
+  std::vector<std::pair<std::string, at::Tensor>> weights;
+  for (const auto& parameter : model->named_parameters())
+    for (auto& stored : split_for_hub(parameter.key(), parameter.value(), config))
+      weights.push_back(std::move(stored));
+  for (const auto& buffer : model->named_buffers())
+    for (auto& stored : split_for_hub(buffer.key(), buffer.value(), config))
+      weights.push_back(std::move(stored));
+  const c10::ScalarType dtype = weights.front().second.scalar_type();
   config.torch_dtype = dtype == at::kBFloat16 ? "bfloat16" : dtype == at::kHalf ? "float16" : "float32";
   write_hf_weights(dir, weights);
   replace_file(dir + "/config.json", config.to_json().dump(2) + "\n", "[export]");
@@ -152,7 +165,9 @@ ObjectiveDescription sft_description() {
   ObjectiveDescription description;
   description.name = "sft";
   description.summary = "supervised fine-tuning: next-token cross-entropy on loss-masked tokens";
-  description.keys = "model (path | config, dtype, init_std), loss (chunk_tokens, fp32_lm_head)";
+  description.keys =
+      "model (path | config, dtype, init_std), loss (chunk_tokens, fp32_lm_head, "
+      "router_aux_loss_coef)";
   description.make = [](const Config& config, const RunContext& run) {
     return std::make_unique<SftObjective>(sft_options(config, run));
   };

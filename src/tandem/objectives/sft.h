@@ -20,6 +20,7 @@ struct SftOptions {
   double init_std = 0.02;  // fresh model: N(0, init_std) matrices, unit norms
   uint64_t seed = 0;
   FusedLossOptions loss;
+  double router_aux_loss_coef = 0;  // mixture-of-experts models (objectives/router_loss.h)
   RunContext run;  // device (and rank-0 loading, sharding on load) the model lives with
 };
 

@@ -27,6 +27,7 @@ DistributedOptions read_distributed(const Config& config) {
   const int64_t timeout = section.get_int("timeout_s", 300);
   check(timeout > 0, "[train] ", section.where("timeout_s"), ": must be positive (seconds)");
   options.timeout = std::chrono::seconds(timeout);
+  options.check_frozen_weights = section.get_bool("check_frozen_weights", false);
   return options;
 }
 

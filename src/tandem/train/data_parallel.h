@@ -35,9 +35,12 @@ struct DistributedOptions {
   std::string where;  // "FILE: distributed.mode", for errors
   std::string backend = "auto";  // auto: nccl when training on CUDA, else gloo
   std::chrono::seconds timeout{300};  // any collective, and joining the job
+  // After loading, every rank checksums the full values of its frozen weights and the job stops
+  // if any rank's differ from rank 0's (one gather of each sharded weight; off by default).
+  bool check_frozen_weights = false;
 };
 
-/// Reads `distributed.*` (mode, backend, timeout_s).
+/// Reads `distributed.*` (mode, backend, timeout_s, check_frozen_weights).
 DistributedOptions read_distributed(const Config& config);
 
 /// The groups a step communicates in. ddp: every rank a replica (shard groups of one); shard:

@@ -20,6 +20,7 @@
 #include "tandem/dist/launch.h"
 #include "tandem/dist/process_group.h"
 #include "tandem/dist/sharding.h"
+#include "tandem/dist/weight_checksum.h"
 #include "tandem/models/frozen.h"
 #include "tandem/objectives/objective.h"
 #include "tandem/train/checkpoint.h"
@@ -39,6 +40,24 @@
 namespace tandem {
 
 namespace {
+
+// distributed.check_frozen_weights: each rank's frozen weights (their full values, gathered one
+// by one when sharded) against rank 0's, by checksum; every rank stops if any differs.
+void check_frozen_weights_agree(dist::ProcessGroup& world) {
+  const std::vector<at::Tensor> weights = frozen_weights();
+  char mine[32];
+  std::snprintf(mine, sizeof mine, "%016llx",
+                static_cast<unsigned long long>(weights_checksum(weights)));
+  char line[160];
+  std::snprintf(line, sizeof line, "[load] rank %lld: frozen weights checksum %s (%zu tensors)\n",
+                static_cast<long long>(world.rank()), mine, weights.size());
+  std::cerr << line;
+  std::string lead = mine;
+  world.broadcast_text(lead);
+  const int64_t differing = world.all_reduce_int64(lead == mine ? 0 : 1);
+  check(differing == 0, "[dist] the frozen weights differ between ranks after loading: ", differing,
+        " rank(s) disagree with rank 0's checksum ", lead);
+}
 
 std::atomic<bool> stop_requested{false};
 
@@ -144,6 +163,7 @@ void TrainingRun::set_up() {
                            data_->dataset ? nullptr : &data_->rollouts, data_->cache_dir,
                            data_->packing.seq_len});
   if (groups_.sharded) sharded_.emplace(objective_->trainable(), groups_.shard, *load_shards_);
+  if (distributed.check_frozen_weights) check_frozen_weights_agree(*group_);
 
   at::manual_seed(options_.seed);
   SamplerOptions sampler_options;

@@ -1,0 +1,139 @@
+#include "tandem/models/moe.h"
+
+#include <ATen/ATen.h>
+
+#include "tandem/core/error.h"
+#include "tandem/dist/sharding.h"
+#include "tandem/models/lean_layers.h"
+
+namespace tandem {
+
+void RouterLoad::add(const at::Tensor& router_logits, int64_t top_k) {
+  // As transformers' load_balancing_loss_func: the softmax of the logits and its top-k, whatever
+  // the family's own scoring.
+  const at::Tensor probabilities_now = at::softmax(router_logits.to(at::kFloat), -1);  // (N, E)
+  const at::Tensor chosen = std::get<1>(at::topk(probabilities_now.detach(), top_k, -1));
+  const int64_t experts = router_logits.size(-1);
+  at::Tensor weights = token_weights.defined()
+                           ? token_weights.to(probabilities_now.device(), at::kFloat)
+                           : at::ones({router_logits.size(0)}, probabilities_now.options());
+  check(weights.numel() == router_logits.size(0), "[moe] router load: ", weights.numel(),
+        " token weights for ", router_logits.size(0), " tokens");
+  const at::Tensor picks =
+      at::zeros({experts}, probabilities_now.options())
+          .index_add_(0, chosen.reshape(-1),
+                      weights.unsqueeze(1).expand({-1, top_k}).reshape(-1));  // (E,)
+  const at::Tensor weighted_probabilities = (probabilities_now * weights.unsqueeze(1)).sum(0);
+  const at::Tensor tokens = weights.sum();
+  if (layers == 0) {
+    num_experts = experts;
+    assignments = picks;
+    probabilities = weighted_probabilities;
+    rows = tokens;
+  } else {
+    check(experts == num_experts, "[moe] router load: layers with ", num_experts, " and ", experts,
+          " experts");
+    assignments = assignments + picks;
+    probabilities = probabilities + weighted_probabilities;
+    rows = rows + tokens;
+  }
+  ++layers;
+}
+
+at::Tensor RouterLoad::loss() const {
+  if (layers == 0) return at::zeros({}, at::kFloat);
+  const at::Tensor share = assignments / rows;               // f_e (summed over the k picks)
+  const at::Tensor mean_probability = probabilities / rows;  // P_e
+  return (share * mean_probability).sum() * static_cast<double>(num_experts);
+}
+
+ExpertsImpl::ExpertsImpl(int64_t num_experts, int64_t hidden_size, int64_t intermediate_size,
+                         const at::TensorOptions& options) {
+  gate_up_proj = register_parameter(
+      "gate_up_proj", at::empty({num_experts, 2 * intermediate_size, hidden_size}, options));
+  down_proj = register_parameter("down_proj",
+                                 at::empty({num_experts, hidden_size, intermediate_size}, options));
+}
+
+SparseMoeImpl::SparseMoeImpl(const DecoderConfig& config, const at::TensorOptions& options)
+    : moe(config.moe) {
+  check(moe.enabled(), "[moe] a sparse MLP needs num_experts > 0");
+  gate = register_module("gate", Linear(config.hidden_size, moe.num_experts, false, options));
+  experts = register_module("experts", Experts(moe.num_experts, config.hidden_size,
+                                               moe.expert_intermediate_size, options));
+  if (moe.scoring == RouterScoring::SigmoidWithBias)
+    e_score_correction_bias =
+        register_buffer("e_score_correction_bias", at::zeros({moe.num_experts}, options));
+}
+
+std::pair<at::Tensor, at::Tensor> route_tokens(const at::Tensor& router_logits,
+                                               const at::Tensor& bias, const MoeConfig& moe) {
+  const int64_t k = moe.experts_per_token;
+  if (moe.scoring == RouterScoring::SigmoidWithBias) {
+    // MiniMax-M2: experts chosen by sigmoid + bias, weighted by the sigmoids alone.
+    const at::Tensor scores = at::sigmoid(router_logits.to(at::kFloat));  // (N, E)
+    const at::Tensor indices = std::get<1>(at::topk(scores + bias, k, -1, true, false));
+    at::Tensor weights = scores.gather(1, indices);
+    weights = weights / weights.sum(-1, true);
+    return {indices, weights};
+  }
+  const at::Tensor probabilities = at::softmax(router_logits, -1, at::kFloat);  // (N, E)
+  auto [weights, indices] = at::topk(probabilities, k, -1);
+  if (moe.normalize_top_k) weights = weights / weights.sum(-1, true);
+  if (moe.weights_in_model_dtype) weights = weights.to(router_logits.scalar_type());
+  return {indices, weights};
+}
+
+at::Tensor run_experts(const at::Tensor& x, const at::Tensor& indices, const at::Tensor& weights,
+                       const at::Tensor& gate_up_proj, const at::Tensor& down_proj) {
+  const int64_t tokens = x.size(0), k = indices.size(1), experts = gate_up_proj.size(0);
+  const int64_t intermediate = down_proj.size(2);
+  // The (token, expert) pairs sorted by expert: pair p of the sorted order is token
+  // token_of[p] sent to its expert with weight sorted_weights[p].
+  const at::Tensor flat = indices.reshape(-1);                                      // (N*k,)
+  const at::Tensor order = std::get<1>(at::sort(flat, /*stable=*/true, 0, false));  // (N*k,)
+  const at::Tensor token_of = at::div(order, k, "floor");
+  const at::Tensor sorted_weights = weights.reshape(-1).index_select(0, order);
+  // Rows per expert, on the host: the one device wait of a MoE layer.
+  const at::Tensor counts = at::bincount(flat, {}, experts).cpu();
+  const int64_t* count = counts.data_ptr<int64_t>();
+  const at::Tensor rows = x.index_select(0, token_of);  // (N*k, H)
+  std::vector<at::Tensor> outputs;
+  int64_t start = 0;
+  for (int64_t e = 0; e < experts; ++e) {
+    if (count[e] == 0) continue;
+    const at::Tensor mine = rows.narrow(0, start, count[e]);       // (n_e, H)
+    const at::Tensor gate_up = at::linear(mine, gate_up_proj[e]);  // (n_e, 2I)
+    const at::Tensor hidden = swiglu(gate_up.narrow(1, 0, intermediate),
+                                     gate_up.narrow(1, intermediate, intermediate));  // (n_e, I)
+    outputs.push_back(at::linear(hidden, down_proj[e]));                              // (n_e, H)
+    start += count[e];
+  }
+  check(start == tokens * k, "[moe] expert rows ", start, " != tokens x top-k ", tokens * k);
+  // Weighted in the weights' dtype (fp32 for Mixtral and MiniMax-M2, the model's for Qwen3-MoE),
+  // back in token order, then each token's k outputs summed at once (fp32 accumulation) and
+  // rounded to the model's dtype: what transformers' grouped experts do, and deterministic on
+  // every device (no scattered adds).
+  const at::Tensor weighted = at::cat(outputs, 0) * sorted_weights.unsqueeze(1);  // (N*k, H)
+  const at::Tensor inverse =
+      at::empty_like(order).scatter_(0, order, at::arange(order.numel(), order.options()));
+  return weighted.index_select(0, inverse).view({tokens, k, x.size(1)}).sum(1).to(x.scalar_type());
+}
+
+at::Tensor SparseMoeImpl::forward(const at::Tensor& x, RouterLoad* load) const {
+  const int64_t batch = x.size(0), length = x.size(1), hidden = x.size(2);
+  const MoeConfig config = moe;
+  const at::Tensor bias = e_score_correction_bias;
+  const std::vector<at::Tensor> out = with_full_parameters(
+      {gate->weight, experts->gate_up_proj, experts->down_proj}, {x.reshape({-1, hidden})},
+      [config, bias](const auto& in, const auto& w) {
+        const at::Tensor router_logits = at::linear(in[0], w[0]);  // (N, E), model dtype
+        auto [indices, weights] = route_tokens(router_logits, bias, config);
+        return std::vector<at::Tensor>{run_experts(in[0], indices, weights, w[1], w[2]),
+                                       router_logits};
+      });
+  if (load) load->add(out[1], moe.experts_per_token);
+  return out[0].view({batch, length, hidden});
+}
+
+}  // namespace tandem

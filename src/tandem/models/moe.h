@@ -1,0 +1,77 @@
+#pragma once
+// The sparse MLP of mixture-of-experts decoders (Qwen3-MoE, Mixtral, MiniMax-M2): a router picks
+// the top-k experts of each token, every expert is a SwiGLU MLP, and the token's output is the
+// router-weighted sum of its experts' outputs.
+//
+// Expert compute is grouped: the (token, expert) pairs are sorted by expert, and each expert runs
+// its two matmuls once, on all of its rows. The work is that of the active parameters (k experts
+// per token), never that of every expert; model FLOPs count 2 * H * E (router) +
+// 2 * k * 3 * H * I (experts) per token (models/flops.cpp).
+//
+// Parameters carry transformers 5's names and layout, so `named_parameters()` is what
+// transformers holds in memory: `gate.weight` (E, H), `experts.gate_up_proj` (E, 2I, H; the gate
+// rows, then the up rows), `experts.down_proj` (E, H, I), and for MiniMax-M2 the buffer
+// `e_score_correction_bias` (E,), which only steers the choice of experts and is never trained.
+// Checkpoints store experts one tensor each; models/stored_weights.h maps the names.
+#include <ATen/core/Tensor.h>
+#include <torch/nn/module.h>
+#include <torch/nn/pimpl.h>
+
+#include "tandem/models/decoder_config.h"
+#include "tandem/models/layers.h"
+
+namespace tandem {
+
+/// What the routers of one forward chose, summed over its MoE layers: the inputs of the
+/// load-balancing loss. Set `token_weights` before the forward to leave padding out.
+struct RouterLoad {
+  at::Tensor token_weights;  // in: (B*T,) fp32, 1 for a real token, 0 for padding; undefined: all 1
+  at::Tensor assignments;    // (E,) fp32: top-k picks per expert (of the softmax), no gradient
+  at::Tensor probabilities;  // (E,) fp32: the routers' softmax summed over tokens (with gradient)
+  at::Tensor rows;           // 0-dim fp32: weighted tokens, summed over layers
+  int64_t num_experts = 0;
+  int64_t layers = 0;
+
+  /// Adds one layer's router logits (N, E) for its top-k.
+  void add(const at::Tensor& router_logits, int64_t top_k);
+  /// The Switch Transformer load-balancing loss E * sum_e f_e * P_e, where f_e and P_e are the
+  /// expert's share of top-k picks and its mean router probability over every token of every
+  /// MoE layer: transformers' `load_balancing_loss_func` (before `router_aux_loss_coef`).
+  /// 0-dim fp32; zero when no MoE layer ran.
+  at::Tensor loss() const;
+};
+
+/// The experts of one layer, stacked.
+class ExpertsImpl : public torch::nn::Module {
+ public:
+  ExpertsImpl(int64_t num_experts, int64_t hidden_size, int64_t intermediate_size,
+              const at::TensorOptions& options);
+  at::Tensor gate_up_proj;  // (E, 2I, H)
+  at::Tensor down_proj;     // (E, H, I)
+};
+TORCH_MODULE(Experts);
+
+class SparseMoeImpl : public torch::nn::Module {
+ public:
+  SparseMoeImpl(const DecoderConfig& config, const at::TensorOptions& options);
+  /// x (B, T, H) -> (B, T, H). When `load` is given, the router's logits are added to it.
+  at::Tensor forward(const at::Tensor& x, RouterLoad* load = nullptr) const;
+
+  Linear gate{nullptr};  // the router: (E, H), no bias
+  Experts experts{nullptr};
+  at::Tensor e_score_correction_bias;  // (E,) buffer, MiniMax-M2 only (undefined otherwise)
+  MoeConfig moe;
+};
+TORCH_MODULE(SparseMoe);
+
+/// The chosen experts of each token and their weights, as the family's router computes them
+/// from logits (N, E): indices (N, k) int64 and weights (N, k) (fp32, or the logits' dtype for
+/// Qwen3-MoE, as transformers casts them). `bias`: MiniMax-M2's e_score_correction_bias.
+std::pair<at::Tensor, at::Tensor> route_tokens(const at::Tensor& router_logits,
+                                               const at::Tensor& bias, const MoeConfig& moe);
+
+/// sum over k of weights[n, k] * expert_{indices[n, k]}(x[n]), for x (N, H), grouped by expert.
+at::Tensor run_experts(const at::Tensor& x, const at::Tensor& indices, const at::Tensor& weights,
+                       const at::Tensor& gate_up_proj, const at::Tensor& down_proj);
+
+}  // namespace tandem

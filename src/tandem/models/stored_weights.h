@@ -1,0 +1,61 @@
+#pragma once
+// Where a model tensor lives in an HF checkpoint. Dense models store every tensor under the name
+// the model gives it. Mixture-of-experts models hold each layer's experts stacked (transformers 5's
+// in-memory layout, models/moe.h) while checkpoints, the ones on the hub and the ones
+// transformers 5 writes, store one tensor per expert and projection:
+//   Qwen3-MoE             model.layers.{l}.mlp.experts.{e}.{gate,up,down}_proj.weight
+//   Mixtral, MiniMax-M2   model.layers.{l}.block_sparse_moe.experts.{e}.{w1,w3,w2}.weight
+//                         (w1 gate, w3 up, w2 down), block_sparse_moe.gate.weight and
+//                         (MiniMax-M2) block_sparse_moe.e_score_correction_bias
+// A checkpoint that stores the stacked form under the model's own names (mlp.experts.gate_up_proj
+// (E, 2I, H), mlp.experts.down_proj (E, H, I)) is read as it is.
+#include <ATen/core/Tensor.h>
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "tandem/models/decoder_config.h"
+
+namespace tandem {
+
+class HfCheckpoint;
+
+/// The checkpoint tensors that make one model tensor.
+struct StoredWeight {
+  std::string model_name;
+  // pieces[e]: the tensors concatenated along dim 0 into slice e of a stacked (E, ...) tensor
+  // (gate then up for gate_up_proj); one list of one name: the tensor is stored whole.
+  std::vector<std::vector<std::string>> pieces;
+
+  bool stacked() const;
+  /// Every checkpoint name it reads.
+  std::vector<std::string> names() const;
+};
+
+/// The hub form of `model_name`: per-expert tensors for a stacked expert tensor, the family's
+/// spelling for the rest (what exports write, and what loading looks for when the checkpoint
+/// does not hold `model_name` itself).
+StoredWeight hub_form(const std::string& model_name, const DecoderConfig& config);
+
+/// How `checkpoint` stores `model_name`: under that name when it holds it, else the hub form
+/// (whose names may be missing: the caller reports them).
+StoredWeight stored_form(const std::string& model_name, const DecoderConfig& config,
+                         const HfCheckpoint& checkpoint);
+
+/// Checks that every piece of `weight` is in `checkpoint` with the shape that assembles
+/// `shape`; errors name the directory, the tensor and the shape expected.
+void check_stored_shapes(const StoredWeight& weight, at::IntArrayRef shape,
+                         const HfCheckpoint& checkpoint);
+
+/// Reads `weight` from `checkpoint` into a new tensor of `shape` in `options`' dtype and device,
+/// one piece at a time (no host copy of a whole stacked tensor).
+at::Tensor read_stored_weight(const StoredWeight& weight, at::IntArrayRef shape,
+                              const HfCheckpoint& checkpoint, const at::TensorOptions& options);
+
+/// The tensors to write for a model tensor in the hub form: (name, value or a slice of it).
+std::vector<std::pair<std::string, at::Tensor>> split_for_hub(const std::string& model_name,
+                                                              const at::Tensor& value,
+                                                              const DecoderConfig& config);
+
+}  // namespace tandem

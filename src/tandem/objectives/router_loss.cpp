@@ -1,0 +1,46 @@
+#include "tandem/objectives/router_loss.h"
+
+#include <ATen/ATen.h>
+
+#include <cmath>
+
+#include "tandem/core/config.h"
+#include "tandem/core/error.h"
+
+namespace tandem {
+
+double read_router_aux_loss_coef(const Config& loss, const std::string& component) {
+  const double coef = loss.get_double("router_aux_loss_coef", 0.0);
+  check(std::isfinite(coef) && coef >= 0 && coef <= 1e3, "[", component, "] ",
+        loss.where("router_aux_loss_coef"), ": must be in [0, 1000], got ", coef);
+  return coef;
+}
+
+TrainedForward trained_forward(const CausalLM& model, const PackedBatch& batch) {
+  TrainedForward out;
+  if (model->config().moe.enabled()) {
+    out.router.emplace();
+    out.router->token_weights = batch.padding_mask.reshape(-1).to(at::kFloat);  // (B*T,)
+  }
+  out.hidden = model->forward_hidden(batch.input_ids, batch.layout(), {}, nullptr,
+                                     out.router ? &*out.router : nullptr);
+  return out;
+}
+
+double micro_batch_share(const Objective& objective, const PackedBatch& batch,
+                         const StepTotals& totals) {
+  const StepTotals mine = objective.count(batch.on_host());
+  if (objective.normalization() == Normalization::Documents)
+    return totals.documents > 0 ? static_cast<double>(mine.documents) / totals.documents : 0.0;
+  return totals.loss_tokens > 0 ? static_cast<double>(mine.loss_tokens) / totals.loss_tokens : 0.0;
+}
+
+void add_router_loss(ObjectiveOutput& output, const std::optional<RouterLoad>& router, double coef,
+                     double share) {
+  if (!router) return;
+  const at::Tensor aux = router->loss() * share;  // 0-dim fp32
+  if (coef > 0) output.loss = output.loss + (aux * coef).to(output.loss.scalar_type());
+  output.add_metric("router_aux_loss", aux.detach());
+}
+
+}  // namespace tandem

@@ -1,0 +1,348 @@
+// Mixture-of-experts decoders (models/moe.h, models/stored_weights.h): their configs, the routers
+// and the grouped expert compute against hand-written references, checkpoints stored per expert
+// or stacked, and the load-balancing loss against transformers' value for the fixtures
+// (tools/make_model_fixtures.py). Logits and hidden states against transformers are in
+// test_decoder_parity.cpp, with the dense fixtures.
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+#include <torch/autograd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "tandem/core/json_file.h"
+#include "tandem/io/hf_checkpoint.h"
+#include "tandem/io/safetensors.h"
+#include "tandem/io/tensor_io.h"
+#include "tandem/models/load.h"
+#include "tandem/models/moe.h"
+#include "tandem/models/stored_weights.h"
+#include "tandem/objectives/sft.h"
+#include "test_util.h"
+
+namespace {
+
+using nlohmann::json;
+using tandem::testing::error_of;
+using tandem::testing::model_fixture;
+using tandem::testing::ScratchDir;
+
+json fixture_config(const std::string& name) {
+  return tandem::read_json_file(model_fixture(name) + "/config.json", "test");
+}
+
+tandem::DecoderConfig parse(const json& config) {
+  return tandem::DecoderConfig::from_json(config, "config.json");
+}
+
+TEST(MoeConfig, ReadsEachFamily) {
+  const auto qwen = parse(fixture_config("qwen3_moe"));
+  EXPECT_EQ(qwen.family, tandem::DecoderFamily::Qwen3Moe);
+  EXPECT_EQ(qwen.moe.num_experts, 8);
+  EXPECT_EQ(qwen.moe.experts_per_token, 2);
+  EXPECT_EQ(qwen.moe.expert_intermediate_size, 32);
+  EXPECT_EQ(qwen.intermediate_size, 128);  // the dense layer's
+  EXPECT_EQ(qwen.moe.sparse_layers, (std::vector<bool>{true, false, true, true}));
+  EXPECT_TRUE(qwen.moe.normalize_top_k);
+  EXPECT_TRUE(qwen.qk_norm);
+  EXPECT_FALSE(qwen.qk_norm_across_heads);
+
+  json hub_spelling = fixture_config("qwen3_moe");  // the hub's Qwen3-MoE configs
+  hub_spelling["num_experts"] = hub_spelling["num_local_experts"];
+  hub_spelling.erase("num_local_experts");
+  EXPECT_EQ(parse(hub_spelling).moe.num_experts, 8);
+
+  const auto mixtral = parse(fixture_config("mixtral"));
+  EXPECT_EQ(mixtral.moe.num_experts, 8);
+  EXPECT_EQ(mixtral.moe.expert_intermediate_size, 32);
+  EXPECT_EQ(mixtral.moe.scoring, tandem::RouterScoring::Softmax);
+  EXPECT_FALSE(mixtral.qk_norm);
+
+  const auto minimax = parse(fixture_config("minimax_m2"));
+  EXPECT_EQ(minimax.moe.scoring, tandem::RouterScoring::SigmoidWithBias);
+  EXPECT_EQ(minimax.moe.experts_per_token, 3);
+  EXPECT_EQ(minimax.rotary_dim, 16);
+  EXPECT_EQ(minimax.rotated_dims(), 16);
+  EXPECT_TRUE(minimax.qk_norm_across_heads);
+
+  // What a config writes back reads as the same model.
+  for (const auto* config : {&qwen, &mixtral, &minimax}) {
+    const auto again = parse(config->to_json());
+    EXPECT_EQ(again.family, config->family);
+    EXPECT_EQ(again.moe.num_experts, config->moe.num_experts);
+    EXPECT_EQ(again.moe.experts_per_token, config->moe.experts_per_token);
+    EXPECT_EQ(again.moe.expert_intermediate_size, config->moe.expert_intermediate_size);
+    EXPECT_EQ(again.moe.sparse_layers, config->moe.sparse_layers);
+    EXPECT_EQ(again.moe.normalize_top_k, config->moe.normalize_top_k);
+    EXPECT_EQ(again.rotated_dims(), config->rotated_dims());
+    EXPECT_EQ(again.qk_norm_across_heads, config->qk_norm_across_heads);
+  }
+  // A draft layer derived from an MoE target is a plain dense layer.
+  const auto base = minimax.dense_layer_base();
+  EXPECT_FALSE(base.moe.enabled());
+  EXPECT_EQ(base.rotated_dims(), base.head_dim);
+  EXPECT_FALSE(base.qk_norm_across_heads);
+}
+
+TEST(MoeConfig, MalformedFieldsAreNamed) {
+  struct Case {
+    std::string fixture;
+    std::function<void(json&)> change;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {"qwen3_moe", [](json& c) { c["num_experts_per_tok"] = 9; },
+       "num_experts_per_tok must be in 1..num_local_experts (8), got 9"},
+      {"qwen3_moe", [](json& c) { c["num_local_experts"] = 0; },
+       "num_local_experts must be in 1..4096, got 0"},
+      {"qwen3_moe", [](json& c) { c.erase("moe_intermediate_size"); },
+       "missing required field 'moe_intermediate_size'"},
+      {"qwen3_moe", [](json& c) { c["mlp_only_layers"] = {7}; },
+       "mlp_only_layers entry 7 is not a layer index in 0..3"},
+      {"qwen3_moe", [](json& c) { c["decoder_sparse_step"] = 0; },
+       "decoder_sparse_step must be >= 1"},
+      {"qwen3_moe", [](json& c) { c["shared_expert_intermediate_size"] = 64; },
+       "unsupported field 'shared_expert_intermediate_size' for model_type 'qwen3_moe'"},
+      {"qwen3_moe", [](json& c) { c["num_experts"] = 6; },
+       "num_experts (6) and num_local_experts (8) disagree"},
+      {"mixtral", [](json& c) { c.erase("num_local_experts"); },
+       "missing required field 'num_local_experts' (or 'num_experts')"},
+      {"mixtral", [](json& c) { c["router_jitter_noise"] = 0.1; },
+       "unsupported router_jitter_noise 0.1"},
+      {"mixtral", [](json& c) { c["mlp_only_layers"] = json::array(); },
+       "unsupported field 'mlp_only_layers' for mixtral"},
+      {"mixtral", [](json& c) { c["rotary_dim"] = 8; },
+       "unsupported field 'rotary_dim' for model_type 'mixtral'"},
+      {"minimax_m2", [](json& c) { c["scoring_func"] = "softmax"; },
+       "unsupported scoring_func \"softmax\""},
+      {"minimax_m2", [](json& c) { c["rotary_dim"] = 15; }, "rotary_dim 15 disagrees"},
+      {"minimax_m2",
+       [](json& c) {
+         c["attn_type_list"] = {1, 0, 1, 1};
+       },
+       "unsupported attn_type_list entry 0"},
+      {"minimax_m2", [](json& c) { c["qk_norm_type"] = "per_head"; },
+       "unsupported qk_norm_type \"per_head\""},
+      {"minimax_m2",
+       [](json& c) {
+         c["quantization_config"] = {{"quant_method", "fp8"}};
+       },
+       "the checkpoint is quantized (quantization_config)"},
+      {"minimax_m2", [](json& c) { c["architectures"] = {"MixtralForCausalLM"}; },
+       "unsupported architecture \"MixtralForCausalLM\" for model_type 'minimax_m2'"},
+  };
+  for (const Case& c : cases) {
+    json config = fixture_config(c.fixture);
+    c.change(config);
+    const std::string error = error_of([&] { parse(config); });
+    EXPECT_NE(error.find(c.message), std::string::npos)
+        << c.fixture << ": expected '" << c.message << "' in: " << error;
+    EXPECT_NE(error.find("config.json"), std::string::npos) << error;
+  }
+}
+
+// All tensors of a checkpoint directory.
+std::vector<std::pair<std::string, at::Tensor>> read_all(const std::string& dir) {
+  const auto checkpoint = tandem::HfCheckpoint::open(dir);
+  std::vector<std::pair<std::string, at::Tensor>> out;
+  for (const std::string& name : checkpoint.names()) out.emplace_back(name, checkpoint.read(name));
+  return out;
+}
+
+// A checkpoint dir with `tensors` and the fixture's config.json.
+std::string write_checkpoint(const ScratchDir& scratch, const std::string& fixture,
+                             const std::vector<std::pair<std::string, at::Tensor>>& tensors) {
+  const std::string dir = scratch / fixture;
+  std::filesystem::create_directories(dir);
+  std::filesystem::copy_file(model_fixture(fixture) + "/config.json", dir + "/config.json");
+  tandem::write_hf_weights(dir, tensors);
+  return dir;
+}
+
+at::Tensor fixture_logits(const std::string& dir, c10::ScalarType dtype = at::kFloat) {
+  tandem::RunContext run;
+  const tandem::CausalLM model = tandem::load_causal_lm(dir, dtype, run);
+  const at::Tensor ids = at::arange(12, at::kLong).view({2, 6}) * 37 % 512;
+  at::NoGradGuard no_grad;
+  return model->logits(model->forward_hidden(ids, tandem::AttentionLayout::causal(2, 6, at::kCPU)));
+}
+
+TEST(MoeCheckpoint, MissingAndMisshapenExpertTensorsAreNamed) {
+  ScratchDir scratch;
+  auto tensors = read_all(model_fixture("minimax_m2"));
+  const std::string dropped = "model.layers.2.block_sparse_moe.experts.5.w3.weight";
+  auto without = tensors;
+  std::erase_if(without, [&](const auto& t) { return t.first == dropped; });
+  ASSERT_EQ(without.size() + 1, tensors.size());
+  const std::string missing_dir = write_checkpoint(scratch, "minimax_m2", without);
+  std::string error = error_of([&] { fixture_logits(missing_dir); });
+  EXPECT_NE(error.find("missing tensors " + dropped), std::string::npos) << error;
+
+  auto misshapen = tensors;
+  for (auto& [name, value] : misshapen)
+    if (name == "model.layers.1.block_sparse_moe.experts.0.w2.weight")
+      value = value.narrow(1, 0, 16).contiguous();
+  ScratchDir scratch2;
+  const std::string bad_dir = write_checkpoint(scratch2, "minimax_m2", misshapen);
+  error = error_of([&] { fixture_logits(bad_dir); });
+  EXPECT_NE(error.find("expert tensor 'model.layers.1.block_sparse_moe.experts.0.w2.weight' has "
+                       "shape [64, 16] but the config implies [64, 32]"),
+            std::string::npos)
+      << error;
+
+  auto no_bias = tensors;
+  std::erase_if(no_bias, [](const auto& t) {
+    return t.first == "model.layers.0.block_sparse_moe.e_score_correction_bias";
+  });
+  ScratchDir scratch3;
+  error = error_of([&] { fixture_logits(write_checkpoint(scratch3, "minimax_m2", no_bias)); });
+  EXPECT_NE(error.find("missing tensors model.layers.0.block_sparse_moe.e_score_correction_bias"),
+            std::string::npos)
+      << error;
+
+  auto extra = tensors;
+  extra.emplace_back("model.layers.0.block_sparse_moe.experts.8.w1.weight", at::zeros({32, 64}));
+  ScratchDir scratch4;
+  error = error_of([&] { fixture_logits(write_checkpoint(scratch4, "minimax_m2", extra)); });
+  EXPECT_NE(error.find("tensors the config does not account for: "
+                       "model.layers.0.block_sparse_moe.experts.8.w1.weight"),
+            std::string::npos)
+      << error;
+}
+
+// The stacked form (transformers 5's in-memory names) reads as the per-expert form does, and an
+// export writes the per-expert form back, the same values byte for byte.
+TEST(MoeCheckpoint, StackedAndPerExpertFormsAgreeAndExportsRoundTrip) {
+  for (const std::string fixture : {"qwen3_moe", "mixtral", "minimax_m2"}) {
+    const std::string dir = model_fixture(fixture);
+    const at::Tensor expected = fixture_logits(dir);
+    tandem::RunContext run;
+    const tandem::CausalLM model = tandem::load_causal_lm(dir, at::kFloat, run);
+    std::vector<std::pair<std::string, at::Tensor>> stacked;
+    for (const auto& p : model->named_parameters()) stacked.emplace_back(p.key(), p.value());
+    for (const auto& b : model->named_buffers()) stacked.emplace_back(b.key(), b.value());
+    ScratchDir scratch;
+    const std::string stacked_dir = write_checkpoint(scratch, fixture, stacked);
+    EXPECT_TRUE(at::equal(fixture_logits(stacked_dir), expected)) << fixture;
+
+    ScratchDir exported;
+    tandem::export_causal_lm(model, exported.path());
+    const auto original = read_all(dir);
+    const auto written = read_all(exported.path());
+    std::map<std::string, at::Tensor> by_name(written.begin(), written.end());
+    for (const auto& [name, value] : original) {
+      if (name == "lm_head.weight" && model->config().tie_word_embeddings) continue;
+      ASSERT_TRUE(by_name.count(name)) << fixture << ": the export lacks " << name;
+      EXPECT_TRUE(at::equal(by_name[name].to(at::kFloat), value.to(at::kFloat)))
+          << fixture << " " << name;
+    }
+    EXPECT_EQ(by_name.size(), original.size()) << fixture;
+    EXPECT_TRUE(at::equal(fixture_logits(exported.path()), expected)) << fixture;
+  }
+}
+
+// The grouped compute against a per-token loop: out[n] = sum_k w[n,k] * expert_{i[n,k]}(x[n]),
+// values and the gradients of x, the weights and both expert tensors.
+TEST(MoeExperts, GroupedComputeEqualsThePerTokenSum) {
+  at::manual_seed(3);
+  const int64_t tokens = 11, hidden = 6, inter = 5, experts = 4, k = 2;
+  const at::TensorOptions f64 = at::TensorOptions().dtype(at::kDouble);
+  const at::Tensor x = at::randn({tokens, hidden}, f64).requires_grad_();
+  const at::Tensor gate_up = at::randn({experts, 2 * inter, hidden}, f64).requires_grad_();
+  const at::Tensor down = at::randn({experts, hidden, inter}, f64).requires_grad_();
+  // Expert 3 never chosen; expert 0 chosen by most tokens.
+  const at::Tensor indices =
+      at::tensor({0, 1, 0, 2, 1, 0, 2, 0, 0, 1, 1, 2, 0, 2, 2, 1, 0, 1, 2, 0, 1, 0}, at::kLong)
+          .view({tokens, k});
+  const at::Tensor weights = at::rand({tokens, k}, f64).requires_grad_();
+  const at::Tensor grouped = tandem::run_experts(x, indices, weights, gate_up, down);
+  std::vector<at::Tensor> rows;
+  for (int64_t n = 0; n < tokens; ++n) {
+    at::Tensor sum = at::zeros({hidden}, f64);
+    for (int64_t j = 0; j < k; ++j) {
+      const int64_t e = indices[n][j].item<int64_t>();
+      const at::Tensor both = at::mv(gate_up[e], x[n]);
+      const at::Tensor h = at::silu(both.narrow(0, 0, inter)) * both.narrow(0, inter, inter);
+      sum = sum + weights[n][j] * at::mv(down[e], h);
+    }
+    rows.push_back(sum);
+  }
+  const at::Tensor reference = at::stack(rows);
+  EXPECT_TRUE(at::allclose(grouped, reference, 1e-12, 1e-12));
+  const at::Tensor upstream = at::randn({tokens, hidden}, f64);
+  const auto got = torch::autograd::grad({grouped}, {x, weights, gate_up, down}, {upstream});
+  const auto want = torch::autograd::grad({reference}, {x, weights, gate_up, down}, {upstream});
+  for (size_t i = 0; i < got.size(); ++i)
+    EXPECT_TRUE(at::allclose(got[i], want[i], 1e-12, 1e-12)) << "gradient " << i;
+  EXPECT_EQ(got[2][3].abs().max().item<double>(), 0.0);  // the unchosen expert learns nothing
+}
+
+TEST(MoeRouter, EachFamilyRoutesAsTransformersDoes) {
+  const at::Tensor logits = at::tensor({2.0f, -1.0f, 0.5f, 1.5f}).view({1, 4});
+  tandem::MoeConfig softmax;
+  softmax.num_experts = 4;
+  softmax.experts_per_token = 2;
+  softmax.normalize_top_k = true;
+  auto [indices, weights] = tandem::route_tokens(logits, {}, softmax);
+  EXPECT_EQ(indices[0][0].item<int64_t>(), 0);
+  EXPECT_EQ(indices[0][1].item<int64_t>(), 3);
+  // Normalised: e^2 / (e^2 + e^1.5).
+  EXPECT_NEAR(weights[0][0].item<double>(), 1.0 / (1.0 + std::exp(-0.5)), 1e-6);
+  softmax.normalize_top_k = false;  // the plain softmax probabilities
+  const double total = std::exp(2.0) + std::exp(-1.0) + std::exp(0.5) + std::exp(1.5);
+  EXPECT_NEAR(tandem::route_tokens(logits, {}, softmax).second[0][0].item<double>(),
+              std::exp(2.0) / total, 1e-6);
+
+  // MiniMax-M2: the bias moves expert 2 ahead of expert 3 in the choice, not into the weights.
+  tandem::MoeConfig sigmoid = softmax;
+  sigmoid.scoring = tandem::RouterScoring::SigmoidWithBias;
+  const at::Tensor bias = at::tensor({0.0f, 0.0f, 0.3f, 0.0f});
+  auto [chosen, sigmoid_weights] = tandem::route_tokens(logits, bias, sigmoid);
+  std::vector<int64_t> picked = {chosen[0][0].item<int64_t>(), chosen[0][1].item<int64_t>()};
+  std::sort(picked.begin(), picked.end());
+  EXPECT_EQ(picked, (std::vector<int64_t>{0, 2}));
+  const auto s = [](double v) { return 1.0 / (1.0 + std::exp(-v)); };
+  const double w0 = s(2.0) / (s(2.0) + s(0.5));
+  const int64_t slot0 = chosen[0][0].item<int64_t>() == 0 ? 0 : 1;
+  EXPECT_NEAR(sigmoid_weights[0][slot0].item<double>(), w0, 1e-6);
+}
+
+// transformers' load_balancing_loss_func on the fixtures' router logits, and padding weighed 0
+// counts as if the token were not there.
+TEST(MoeRouter, LoadBalancingLossMatchesTransformers) {
+  for (const std::string fixture : {"qwen3_moe", "mixtral", "minimax_m2"}) {
+    const std::string dir = model_fixture(fixture);
+    const auto file = tandem::safetensors::File::open(dir + "/reference.safetensors");
+    std::map<std::string, at::Tensor> reference;
+    for (const auto& info : file.header().tensors)
+      reference[info.name] = tandem::read_tensor(file, info);
+    tandem::RunContext run;
+    const tandem::CausalLM model = tandem::load_causal_lm(dir, at::kFloat, run);
+    const at::Tensor ids = reference.at("input_ids");
+    tandem::RouterLoad load;
+    at::NoGradGuard no_grad;
+    model->forward_hidden(ids, tandem::AttentionLayout::causal(ids.size(0), ids.size(1), at::kCPU),
+                          {}, nullptr, &load);
+    int64_t sparse = 0;
+    for (bool s : model->config().moe.sparse_layers) sparse += s;
+    EXPECT_EQ(load.layers, sparse) << fixture;
+    const double expected = reference.at("aux_loss").item<double>();
+    std::printf("[moe] %s aux loss %.6f (transformers %.6f)\n", fixture.c_str(),
+                load.loss().item<double>(), expected);
+    EXPECT_NEAR(load.loss().item<double>(), expected, 1e-5 * std::max(1.0, expected)) << fixture;
+  }
+  at::manual_seed(0);
+  const at::Tensor logits = at::randn({5, 4});
+  tandem::RouterLoad masked, subset;
+  masked.token_weights = at::tensor({1.0f, 0.0f, 1.0f, 1.0f, 0.0f});
+  masked.add(logits, 2);
+  subset.add(logits.index_select(0, at::tensor({0, 2, 3}, at::kLong)), 2);
+  EXPECT_NEAR(masked.loss().item<double>(), subset.loss().item<double>(), 1e-6);
+  // Balanced routing gives 1 x k: uniform probabilities, each expert picked equally often.
+  tandem::RouterLoad uniform;
+  uniform.add(at::zeros({4, 4}), 1);
+  EXPECT_NEAR(uniform.loss().item<double>(), 1.0, 1e-6);
+}
+
+}  // namespace
