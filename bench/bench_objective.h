@@ -15,13 +15,20 @@
 
 namespace tandem::bench {
 
-/// A Llama of `shape` with N(0, 0.02) weights, written as an HF checkpoint to `dir`.
-inline std::string write_random_llama(const ModelShape& shape, const std::string& dir,
+/// A model of `config` with N(0, 0.02) weights, written as an HF checkpoint to `dir` (the hub
+/// form: one tensor per expert for a mixture of experts).
+inline std::string write_random_model(const DecoderConfig& config, const std::string& dir,
                                       uint64_t seed = 0) {
-  CausalLM model(llama_config(shape), at::TensorOptions().dtype(at::kFloat));
+  CausalLM model(config, at::TensorOptions().dtype(at::kFloat));
   init_normal_(*model, 0.02, seed);
   export_causal_lm(model, dir);
   return dir;
+}
+
+/// A Llama of `shape` with N(0, 0.02) weights, written as an HF checkpoint to `dir`.
+inline std::string write_random_llama(const ModelShape& shape, const std::string& dir,
+                                      uint64_t seed = 0) {
+  return write_random_model(llama_config(shape), dir, seed);
 }
 
 /// `rows` rows of `seq_len` tokens, `per_row` random documents each, the first 1/16 of every
