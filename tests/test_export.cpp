@@ -61,7 +61,7 @@ TEST_P(ExportParity, FreshExportHasTheSameFormat) {
   EXPECT_TRUE(at::equal(reloaded.forward(ids, layout, {}).logits, original));
 }
 
-INSTANTIATE_TEST_SUITE_P(Exports, ExportParity, ::testing::Values("llama-fp32", "qwen3-bf16"),
+INSTANTIATE_TEST_SUITE_P(Exports, ExportParity, ::testing::Values("llama-fp32", "qwen3-bf16", "minimax-moe-fp32"),
                          [](const auto& info) {
                            std::string name = info.param;
                            for (char& c : name) if (c == '-') c = '_';

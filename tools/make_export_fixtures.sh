@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Trains two tiny models with `tandem train` (a Llama fp32, untied; a Qwen3 bf16 with tied
-# embeddings and explicit head_dim), keeps their exports under tests/fixtures/exports/, and
+# Trains three tiny models with `tandem train` (a Llama fp32, untied; a Qwen3 bf16 with tied
+# embeddings and explicit head_dim; a MiniMax-M2-layout mixture of experts, fp32, trained with the
+# router's load-balancing loss: its routers and correction biases are written per expert, as the
+# hub stores them), keeps their exports under tests/fixtures/exports/, and
 # records transformers' logits on each (tools/check_export_in_transformers.py). Run by hand
 # after `scripts/setup.sh --tools`; the outputs are committed.
 set -euo pipefail
@@ -17,12 +19,13 @@ with open(sys.argv[1], "w") as f:
         ids = [r.randrange(97) for _ in range(n)]
         f.write(json.dumps({"input_ids": ids, "loss_mask": [1] * n}) + "\n")
 PY
-for name in llama-fp32 qwen3-bf16; do
+for name in llama-fp32 qwen3-bf16 minimax-moe-fp32; do
   cat > "$work/$name.yaml" <<YAML
 model:
   config: tests/fixtures/exports/$name.model.json
   dtype: $([ $name = qwen3-bf16 ] && echo bf16 || echo fp32)
   init_std: 0.2
+$([ $name = minimax-moe-fp32 ] && echo "loss: {router_aux_loss_coef: 0.01}")
 data:
   path: $work/data.jsonl
   format: pretokenized
