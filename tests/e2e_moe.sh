@@ -8,6 +8,7 @@
 #     exported at every checkpoint, and the export left by a run killed with SIGKILL is the
 #     step's; the killed run resumes to the same weights as the uninterrupted one, bit for bit;
 #     losses and weights equal one process's.
+#     DFlash offline (features from `tandem capture`) has the online first-step loss.
 #  2. EAGLE-3 against the Qwen3-MoE target: the online first-step loss equals the offline one
 #     (features from `tandem capture`), and `tandem eval` decodes with it (output = greedy).
 #  3. Trained MoE models: SFT of the Qwen3-MoE fixture with the router's load-balancing loss in
@@ -137,6 +138,23 @@ compare "$work/long/step-00000040" "$work/killed/step-00000040" 0
 cmp "$work/long/export/model.safetensors" "$work/killed/export/model.safetensors"
 echo "  resumed = uninterrupted, bit for bit (checkpoint and export)"
 
+first_loss() { python3 -c "import json,sys; print(json.loads(open(sys.argv[1]).readline())['loss'])" "$1"; }
+same_first_loss() {  # ONLINE_METRICS OFFLINE_METRICS
+  python3 - "$(first_loss "$1")" "$(first_loss "$2")" <<'PY'
+import sys
+online, offline = map(float, sys.argv[1:])
+print(f"  first-step loss: online {online:.6f}, offline {offline:.6f}")
+assert abs(online - offline) <= 1e-5 * abs(online), "offline loss differs from online"
+PY
+}
+
+echo "== 1c. DFlash offline against the MiniMax-M2 target (tandem capture): the online first loss"
+"$tandem" capture "$work/dflash.yaml" --out "$work/capture-dflash" --shard-documents 6 > /dev/null
+"$tandem" train "$work/dflash.yaml" "data.capture=$work/capture-dflash" \
+  "training.run_dir=$work/dflash-offline" training.steps=1 optimizer.eps=1.0e-2 \
+  > "$work/dflash-offline.log" 2>&1 || { cat "$work/dflash-offline.log" >&2; exit 1; }
+same_first_loss "$work/seed-1/metrics.jsonl" "$work/dflash-offline/metrics.jsonl"
+
 echo "== 2. EAGLE-3 against the Qwen3-MoE target: online = offline, and eval"
 cat > "$work/eagle3.yaml" <<YAML
 target: {path: $qwen, dtype: fp32}
@@ -151,14 +169,7 @@ YAML
 "$tandem" train "$work/eagle3.yaml" "data.capture=$work/capture" \
   "training.run_dir=$work/eagle3-offline" training.steps=1 > "$work/eagle3-offline.log" 2>&1 ||
   { cat "$work/eagle3-offline.log" >&2; exit 1; }
-first_loss() { python3 -c "import json,sys; print(json.loads(open(sys.argv[1]).readline())['loss'])" "$1"; }
-python3 - "$(first_loss "$work/eagle3-online/metrics.jsonl")" \
-  "$(first_loss "$work/eagle3-offline/metrics.jsonl")" <<'PY'
-import sys
-online, offline = map(float, sys.argv[1:])
-print(f"  first-step loss: online {online:.6f}, offline {offline:.6f}")
-assert abs(online - offline) <= 1e-5 * abs(online), "offline loss differs from online"
-PY
+same_first_loss "$work/eagle3-online/metrics.jsonl" "$work/eagle3-offline/metrics.jsonl"
 "$tandem" eval --target "$qwen" --draft "$work/eagle3-online/export" --data "$work/docs.jsonl" \
   --format pretokenized --num-prompts 4 --max-new-tokens 10 --cache-dir "$work/cache" \
   --out "$work/eval.json"

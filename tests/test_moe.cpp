@@ -219,9 +219,7 @@ TEST(MoeCheckpoint, StackedAndPerExpertFormsAgreeAndExportsRoundTrip) {
     const at::Tensor expected = fixture_logits(dir);
     tandem::RunContext run;
     const tandem::CausalLM model = tandem::load_causal_lm(dir, at::kFloat, run);
-    std::vector<std::pair<std::string, at::Tensor>> stacked;
-    for (const auto& p : model->named_parameters()) stacked.emplace_back(p.key(), p.value());
-    for (const auto& b : model->named_buffers()) stacked.emplace_back(b.key(), b.value());
+    const auto stacked = tandem::checkpoint_tensors(*model);  // the model's own (stacked) names
     ScratchDir scratch;
     const std::string stacked_dir = write_checkpoint(scratch, fixture, stacked);
     EXPECT_TRUE(at::equal(fixture_logits(stacked_dir), expected)) << fixture;

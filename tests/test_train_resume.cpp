@@ -231,6 +231,47 @@ TEST(TrainDryRun, PrintsThePlanAndTrainsNothing) {
   EXPECT_FALSE(fs::exists(dir / "run"));
 }
 
+// Drafts against mixture-of-experts targets plan on the meta device like any other (the EAGLE-3
+// draft used to copy its vocab map into memory it does not have there). The MiniMax-M2 fixture's
+// frozen parameters by hand: embeddings and lm_head 512 x 64 each + final norm 64 = 65,600; per
+// layer q/o 128 x 64 each, k/v 64 x 64 each, q_norm 128, k_norm 64, two norms 128, router 8 x 64,
+// experts 8 x 64 x 64 + 8 x 64 x 32 = 74,560; 4 layers: 363,840.
+TEST(TrainDryRun, DraftsAgainstMixtureOfExpertsTargets) {
+  ScratchDir dir;
+  {
+    std::ofstream docs(dir / "docs.jsonl");
+    for (int d = 0; d < 8; ++d) {
+      nlohmann::json ids = nlohmann::json::array(), mask = nlohmann::json::array();
+      for (int t = 0; t < 20; ++t) ids.push_back(3 + (d * 37 + t * 11) % 500), mask.push_back(1);
+      docs << nlohmann::json{{"input_ids", ids}, {"loss_mask", mask}}.dump() << "\n";
+    }
+  }
+  const std::string data =
+      "data: {path: " + (dir / "docs.jsonl") +
+      ", format: pretokenized, seq_len: 32, micro_batch_rows: 2, cache_dir: " + (dir / "cache") +
+      "}\n";
+  struct Case {
+    std::string objective, fixture, draft, frozen;
+  };
+  for (const Case& c :
+       {Case{"eagle3", "qwen3_moe", "{aux_layer_ids: [0, 1, 2], draft_vocab_size: 64}",
+             "frozen: target, "},
+        Case{"dflash", "minimax_m2", "{num_layers: 2, block_size: 4}",
+             "frozen: target, 363,840 parameters"}}) {
+    const std::string config = dir / (c.objective + ".yaml");
+    std::ofstream(config) << "target: {path: " << tandem::testing::model_fixture(c.fixture)
+                          << ", dtype: fp32}\ndraft: " << c.draft << "\n"
+                          << data << "training: {objective: " << c.objective
+                          << ", run_dir: " << (dir / (c.objective + "-run"))
+                          << ", steps: 2, lr: 1.0e-3}\n";
+    const auto result = run_command(train_command(config) + " --dry-run");
+    ASSERT_EQ(result.exit_code, 0) << c.objective << "\n" << result.output;
+    for (const std::string& line : {c.frozen, std::string("nothing was trained")})
+      EXPECT_NE(result.output.find(line), std::string::npos) << line << "\n" << result.output;
+    EXPECT_FALSE(fs::exists(dir / (c.objective + "-run")));
+  }
+}
+
 // A checkpoint that does not fit its config fails the dry run, naming the tensor.
 TEST(TrainDryRun, AMismatchedCheckpointIsAnErrorNamingTheTensor) {
   ScratchDir dir;

@@ -31,10 +31,6 @@ std::string join_first(const std::vector<std::string>& names, size_t limit) {
 
 }  // namespace
 
-namespace {
-
-// The tensors a checkpoint fills: every parameter, and the buffers that are weights
-// (MiniMax-M2's e_score_correction_bias).
 std::vector<std::pair<std::string, at::Tensor>> checkpoint_tensors(
     const torch::nn::Module& module) {
   std::vector<std::pair<std::string, at::Tensor>> out;
@@ -44,8 +40,6 @@ std::vector<std::pair<std::string, at::Tensor>> checkpoint_tensors(
     out.emplace_back(buffer.key(), buffer.value());
   return out;
 }
-
-}  // namespace
 
 void check_checkpoint_matches(const torch::nn::Module& module, const HfCheckpoint& checkpoint,
                               const DecoderConfig& config) {

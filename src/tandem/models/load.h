@@ -11,6 +11,10 @@
 
 namespace tandem {
 
+/// The tensors a checkpoint holds for `module`: every parameter, then every buffer (weights that
+/// are never trained: MiniMax-M2's e_score_correction_bias), by the module's names.
+std::vector<std::pair<std::string, at::Tensor>> checkpoint_tensors(const torch::nn::Module& module);
+
 /// The checkpoint holds exactly `module`'s parameters and weight buffers (and tensors that carry
 /// no weights), at their shapes, each under its own name or, for mixture-of-experts tensors, as
 /// the hub stores them (models/stored_weights.h); errors name the directory and list missing,

@@ -114,7 +114,8 @@ Eagle3Objective::Eagle3Objective(const Eagle3Options& options) : options_(option
   init_normal_(*draft_, options.init_std, options.seed);
   for (auto& parameter : draft_->parameters()) parameter.set_requires_grad(true);
   draft_->lm_head->weight.set_requires_grad(options.train_lm_head);
-  set_vocab_map(VocabMap{draft_->d2t.clone(), draft_->t2d.clone()});
+  // The identity map until the data's map arrives; a dry run's draft has no memory to fill.
+  if (!options.run.dry_run) set_vocab_map(VocabMap{draft_->d2t.clone(), draft_->t2d.clone()});
   if (!options.capture_dir.empty()) use_capture(options.capture_dir);
 }
 
@@ -125,6 +126,7 @@ void Eagle3Objective::set_vocab_map(const VocabMap& map) {
         "[eagle3] the vocab map is ", map.draft_vocab_size(), " of ", map.vocab_size(),
         " ids; the draft needs ", draft_->config().draft_vocab_size, " of ",
         target_config_.vocab_size);
+  if (draft_->d2t.is_meta()) return;  // a dry run: the map is checked; there is nothing to fill
   at::NoGradGuard no_grad;
   draft_->d2t.copy_(map.d2t);
   draft_->t2d.copy_(map.t2d);

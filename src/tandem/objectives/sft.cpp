@@ -149,12 +149,8 @@ void export_causal_lm(const CausalLM& model, const std::string& dir) {
   // writes and vLLM / SGLang read; models/stored_weights.h), plus the weight buffers.
   DecoderConfig config = model->config();
   std::vector<std::pair<std::string, at::Tensor>> weights;
-  for (const auto& parameter : model->named_parameters())
-    for (auto& stored : split_for_hub(parameter.key(), parameter.value(), config))
-      weights.push_back(std::move(stored));
-  for (const auto& buffer : model->named_buffers())
-    for (auto& stored : split_for_hub(buffer.key(), buffer.value(), config))
-      weights.push_back(std::move(stored));
+  for (const auto& [name, value] : checkpoint_tensors(*model))
+    for (auto& stored : split_for_hub(name, value, config)) weights.push_back(std::move(stored));
   const c10::ScalarType dtype = weights.front().second.scalar_type();
   config.torch_dtype = dtype == at::kBFloat16 ? "bfloat16" : dtype == at::kHalf ? "float16" : "float32";
   write_hf_weights(dir, weights);
