@@ -10,11 +10,9 @@
 
 namespace tandem {
 
-namespace {
-
-// SDPA with grouped-query attention. On CUDA, SDPA's flash kernel takes GQA but no mask, and its
-// memory-efficient kernel takes a mask but not GQA: with a mask, K/V are repeated per query head
-// so the memory-efficient kernel runs rather than the math fallback.
+// On CUDA, SDPA's flash kernel takes GQA but no mask, and its memory-efficient kernel takes a
+// mask but not GQA: with a mask, K/V are repeated per query head so the memory-efficient kernel
+// runs rather than the math fallback.
 at::Tensor sdpa(const at::Tensor& q, at::Tensor k, at::Tensor v, const at::Tensor& mask) {
   bool grouped = k.size(1) != q.size(1);
   if (grouped && mask.defined() && q.is_cuda()) {
@@ -27,8 +25,6 @@ at::Tensor sdpa(const at::Tensor& q, at::Tensor k, at::Tensor v, const at::Tenso
       /*dropout_p=*/0.0, /*is_causal=*/!mask.defined(), /*scale=*/std::nullopt,
       /*enable_gqa=*/grouped);
 }
-
-}  // namespace
 
 at::Tensor attention_mask(const AttentionLayout& layout, int64_t sliding_window) {
   if (!layout.document_ids.defined() && sliding_window == 0) return at::Tensor();

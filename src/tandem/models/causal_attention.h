@@ -34,6 +34,10 @@ struct CausalAttentionPlan {
 CausalAttentionPlan plan_causal_attention(const AttentionLayout& layout, int64_t sliding_window,
                                           const AttentionOptions& options);
 
+/// SDPA with grouped-query attention: q (B, heads, Tq, d), k/v (B, kv_heads, Tk, d), mask
+/// (B or 1, 1, Tq, Tk) bool (true: may attend), or undefined for causal attention (Tq = Tk).
+at::Tensor sdpa(const at::Tensor& q, at::Tensor k, at::Tensor v, const at::Tensor& mask);
+
 /// q (B, heads, T, d), k/v (B, kv_heads, T, d) -> (B, heads, T, d) as the plan says.
 at::Tensor causal_attention(const QueryKeyValue& qkv, const CausalAttentionPlan& plan);
 

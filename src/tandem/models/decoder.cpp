@@ -155,6 +155,44 @@ at::Tensor CausalLMImpl::forward_hidden(const at::Tensor& ids, const AttentionLa
   return model->norm->forward(hidden);
 }
 
+at::Tensor CausalLMImpl::forward_cached(const at::Tensor& ids, const at::Tensor& positions,
+                                        const at::Tensor& valid, KvCache& cache) const {
+  check(ids.dim() == 2 && positions.sizes() == ids.sizes() && valid.sizes() == ids.sizes(),
+        "[decoder] cached forward: ids ", ids.sizes(), ", positions ", positions.sizes(),
+        " and valid ", valid.sizes(), " must all be (batch, new tokens)");
+  const int64_t n = ids.size(1);
+  cache.begin(valid.to(at::kBool));
+  const int64_t slots = cache.length() + n;
+  // (B, 1, n, slots): new slot i (slot length + i) sees valid slots j <= length + i, and itself.
+  const at::TensorOptions longs = ids.options().dtype(at::kLong);
+  const at::Tensor query_slot = (at::arange(n, longs) + cache.length()).view({1, 1, n, 1});
+  const at::Tensor key_slot = at::arange(slots, longs).view({1, 1, 1, slots});
+  const at::Tensor visible =
+      cache.valid_slots().view({ids.size(0), 1, 1, slots}).logical_and(key_slot <= query_slot);
+  const at::Tensor itself = key_slot == query_slot;
+  std::map<int64_t, at::Tensor> masks;  // one per distinct sliding window
+  auto mask_for = [&](int64_t window) -> const at::Tensor& {
+    auto found = masks.find(window);
+    if (found != masks.end()) return found->second;
+    at::Tensor mask = visible;
+    if (window > 0) mask = mask.logical_and(query_slot - key_slot < window);
+    return masks.emplace(window, mask.logical_or(itself)).first->second;
+  };
+  at::Tensor hidden = model->embed_tokens->forward(ids);
+  const RopeTables rope = rope_tables(inverse_frequencies_, positions, hidden.scalar_type());
+  for (int64_t i = 0; i < config_.num_hidden_layers; ++i) {
+    const auto& layer = model->layers->at<DecoderLayerImpl>(i);
+    const QueryKeyValue qkv =
+        layer.self_attn->project(layer.input_layernorm->forward(hidden), rope);
+    const auto [keys, values] = cache.append(i, qkv.k, qkv.v);
+    hidden =
+        hidden + layer.self_attn->output(sdpa(qkv.q, keys, values, mask_for(layer.sliding_window)));
+    hidden = hidden + layer.feed_forward(layer.post_attention_layernorm->forward(hidden));
+  }
+  cache.commit();
+  return model->norm->forward(hidden);
+}
+
 at::Tensor CausalLMImpl::lm_head_weight() const {
   return lm_head ? lm_head->weight : model->embed_tokens->weight;
 }

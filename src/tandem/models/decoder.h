@@ -16,6 +16,7 @@
 #include "tandem/models/attention_options.h"
 #include "tandem/models/causal_attention.h"
 #include "tandem/models/decoder_config.h"
+#include "tandem/models/kv_cache.h"
 #include "tandem/models/layers.h"
 #include "tandem/models/moe.h"
 #include "tandem/models/rope.h"
@@ -119,6 +120,13 @@ class CausalLMImpl : public torch::nn::Module {
                             const std::vector<int64_t>& capture_layers = {},
                             std::map<int64_t, at::Tensor>* captured = nullptr,
                             RouterLoad* router_load = nullptr) const;
+  /// Generation (models/kv_cache.h): runs ids (B, n) as the next n slots of `cache`, at RoPE
+  /// `positions` (B, n) int64; `valid` (B, n) bool marks real tokens (false: a padding slot).
+  /// Each slot attends to the valid slots up to itself within the layer's sliding window (a
+  /// padding slot to itself only, so nothing is ever empty). Returns the final-normed hidden
+  /// states (B, n, H). Call it under NoGradGuard.
+  at::Tensor forward_cached(const at::Tensor& ids, const at::Tensor& positions,
+                            const at::Tensor& valid, KvCache& cache) const;
   /// Full-vocabulary logits (B, T, V) of final hidden states (B, T, H).
   at::Tensor logits(const at::Tensor& hidden) const;
   /// The output projection (V, H): lm_head.weight, or the embedding when tied.

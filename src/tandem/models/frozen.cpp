@@ -142,6 +142,16 @@ TargetFeatures target_features(const FrozenModel& target, const at::Tensor& ids,
   return features;
 }
 
+at::Tensor FrozenModel::forward_cached(const at::Tensor& ids, const at::Tensor& positions,
+                                       const at::Tensor& valid, KvCache& cache) const {
+  at::NoGradGuard no_grad;
+  return model_->forward_cached(ids, positions, valid, cache);
+}
+
+KvCache FrozenModel::new_cache(int64_t batch, int64_t capacity) const {
+  return KvCache(config(), batch, capacity, embed_tokens().options());
+}
+
 std::map<std::string, at::Tensor> FrozenModel::named_weights() const {
   std::map<std::string, at::Tensor> out;
   for (const auto& param : model_->named_parameters()) out[param.key()] = param.value();

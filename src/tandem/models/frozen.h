@@ -61,6 +61,12 @@ class FrozenModel {
   Output forward(const at::Tensor& ids, const AttentionLayout& layout,
                  const std::vector<int64_t>& layers, bool with_logits = true) const;
 
+  /// Generation: the model's forward_cached (models/decoder.h), without autograd.
+  at::Tensor forward_cached(const at::Tensor& ids, const at::Tensor& positions,
+                            const at::Tensor& valid, KvCache& cache) const;
+  /// An empty cache for `batch` rows of up to `capacity` slots, in this model's dtype and device.
+  KvCache new_cache(int64_t batch, int64_t capacity) const;
+
   const DecoderConfig& config() const { return model_->config(); }
   const std::string& dir() const { return dir_; }
   /// Where its weights live (and where its inputs must be).

@@ -1,0 +1,65 @@
+#include "tandem/models/kv_cache.h"
+
+#include <ATen/ATen.h>
+
+#include "tandem/core/error.h"
+
+namespace tandem {
+
+KvCache::KvCache(const DecoderConfig& config, int64_t batch, int64_t capacity,
+                 const at::TensorOptions& options)
+    : batch_(batch), capacity_(capacity) {
+  check(batch >= 1 && capacity >= 1, "[kv_cache] batch and capacity must be positive, got ", batch,
+        " and ", capacity);
+  const std::vector<int64_t> shape = {batch, config.num_key_value_heads, capacity, config.head_dim};
+  for (int64_t layer = 0; layer < config.num_hidden_layers; ++layer) {
+    keys_.push_back(at::zeros(shape, options));
+    values_.push_back(at::zeros(shape, options));
+  }
+  valid_ = at::zeros({batch, capacity}, options.dtype(at::kBool));
+}
+
+int64_t KvCache::bytes() const {
+  int64_t total = valid_.nbytes();
+  for (size_t i = 0; i < keys_.size(); ++i) total += keys_[i].nbytes() + values_[i].nbytes();
+  return total;
+}
+
+void KvCache::truncate(int64_t length) {
+  check(pending_ == 0, "[kv_cache] truncate during a forward");
+  check(length >= 0 && length <= length_, "[kv_cache] cannot truncate to ", length,
+        " slots: ", length_, " are filled");
+  length_ = length;
+}
+
+void KvCache::begin(const at::Tensor& valid) {
+  check(pending_ == 0, "[kv_cache] a forward is already in progress");
+  check(valid.dim() == 2 && valid.size(0) == batch_, "[kv_cache] validity flags ", valid.sizes(),
+        " for a batch of ", batch_);
+  const int64_t n = valid.size(1);
+  check(length_ + n <= capacity_, "[kv_cache] ", length_, " + ", n,
+        " slots exceed the capacity of ", capacity_,
+        " (prompt + max_new_tokens must fit the cache)");
+  valid_.narrow(1, length_, n).copy_(valid);
+  pending_ = n;
+}
+
+std::pair<at::Tensor, at::Tensor> KvCache::append(int64_t layer, const at::Tensor& keys,
+                                                  const at::Tensor& values) {
+  check(layer >= 0 && layer < static_cast<int64_t>(keys_.size()), "[kv_cache] no layer ", layer);
+  check(keys.size(2) == pending_ && values.size(2) == pending_, "[kv_cache] layer ", layer,
+        " appends ", keys.size(2), " slots, the forward began with ", pending_);
+  keys_[layer].narrow(2, length_, pending_).copy_(keys);
+  values_[layer].narrow(2, length_, pending_).copy_(values);
+  return {keys_[layer].narrow(2, 0, length_ + pending_),
+          values_[layer].narrow(2, 0, length_ + pending_)};
+}
+
+void KvCache::commit() {
+  length_ += pending_;
+  pending_ = 0;
+}
+
+at::Tensor KvCache::valid_slots() const { return valid_.narrow(1, 0, length_ + pending_); }
+
+}  // namespace tandem

@@ -1,0 +1,55 @@
+#pragma once
+// The keys and values a decoder has computed for a batch of sequences, so generation runs each
+// new token through the model once instead of re-running the whole prefix.
+//
+// Rows are left-aligned in time: every row has the same number of slots, and slot t of a row
+// holds either a real token or padding (`valid`); a prompt shorter than the longest one starts
+// with padding slots, and RoPE positions count real tokens only. Memory is fixed at construction:
+// 2 (keys, values) x layers x batch x kv_heads x capacity x head_dim elements of the model's
+// dtype (`bytes()`), and appending past `capacity` is an error.
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "tandem/models/decoder_config.h"
+
+namespace tandem {
+
+class KvCache {
+ public:
+  KvCache(const DecoderConfig& config, int64_t batch, int64_t capacity,
+          const at::TensorOptions& options);
+
+  int64_t batch() const { return batch_; }
+  int64_t capacity() const { return capacity_; }
+  /// Slots filled (the same for every row).
+  int64_t length() const { return length_; }
+  /// Memory held: keys and values of every layer, plus the validity flags.
+  int64_t bytes() const;
+
+  /// Forgets the slots from `length` on (speculative decoding rolls back rejected tokens).
+  void truncate(int64_t length);
+
+  /// Called by the model for the new slots [length, length + n): stores `valid` (B, n) once per
+  /// forward, before the layers append.
+  void begin(const at::Tensor& valid);
+  /// Stores layer `layer`'s keys/values (B, kv_heads, n, d) of the new slots and returns the
+  /// layer's keys and values over all slots [0, length + n) (views).
+  std::pair<at::Tensor, at::Tensor> append(int64_t layer, const at::Tensor& keys,
+                                           const at::Tensor& values);
+  /// Ends the forward begun by begin(): length grows by n.
+  void commit();
+
+  /// (B, length + n) bool: which slots hold real tokens, during a forward (after begin()).
+  at::Tensor valid_slots() const;
+  /// Slots being filled by the current forward.
+  int64_t pending() const { return pending_; }
+
+ private:
+  int64_t batch_, capacity_, length_ = 0, pending_ = 0;
+  std::vector<at::Tensor> keys_, values_;  // per layer (B, kv_heads, capacity, head_dim)
+  at::Tensor valid_;                       // (B, capacity) bool
+};
+
+}  // namespace tandem
