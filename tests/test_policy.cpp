@@ -8,7 +8,7 @@
 
 #include "tandem/data/datasets.h"
 #include "tandem/data/packing.h"
-#include "tandem/eval/sampling.h"
+#include "tandem/eval/generation.h"
 #include "tandem/models/frozen.h"
 #include "tandem/objectives/policy.h"
 #include "test_util.h"
@@ -23,12 +23,15 @@ std::vector<tandem::RolloutSample> sampled_rollouts() {
   tandem::DecodeOptions decode;
   decode.max_new_tokens = 6;
   std::vector<tandem::RolloutSample> samples;
-  for (int prompt = 0; prompt < 3; ++prompt)
+  tandem::SamplingOptions sampling;
+  sampling.temperature = 1.0;
+  for (int prompt = 0; prompt < 3; ++prompt) {
+    std::vector<int64_t> prompt_ids;
+    for (int t = 0; t < 3 + prompt; ++t) prompt_ids.push_back((t * 53 + prompt * 7) % 500 + 3);
+    const auto group =
+        tandem::generate(model, {prompt_ids, prompt_ids}, decode, sampling, &generator);
     for (int s = 0; s < 2; ++s) {
-      std::vector<int64_t> prompt_ids;
-      for (int t = 0; t < 3 + prompt; ++t) prompt_ids.push_back((t * 53 + prompt * 7) % 500 + 3);
-      const tandem::SampledCompletion completion =
-          tandem::sample_completion(model, prompt_ids, decode, generator);
+      const tandem::Generation& completion = group[s];
       tandem::RolloutSample sample;
       sample.prompt_ids.assign(prompt_ids.begin(), prompt_ids.end());
       sample.completion_ids.assign(completion.tokens.begin(), completion.tokens.end());
@@ -38,6 +41,7 @@ std::vector<tandem::RolloutSample> sampled_rollouts() {
       sample.source = "rollouts.jsonl:" + std::to_string(samples.size() + 1);
       samples.push_back(sample);
     }
+  }
   tandem::compute_group_advantages(samples);
   return samples;
 }

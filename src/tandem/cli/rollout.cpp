@@ -1,7 +1,7 @@
 // tandem rollout: sample completions of prompts from a model, with each token's log-probability
 // and a rule-based reward, written as rollout JSONL (data.format: rollout) for GRPO/GSPO. A
-// small, honest generator for demos and tests (no KV cache); production rollouts come from a
-// serving engine in the same format.
+// prompt's samples are generated as one batch with a KV cache (eval/generation.h); production
+// rollouts come from a serving engine in the same format.
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 
@@ -16,7 +16,7 @@
 #include "tandem/core/error.h"
 #include "tandem/core/file_io.h"
 #include "tandem/data/token_cache.h"
-#include "tandem/eval/sampling.h"
+#include "tandem/eval/generation.h"
 #include "tandem/models/frozen.h"
 #include "tandem/text/regex.h"
 #include "tandem/text/tokenizer.h"
@@ -81,8 +81,13 @@ Runner add_rollout_command(CLI::App& root) {
       const std::vector<int64_t> prompt = prompt_of(document, o->prompt_tokens);
       if (prompt.empty()) continue;
       ++used;
-      for (int64_t s = 0; s < o->samples; ++s) {
-        const SampledCompletion completion = sample_completion(model, prompt, decode, generator);
+      // The prompt's samples as one batch (temperature 1, no filter: the policy's distribution).
+      SamplingOptions sampling;
+      sampling.temperature = 1.0;
+      const std::vector<Generation> group =
+          generate(model, std::vector<std::vector<int64_t>>(o->samples, prompt), decode, sampling,
+                   &generator);
+      for (const Generation& completion : group) {
         const std::vector<int32_t> completion_ids(completion.tokens.begin(), completion.tokens.end());
         std::vector<Match> matches;
         reward.find_all(tokenizer.decode(completion_ids, /*skip_special_tokens=*/true), matches);
