@@ -128,6 +128,15 @@ class Reader {
   std::string path_;
 };
 
+// head_dim x partial_rotary_factor (MiniMax-M2 writes it in rope_parameters or at the top level),
+// the factor checked to be in (0, 1].
+int64_t partial_rotary_dims(const Reader& reader, int64_t head_dim, const std::string& path) {
+  const double factor = reader.number("partial_rotary_factor");
+  check(factor > 0 && factor <= 1, "[config] ", path,
+        ": partial_rotary_factor must be in (0, 1], got ", factor);
+  return static_cast<int64_t>(static_cast<double>(head_dim) * factor);
+}
+
 DecoderFamily parse_family(const json& config, const std::string& path) {
   check(config.contains("model_type") && config["model_type"].is_string(), "[config] ", path,
         ": missing 'model_type' (expected llama, mistral, qwen2, qwen3, qwen3_moe, mixtral or "
@@ -177,10 +186,7 @@ void parse_rope(const json& config, const std::string& path, DecoderConfig& out)
   if (rope.has("partial_rotary_factor")) {
     check(out.family == DecoderFamily::MiniMaxM2, "[config] ", path,
           ": partial_rotary_factor is implemented for minimax_m2 only");
-    const double factor = rope.number("partial_rotary_factor");
-    check(factor > 0 && factor <= 1, "[config] ", path,
-          ": partial_rotary_factor must be in (0, 1], got ", factor);
-    out.rotary_dim = static_cast<int64_t>(static_cast<double>(out.head_dim) * factor);
+    out.rotary_dim = partial_rotary_dims(rope, out.head_dim, path);
   }
   if (type == "default") return;
   check(type == "llama3", "[config] ", path, ": unsupported RoPE scaling type '", type,
@@ -330,12 +336,8 @@ void parse_minimax_m2(const json& config, const std::string& path, DecoderConfig
   out.qk_norm = true;
   out.qk_norm_across_heads = true;
   int64_t rotary = out.rotary_dim;  // from rope_parameters.partial_rotary_factor, if given
-  if (reader.has("partial_rotary_factor")) {
-    const double factor = reader.number("partial_rotary_factor");
-    check(factor > 0 && factor <= 1, "[config] ", path,
-          ": partial_rotary_factor must be in (0, 1], got ", factor);
-    rotary = static_cast<int64_t>(static_cast<double>(out.head_dim) * factor);
-  }
+  if (reader.has("partial_rotary_factor"))
+    rotary = partial_rotary_dims(reader, out.head_dim, path);
   if (reader.has("rotary_dim")) {
     const int64_t dim = reader.integer("rotary_dim");
     check(rotary == 0 || rotary == dim, "[config] ", path, ": rotary_dim ", dim,

@@ -91,8 +91,8 @@ ObjectiveOutput DistillObjective::compute(const PackedBatch& batch, const StepTo
       })[0];
   ObjectiveOutput output{loss, {}};
   output.add_metric("loss", loss);
-  add_router_loss(output, student.router, options_.student.router_aux_loss_coef,
-                  micro_batch_share(*this, batch, totals));
+  add_router_loss(output, student.router, options_.student.router_aux_loss_coef, *this,
+                  batch, totals);
   return output;
 }
 

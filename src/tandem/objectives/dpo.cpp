@@ -195,8 +195,8 @@ ObjectiveOutput DpoObjective::compute(const PackedBatch& batch, const StepTotals
   output.add_metric("rewards/margin", margins.sum().to(at::kDouble) * scale);
   output.add_metric("rewards/accuracy", (margins > 0).sum().to(at::kDouble) * scale);
   output.add_metric("pairs", static_cast<double>(chosen_positions.size()));
-  add_router_loss(output, forward.router, options_.policy.router_aux_loss_coef,
-                  micro_batch_share(*this, batch, totals));
+  add_router_loss(output, forward.router, options_.policy.router_aux_loss_coef, *this,
+                  batch, totals);
   return output;
 }
 

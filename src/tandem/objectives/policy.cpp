@@ -151,8 +151,8 @@ ObjectiveOutput PolicyObjective::compute(const PackedBatch& batch, const StepTot
   output.add_metric("entropy", entropy.sum().to(at::kDouble) * per_token);
   output.add_metric("advantage_mean", targets.advantages.sum().to(at::kDouble) * per_document);
   if (!targets.rewards.empty()) output.add_metric("reward_mean", reward_sum * per_document);
-  add_router_loss(output, forward.router, options_.policy.router_aux_loss_coef,
-                  micro_batch_share(*this, batch, totals));
+  add_router_loss(output, forward.router, options_.policy.router_aux_loss_coef, *this,
+                  batch, totals);
   return output;
 }
 

@@ -36,9 +36,10 @@ double micro_batch_share(const Objective& objective, const PackedBatch& batch,
 }
 
 void add_router_loss(ObjectiveOutput& output, const std::optional<RouterLoad>& router, double coef,
-                     double share) {
-  if (!router) return;
-  const at::Tensor aux = router->loss() * share;  // 0-dim fp32
+                     const Objective& objective, const PackedBatch& batch,
+                     const StepTotals& totals) {
+  if (!router) return;  // a dense model: no recount of the micro-batch on the step's path
+  const at::Tensor aux = router->loss() * micro_batch_share(objective, batch, totals);  // 0-dim
   if (coef > 0) output.loss = output.loss + (aux * coef).to(output.loss.scalar_type());
   output.add_metric("router_aux_loss", aux.detach());
 }

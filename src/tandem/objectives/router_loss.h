@@ -29,9 +29,11 @@ TrainedForward trained_forward(const CausalLM& model, const PackedBatch& batch);
 double micro_batch_share(const Objective& objective, const PackedBatch& batch,
                          const StepTotals& totals);
 
-/// Adds coef * share * aux to `output.loss` and share * aux as `router_aux_loss`; nothing when
+/// Adds coef * share * aux to `output.loss` and share * aux as `router_aux_loss`, share being
+/// `batch`'s micro_batch_share for `objective`; nothing at all (the share is not counted) when
 /// the model has no experts.
 void add_router_loss(ObjectiveOutput& output, const std::optional<RouterLoad>& router, double coef,
-                     double share);
+                     const Objective& objective, const PackedBatch& batch,
+                     const StepTotals& totals);
 
 }  // namespace tandem

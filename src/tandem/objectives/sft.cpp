@@ -131,8 +131,8 @@ ObjectiveOutput SftObjective::compute(const PackedBatch& batch, const StepTotals
       })[0];
   ObjectiveOutput output{loss, {}};
   output.add_metric("loss", loss);
-  add_router_loss(output, forward.router, options_.router_aux_loss_coef,
-                  micro_batch_share(*this, batch, totals));
+  add_router_loss(output, forward.router, options_.router_aux_loss_coef, *this,
+                  batch, totals);
   return output;
 }
 
