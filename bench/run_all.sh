@@ -2,16 +2,17 @@
 # Runs every benchmark with its documented defaults, one after the other, after printing the date
 # and the machine (CPU model, cores, GPUs) the figures belong to: what docs/benchmarks.md quotes.
 # Usage: bench/run_all.sh BUILD_DIR OUT_DIR [NAMES...]
-#   NAMES: forward sft eagle3 dflash long_context moe distill dpo tokenizer distributed (default: all;
-#   long_context alone takes about 14 minutes on 2 cores)
-#   distributed needs the demo target (scripts/demo.sh); tokenizer needs scripts/setup.sh --tools.
+#   NAMES: forward sft eagle3 dflash long_context moe distill dpo tokenizer generate distributed
+#   (default: all; long_context alone takes about 14 minutes on 2 cores)
+#   distributed needs the demo target (scripts/demo.sh); tokenizer and generate need
+#   scripts/setup.sh --tools (generate also uses the demo target when present).
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=$(cd "${1:?usage: bench/run_all.sh BUILD_DIR OUT_DIR [NAMES...]}" && pwd)
 out=${2:?usage: bench/run_all.sh BUILD_DIR OUT_DIR [NAMES...]}
 shift 2
 names=("$@")
-((${#names[@]})) || names=(forward sft eagle3 dflash long_context moe distill dpo tokenizer distributed)
+((${#names[@]})) || names=(forward sft eagle3 dflash long_context moe distill dpo tokenizer generate distributed)
 mkdir -p "$out"
 cd "$root" || exit 2
 {
@@ -27,6 +28,7 @@ for name in "${names[@]}"; do
   echo "== $name"
   case $name in
     tokenizer) BUILD="$build" bench/bench_tokenizer.sh ;;
+    generate) BUILD="$build" bench/bench_generate.sh ;;
     distributed) bench/bench_distributed.sh "$build" ;;
     *) "$build/bench_$name" ;;
   esac > "$out/$name.txt" 2>&1 || { status=1; echo "   failed (see $out/$name.txt)"; }

@@ -3,7 +3,8 @@
 # z-lab export at every checkpoint, `tandem export` of an older step, the export checked against
 # what SGLang / vLLM read (tools/check_dflash_export.py), `tandem capture` + offline training
 # (same first-step loss as online), the same with loss.teacher: target (the capture then holds the
-# last hidden states), and `tandem eval` with the DFlash export (output = greedy); sharded over 2
+# last hidden states), and `tandem eval` with the DFlash export (output = greedy; with KV caches the same accepted
+# tokens as the uncached decoders, prompt by prompt); sharded over 2
 # ranks (distributed.mode: shard) with a grown mask row and with loss.teacher: target, against
 # one process.
 # Usage: tests/e2e_dflash.sh BUILD_DIR   (run by ctest)
@@ -89,12 +90,19 @@ echo "== eval"
 "$tandem" eval --target tests/fixtures/models/llama3 --draft "$work/online/export" \
   --data "$work/docs.jsonl" --format pretokenized --num-prompts 6 --max-new-tokens 12 \
   --cache-dir "$work/cache" --out "$work/eval.json"
-python3 - "$work/eval.json" <<'PY'
+"$tandem" eval --target tests/fixtures/models/llama3 --draft "$work/online/export" \
+  --data "$work/docs.jsonl" --format pretokenized --num-prompts 6 --max-new-tokens 12 \
+  --cache-dir "$work/cache" --out "$work/eval-uncached.json" --no-kv-cache
+python3 - "$work/eval.json" "$work/eval-uncached.json" <<'PY'
 import json, sys
 r = json.load(open(sys.argv[1]))
 assert r["greedy_identical"] == r["prompts"] == 6, r
 assert r["draft_type"] == "dflash" and r["draft_tokens"] == 3, r
-print("tau", r["tau"])
+# With KV caches: exactly the tokens the uncached decoders accept, prompt by prompt.
+u = json.load(open(sys.argv[2]))
+assert r["kv_cache"] and not u["kv_cache"] and u["greedy_identical"] == 6, u
+assert [p["accepted"] for p in r["per_prompt"]] == [p["accepted"] for p in u["per_prompt"]]
+print("tau", r["tau"], "(uncached", u["tau"], "); accepted per step, prompt 0:", r["per_prompt"][0]["accepted"])
 PY
 echo "== sharded over 2 ranks against one process: a grown mask row, and loss.teacher: target"
 # The fixture target plus a 512-token byte-level tokenizer with no spare token: a row is grown.

@@ -3,7 +3,8 @@
 # exports at every checkpoint, `tandem export` of an older step, both export formats checked
 # against what SGLang / vLLM / speculators read (tools/check_eagle3_export.sh), `tandem capture`
 # + offline training (same first-step loss as online; a frozen lm_head survives export), and
-# `tandem eval` (output = greedy).
+# `tandem eval` (output = greedy; with KV caches the same accepted tokens as the uncached
+# decoders, prompt by prompt).
 # Usage: tests/e2e_eagle3.sh BUILD_DIR   (run by ctest; needs scripts/setup.sh --tools)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -70,5 +71,17 @@ echo "== eval"
 "$tandem" eval --target tests/fixtures/models/llama3 --draft "$work/online/export" \
   --data "$work/docs.jsonl" --format pretokenized --num-prompts 6 --max-new-tokens 12 \
   --draft-tokens 3 --cache-dir "$work/cache" --out "$work/eval.json"
-python3 -c "import json,sys; r=json.load(open(sys.argv[1])); assert r['greedy_identical']==r['prompts']==6, r; print('tau', r['tau'])" "$work/eval.json"
+"$tandem" eval --target tests/fixtures/models/llama3 --draft "$work/online/export" \
+  --data "$work/docs.jsonl" --format pretokenized --num-prompts 6 --max-new-tokens 12 \
+  --draft-tokens 3 --cache-dir "$work/cache" --out "$work/eval-uncached.json" --no-kv-cache
+python3 - "$work/eval.json" "$work/eval-uncached.json" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+assert r["greedy_identical"] == r["prompts"] == 6, r
+# With KV caches: exactly the tokens the uncached decoders accept, prompt by prompt.
+u = json.load(open(sys.argv[2]))
+assert r["kv_cache"] and not u["kv_cache"] and u["greedy_identical"] == 6, u
+assert [p["accepted"] for p in r["per_prompt"]] == [p["accepted"] for p in u["per_prompt"]]
+print("tau", r["tau"], "(uncached", u["tau"], "); accepted per step, prompt 0:", r["per_prompt"][0]["accepted"])
+PY
 echo "e2e_eagle3: OK"

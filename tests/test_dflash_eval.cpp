@@ -9,12 +9,13 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "overfit.h"
 #include "tandem/data/packing.h"
 #include "tandem/eval/dflash_decode.h"
+#include "tandem/eval/uncached_decode.h"
 #include "tandem/io/hf_checkpoint.h"
 #include "tandem/objectives/dflash.h"
 #include "tandem/objectives/dflash_export.h"
-#include "overfit.h"
 #include "test_util.h"
 
 namespace {
@@ -59,6 +60,10 @@ TEST(DFlashDecoding, OutputEqualsGreedyDecodingOfTheTargetForARandomDraft) {
           tandem::dflash_decode(target, *objective.draft(), at::Tensor(), prompt, k, decode);
       EXPECT_EQ(output.tokens, tandem::greedy_decode(target, prompt, decode)) << "k = " << k;
       EXPECT_EQ(static_cast<int64_t>(output.tokens.size()), 20);
+      const auto reference = tandem::dflash_decode_uncached(target, *objective.draft(),
+                                                            at::Tensor(), prompt, k, decode);
+      EXPECT_EQ(output.accepted, reference.accepted) << "k = " << k;
+      EXPECT_EQ(output.tokens, reference.tokens) << "k = " << k;
       for (int64_t accepted : output.accepted) EXPECT_LE(accepted, k);
       stats.add(output);
     }
@@ -172,6 +177,25 @@ void expect_overfit_reaches_block_size(int64_t block_size) {
   EXPECT_DOUBLE_EQ(stats.tau(), static_cast<double>(block_size))
       << "steps trained: " << trained.steps;
   for (double rate : stats.conditional_acceptance()) EXPECT_DOUBLE_EQ(rate, 1.0);
+
+  // Decoding on past the trained continuations: every token accepted first, then a draft that is
+  // right on some tokens and wrong on others (rollbacks of every length). The KV-cached decoder
+  // accepts exactly what the uncached reference (every forward over the whole prefix) accepts.
+  tandem::DecodeOptions beyond = decode;
+  beyond.max_new_tokens = decode.max_new_tokens + 24;
+  tandem::AcceptanceStats unseen(block_size - 1);
+  for (const auto& prompt : prompts) {
+    const auto cached = tandem::dflash_decode(target, *draft.draft, draft.mask_embedding, prompt,
+                                              block_size - 1, beyond);
+    const auto reference = tandem::dflash_decode_uncached(
+        target, *draft.draft, draft.mask_embedding, prompt, block_size - 1, beyond);
+    EXPECT_EQ(cached.accepted, reference.accepted);
+    EXPECT_EQ(cached.tokens, reference.tokens);
+    unseen.add(cached);
+  }
+  std::cout << "[dflash overfit] decoding past the trained tokens: tau " << unseen.tau() << "\n";
+  EXPECT_GT(unseen.tau(), 1.0);  // some accepted, some rejected: the comparison means something
+  EXPECT_LT(unseen.tau(), static_cast<double>(block_size));
 }
 
 TEST(DFlashOverfit, BlockSize4DraftTrainedOnAFewSamplesReachesTauEqualToTheBlockSize) {

@@ -8,17 +8,18 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "pretokenized.h"
 #include "tandem/core/hash.h"
 #include "tandem/data/capture.h"
 #include "tandem/data/packing.h"
 #include "tandem/data/token_cache.h"
 #include "tandem/eval/speculative.h"
+#include "tandem/eval/uncached_decode.h"
 #include "tandem/io/hf_checkpoint.h"
 #include "tandem/io/tensor_io.h"
 #include "tandem/models/ttt_attention.h"
 #include "tandem/objectives/eagle3.h"
 #include "tandem/objectives/eagle3_export.h"
-#include "pretokenized.h"
 #include "test_util.h"
 
 namespace {
@@ -404,6 +405,11 @@ TEST(SpeculativeDecoding, OutputEqualsGreedyDecodingOfTheTarget) {
     const auto output = tandem::speculative_decode(target, *objective.draft(), prompt, 4, decode);
     EXPECT_EQ(output.tokens, tandem::greedy_decode(target, prompt, decode));
     EXPECT_EQ(static_cast<int64_t>(output.tokens.size()), 20);
+    // The cached decoder accepts exactly what the uncached reference accepts.
+    const auto reference =
+        tandem::speculative_decode_uncached(target, *objective.draft(), prompt, 4, decode);
+    EXPECT_EQ(output.accepted, reference.accepted);
+    EXPECT_EQ(output.tokens, reference.tokens);
     stats.add(output);
   }
   EXPECT_GE(stats.tau(), 1.0);

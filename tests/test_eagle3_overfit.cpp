@@ -6,12 +6,14 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <iostream>
 
-#include "tandem/data/packing.h"
-#include "tandem/io/hf_checkpoint.h"
-#include "tandem/eval/speculative.h"
-#include "tandem/objectives/eagle3.h"
 #include "overfit.h"
+#include "tandem/data/packing.h"
+#include "tandem/eval/speculative.h"
+#include "tandem/eval/uncached_decode.h"
+#include "tandem/io/hf_checkpoint.h"
+#include "tandem/objectives/eagle3.h"
 #include "test_util.h"
 
 namespace {
@@ -91,6 +93,25 @@ TEST(Eagle3Overfit, DraftTrainedOnAFewSamplesReachesMaximumAcceptanceLength) {
   }
   EXPECT_DOUBLE_EQ(stats.tau(), ttt_length + 1.0) << "steps trained: " << trained.steps;
   for (double rate : stats.conditional_acceptance()) EXPECT_DOUBLE_EQ(rate, 1.0);
+
+  // Decoding on past the trained continuations: every token accepted first, then a draft that is
+  // right on some tokens and wrong on others (rollbacks of every length). The KV-cached decoder
+  // accepts exactly what the uncached reference (every forward over the whole prefix) accepts.
+  tandem::DecodeOptions beyond = decode;
+  beyond.max_new_tokens = decode.max_new_tokens + 24;
+  tandem::AcceptanceStats unseen(ttt_length);
+  for (const auto& prompt : prompts) {
+    const auto cached =
+        tandem::speculative_decode(target, *objective.draft(), prompt, ttt_length, beyond);
+    const auto reference =
+        tandem::speculative_decode_uncached(target, *objective.draft(), prompt, ttt_length, beyond);
+    EXPECT_EQ(cached.accepted, reference.accepted);
+    EXPECT_EQ(cached.tokens, reference.tokens);
+    unseen.add(cached);
+  }
+  std::cout << "[eagle3 overfit] decoding past the trained tokens: tau " << unseen.tau() << "\n";
+  EXPECT_GT(unseen.tau(), 1.0);  // some accepted, some rejected: the comparison means something
+  EXPECT_LT(unseen.tau(), ttt_length + 1.0);
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include "tandem/core/json_file.h"
 #include "tandem/eval/generation.h"
 #include "tandem/eval/speculative.h"
+#include "tandem/eval/uncached_decode.h"
 #include "tandem/models/frozen.h"
 #include "test_util.h"
 

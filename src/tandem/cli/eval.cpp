@@ -11,7 +11,9 @@
 #include "tandem/core/dtype.h"
 #include "tandem/core/error.h"
 #include "tandem/data/token_cache.h"
+#include "tandem/eval/generation.h"
 #include "tandem/eval/speculative.h"
+#include "tandem/eval/uncached_decode.h"
 #include "tandem/models/frozen.h"
 #include "tandem/objectives/description.h"
 #include "tandem/text/tokenizer.h"
@@ -24,7 +26,7 @@ struct EvalOptions {
   std::string target, draft, data, format = "conversations", tokenizer, chat_template = "llama3";
   std::string dtype = "fp32", out, cache_dir, device = "auto";
   int64_t num_prompts = 64, prompt_tokens = 32, max_new_tokens = 64, draft_tokens = 0;
-  bool greedy_check = true;
+  bool greedy_check = true, no_kv_cache = false;
 };
 
 }  // namespace
@@ -59,7 +61,10 @@ Runner add_eval_command(CLI::App& root) {
   command->add_option("--cache-dir", o->cache_dir, "token cache directory");
   command->add_option("--out", o->out, "write the report as JSON here");
   command->add_flag("!--no-greedy-check", o->greedy_check,
-                    "skip the comparison with plain greedy decoding (halves the time)");
+                    "skip the comparison with plain greedy decoding of the target");
+  command->add_flag("--no-kv-cache", o->no_kv_cache,
+                    "decode without KV caches: every target forward recomputes the whole prefix "
+                    "(the reference decoders, for comparison; same tokens, much slower)");
   return [o]() {
     const c10::ScalarType dtype = parse_compute_dtype(o->dtype, "--dtype");
     const at::Device device = device_from_option(o->device);
@@ -100,10 +105,12 @@ Runner add_eval_command(CLI::App& root) {
     DecodeOptions decode;
     decode.max_new_tokens = o->max_new_tokens;
     decode.stop_ids = target.config().eos_token_ids;
+    decode.kv_cache = !o->no_kv_cache;
     AcceptanceStats stats(draft_tokens);
     int64_t prompts = 0, identical = 0, generated = 0;
     double speculative_seconds = 0, greedy_seconds = 0;
     std::vector<int64_t> mismatched;
+    nlohmann::json per_prompt = nlohmann::json::array();
     for (int64_t i = 0; i < dataset.size() && prompts < o->num_prompts; ++i) {
       const std::vector<int64_t> prompt = prompt_of(dataset.document(i), o->prompt_tokens);
       if (prompt.empty()) continue;
@@ -114,9 +121,17 @@ Runner add_eval_command(CLI::App& root) {
       stats.add(output);
       generated += static_cast<int64_t>(output.tokens.size());
       prompts += 1;
+      per_prompt.push_back({{"document", i},
+                            {"prompt_tokens", prompt.size()},
+                            {"new_tokens", output.tokens.size()},
+                            {"accepted", output.accepted}});
       if (o->greedy_check) {
+        // Plain greedy decoding of the target alone, one prompt at a time as the speculative
+        // decoder runs (batch 1), cached or not as it is.
         start = std::chrono::steady_clock::now();
-        const std::vector<int64_t> greedy = greedy_decode(target, prompt, decode);
+        const std::vector<int64_t> greedy =
+            decode.kv_cache ? generate(target, {prompt}, decode, SamplingOptions{})[0].tokens
+                            : greedy_decode(target, prompt, decode);
         greedy_seconds +=
             std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
         if (greedy == output.tokens)
@@ -136,12 +151,17 @@ Runner add_eval_command(CLI::App& root) {
     report["target"] = o->target;
     report["draft"] = draft_dir;
     report["data"] = o->data;
+    report["kv_cache"] = decode.kv_cache;
+    report["speculative_seconds"] = speculative_seconds;
     report["speculative_tokens_per_s"] = generated / std::max(speculative_seconds, 1e-9);
     if (o->greedy_check) {
       report["greedy_identical"] = identical;
       report["greedy_mismatched_documents"] = mismatched;
+      report["greedy_seconds"] = greedy_seconds;
       report["greedy_tokens_per_s"] = generated / std::max(greedy_seconds, 1e-9);
+      report["speedup"] = greedy_seconds / std::max(speculative_seconds, 1e-9);
     }
+    report["per_prompt"] = per_prompt;
     std::cout << std::fixed << std::setprecision(3) << "[eval] " << prompts << " prompts, "
               << generated << " tokens, " << draft->type() << " draft, k = "
               << draft_tokens << " draft tokens per step\n"
@@ -150,8 +170,14 @@ Runner add_eval_command(CLI::App& root) {
               << "(conditional):";
     for (double rate : stats.conditional_acceptance()) std::cout << " " << rate;
     std::cout << "\n";
+    std::cout << std::setprecision(1) << "[eval] speculative: " << speculative_seconds << " s, "
+              << generated / std::max(speculative_seconds, 1e-9) << " tokens/s (batch 1, "
+              << (decode.kv_cache ? "KV cache" : "no KV cache") << ")\n";
     if (o->greedy_check)
-      std::cout << "[eval] greedy check: " << identical << "/" << prompts
+      std::cout << "[eval] greedy:      " << greedy_seconds << " s, "
+                << generated / std::max(greedy_seconds, 1e-9) << " tokens/s; speedup "
+                << std::setprecision(2) << greedy_seconds / std::max(speculative_seconds, 1e-9)
+                << "x\n[eval] greedy check: " << identical << "/" << prompts
                 << " outputs identical to plain greedy decoding of the target\n";
     if (!o->out.empty()) {
       std::ofstream out(o->out);

@@ -26,6 +26,7 @@ int main(int argc, char** argv) {
   runners["capture"] = tandem::cli::add_capture_command(root);
   runners["reference-logprobs"] = tandem::cli::add_reference_logprobs_command(root);
   runners["rollout"] = tandem::cli::add_rollout_command(root);
+  runners["regenerate"] = tandem::cli::add_regenerate_command(root);
 
   try {
     root.parse(argc, argv);

@@ -33,6 +33,8 @@ std::string_view bad_input_name(BadInput reason) {
       return "too_long";
     case BadInput::id_out_of_range:
       return "id_out_of_range";
+    case BadInput::no_user_turn:
+      return "no_user_turn";
   }
   return "unknown";
 }
@@ -104,9 +106,15 @@ bool JsonlReader::next(nlohmann::json& value) {
   return false;
 }
 
-void JsonlReader::reject(const BadLine& bad) {
-  if (on_error_ == OnError::fail) throw Error("[data] ", where(), ": ", bad.what());
-  skipped_.add(bad.reason, line_, bad.what());
+void JsonlReader::skip_through(int64_t line) {
+  while (line_ < line && std::getline(file_, buffer_)) ++line_;
+}
+
+void JsonlReader::reject(const BadLine& bad, int64_t line) {
+  if (line == 0) line = line_;
+  if (on_error_ == OnError::fail) throw Error("[data] ", path_, ":", line, ": ", bad.what());
+  skipped_.add(bad.reason, line, bad.what());
+  if (skip_listener_) skip_listener_(line, bad);
 }
 
 std::string JsonlReader::where() const { return path_ + ":" + std::to_string(line_); }

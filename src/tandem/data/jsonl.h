@@ -4,6 +4,7 @@
 // skipped and counted by reason (`on_error: skip`).
 #include <cstdint>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
@@ -27,6 +28,7 @@ enum class BadInput {
   no_trained_tokens,  // the loss mask selects nothing
   too_long,           // more tokens than max_length
   id_out_of_range,    // a token id outside [0, vocab_size)
+  no_user_turn,       // a conversation with no user message (nothing to answer: regenerate)
 };
 std::string_view bad_input_name(BadInput reason);
 
@@ -65,9 +67,17 @@ class JsonlReader {
   /// Malformed lines go through reject() on the way.
   bool next(nlohmann::json& value);
 
-  /// Applies the policy to the current line: throws Error("[data] <path>:<line>: <detail>")
-  /// under fail; counts it under skip.
-  void reject(const BadLine& bad);
+  /// Moves past lines up to `line` (1-based) without parsing them (a resumed job's done lines).
+  void skip_through(int64_t line);
+
+  /// Applies the policy to the current line (or to `line`, 1-based, when given): throws
+  /// Error("[data] <path>:<line>: <detail>") under fail; counts it under skip and tells the
+  /// skip listener.
+  void reject(const BadLine& bad, int64_t line = 0);
+  /// Called with each line skipped (line number, reason), for callers that log them.
+  void set_skip_listener(std::function<void(int64_t, const BadLine&)> listener) {
+    skip_listener_ = std::move(listener);
+  }
 
   /// "<path>:<line>" of the current line.
   std::string where() const;
@@ -83,6 +93,7 @@ class JsonlReader {
   std::string buffer_;
   int64_t line_ = 0;
   SkipCounts skipped_;
+  std::function<void(int64_t, const BadLine&)> skip_listener_;
 };
 
 }  // namespace tandem

@@ -30,42 +30,52 @@ bool decode_finished(std::vector<int64_t>& tokens, const DecodeOptions& options)
          (!tokens.empty() && is_stop(tokens.back(), options));
 }
 
-TargetPass run_target(const FrozenModel& target, const std::vector<int64_t>& ids, int64_t count,
-                      const std::vector<int64_t>& layers) {
-  const at::Tensor row = decode_row(ids, target.device());
-  const int64_t length = row.size(1);
-  const FrozenModel::Output out = target.forward(
-      row, AttentionLayout::causal(1, length, target.device()), layers, /*with_logits=*/false);
+int64_t accept_proposal(const std::vector<int64_t>& proposal, const at::Tensor& choices,
+                        SpeculativeOutput& output) {
+  const int64_t draft_tokens = static_cast<int64_t>(proposal.size());
+  const int64_t* choice = choices.data_ptr<int64_t>();
+  int64_t accepted = 0;
+  while (accepted < draft_tokens && choice[accepted] == proposal[accepted]) ++accepted;
+  output.accepted.push_back(accepted);
+  output.tokens.insert(output.tokens.end(), proposal.begin(), proposal.begin() + accepted);
+  output.tokens.push_back(choice[accepted]);
+  return choice[accepted];
+}
+
+CachedTarget::CachedTarget(const FrozenModel& target, std::vector<int64_t> layers, int64_t capacity)
+    : target_(target), layers_(std::move(layers)), cache_(target.new_cache(1, capacity)) {}
+
+TargetPass CachedTarget::run(const std::vector<int64_t>& tokens) {
+  const int64_t n = static_cast<int64_t>(tokens.size());
+  const at::Device device = target_.device();
+  const at::Tensor positions =
+      at::arange(cache_.length(), cache_.length() + n, at::TensorOptions(at::kLong).device(device))
+          .view({1, n});
+  std::map<int64_t, at::Tensor> captured;
+  const at::Tensor hidden = target_.forward_cached(
+      decode_row(tokens, device), positions,
+      at::ones({1, n}, at::TensorOptions(at::kBool).device(device)), cache_, layers_, &captured);
   TargetPass pass;
-  const at::Tensor last = out.final_hidden[0].narrow(0, length - count, count);  // (count, H)
   // Read on the host: verification compares them with the proposal token by token.
-  pass.choices = at::linear(last, target.lm_head_weight()).argmax(-1).cpu();
-  if (!layers.empty()) {
+  pass.choices = at::linear(hidden[0], target_.lm_head_weight()).argmax(-1).cpu();
+  if (!layers_.empty()) {
     std::vector<at::Tensor> parts;
-    for (int64_t layer : layers) parts.push_back(out.hidden.at(layer));
+    for (int64_t layer : layers_) parts.push_back(captured.at(layer));
     pass.features = at::cat(parts, -1);
   }
   return pass;
 }
 
-int64_t verify_proposal(const FrozenModel& target, const std::vector<int64_t>& proposal,
-                        const std::vector<int64_t>& layers, std::vector<int64_t>& ids,
-                        int64_t bonus, TargetPass& pass, SpeculativeOutput& output) {
-  const int64_t draft_tokens = static_cast<int64_t>(proposal.size());
-  std::vector<int64_t> candidate = ids;
-  candidate.push_back(bonus);
-  candidate.insert(candidate.end(), proposal.begin(), proposal.end());
-  pass = run_target(target, candidate, draft_tokens + 1, layers);
-  const at::Tensor& choices = pass.choices;  // choices[j]: the target's token after candidate[n + j]
-  int64_t accepted = 0;
-  while (accepted < draft_tokens && choices[accepted].item<int64_t>() == proposal[accepted])
-    ++accepted;
-  output.accepted.push_back(accepted);
-  ids.push_back(bonus);
-  ids.insert(ids.end(), proposal.begin(), proposal.begin() + accepted);
-  output.tokens.insert(output.tokens.end(), proposal.begin(), proposal.begin() + accepted);
-  const int64_t next_bonus = choices[accepted].item<int64_t>();
-  output.tokens.push_back(next_bonus);
+int64_t CachedTarget::verify(int64_t bonus, const std::vector<int64_t>& proposal,
+                             TargetPass& verified, SpeculativeOutput& output) {
+  const int64_t before = cache_.length();
+  std::vector<int64_t> scored{bonus};
+  scored.insert(scored.end(), proposal.begin(), proposal.end());
+  verified = run(scored);
+  const int64_t next_bonus = accept_proposal(proposal, verified.choices, output);
+  const int64_t kept = 1 + output.accepted.back();  // the bonus and the accepted tokens
+  cache_.truncate(before + kept);
+  if (verified.features.defined()) verified.features = verified.features.narrow(1, 0, kept);
   return next_bonus;
 }
 

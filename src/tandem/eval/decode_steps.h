@@ -1,7 +1,6 @@
 #pragma once
-// Pieces every decoder in eval/ shares (greedy, EAGLE-3 and DFlash speculative decoding): one
-// target forward over a whole sequence (no KV cache: each step recomputes the prefix, which keeps
-// the decoders simple and exact; eval is for acceptance, not speed), and the stop rule.
+// Pieces the speculative decoders in eval/ share (EAGLE-3 and DFlash, cached and uncached): the
+// stop rule, and the target's side of cached verification.
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
@@ -9,6 +8,7 @@
 
 #include "tandem/eval/speculative.h"
 #include "tandem/models/frozen.h"
+#include "tandem/models/kv_cache.h"
 
 namespace tandem {
 
@@ -18,19 +18,42 @@ at::Tensor decode_row(const std::vector<int64_t>& ids, const at::Device& device)
 /// Cuts `tokens` after the first stop id and at max_new_tokens; true when generation is over.
 bool decode_finished(std::vector<int64_t>& tokens, const DecodeOptions& options);
 
-/// One target forward over `ids`.
+/// What a target forward over some new tokens gives the decoder.
 struct TargetPass {
-  at::Tensor choices;   // (count,) greedy target choices after each of the last `count` ids
-  at::Tensor features;  // (1, T, k * H) cat of the outputs of `layers`; undefined if none asked
+  at::Tensor choices;   // (count,) on the host: the greedy target choice after each token
+  at::Tensor features;  // (1, count, k * H) cat of the outputs of `layers`; undefined if none
 };
-TargetPass run_target(const FrozenModel& target, const std::vector<int64_t>& ids, int64_t count,
-                      const std::vector<int64_t>& layers);
 
-/// One speculative step's verification: the target scores ids + bonus + proposal in one forward
-/// (`pass` becomes that forward); the matching prefix of `proposal` is accepted, `ids`, `output`
-/// and its accepted counts grow, and the target's next choice (the new bonus token) is returned.
-int64_t verify_proposal(const FrozenModel& target, const std::vector<int64_t>& proposal,
-                        const std::vector<int64_t>& layers, std::vector<int64_t>& ids,
-                        int64_t bonus, TargetPass& pass, SpeculativeOutput& output);
+/// The target of one speculative decode (batch 1) with a KV cache over the tokens it has verified:
+/// each verification runs only the bonus token and the proposal, and the rejected part of the
+/// proposal is dropped from the cache again.
+class CachedTarget {
+ public:
+  /// `capacity`: the most tokens the cache will hold (prompt + new tokens + one proposal).
+  CachedTarget(const FrozenModel& target, std::vector<int64_t> layers, int64_t capacity);
+
+  /// Runs `tokens` after those already cached: their choices and features.
+  TargetPass run(const std::vector<int64_t>& tokens);
+
+  /// One speculative step: runs bonus + proposal, accepts the longest prefix of `proposal` equal
+  /// to the target's choices, keeps bonus + accepted tokens in the cache (their features in
+  /// `verified`: (1, 1 + accepted, k * H)), records the step in `output` and returns the target's
+  /// next choice (the new bonus token).
+  int64_t verify(int64_t bonus, const std::vector<int64_t>& proposal, TargetPass& verified,
+                 SpeculativeOutput& output);
+
+  const KvCache& cache() const { return cache_; }
+
+ private:
+  const FrozenModel& target_;
+  std::vector<int64_t> layers_;
+  KvCache cache_;
+};
+
+/// The accepted length of `proposal` against the target's `choices` (choices[j]: the target's
+/// token after the j-th token it scored, the bonus first), recorded in `output` with the accepted
+/// tokens and the next bonus, which is returned.
+int64_t accept_proposal(const std::vector<int64_t>& proposal, const at::Tensor& choices,
+                        SpeculativeOutput& output);
 
 }  // namespace tandem

@@ -8,7 +8,8 @@
 //   the first `draft_tokens` of them are proposed. One target forward over ids + b + proposal
 //   verifies them: the longest prefix equal to the target's greedy choices is accepted, plus
 //   the target's own next token as the new bonus. Output equals plain greedy decoding.
-// Like EAGLE-3 eval, each step recomputes the target over the whole prefix (no KV cache).
+// The target keeps a KV cache (rolled back past the accepted tokens after each verification) and
+// the draft its context c of every verified position, so each step projects only the new ones.
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
@@ -27,5 +28,22 @@ SpeculativeOutput dflash_decode(const FrozenModel& target, const DFlashDraftImpl
                                 const at::Tensor& mask_embedding,
                                 const std::vector<int64_t>& prompt, int64_t draft_tokens,
                                 const DecodeOptions& options);
+
+/// One block forward of the draft, shared by the cached and the uncached decoder.
+class DFlashProposer {
+ public:
+  DFlashProposer(const FrozenModel& target, const DFlashDraftImpl& draft,
+                 const at::Tensor& mask_embedding, int64_t draft_tokens);
+  /// context (1, n, H): draft.context of the target features of positions 0..n-1; the anchor
+  /// `bonus` sits at position n. Returns the first draft_tokens predicted tokens.
+  std::vector<int64_t> propose(const at::Tensor& context, int64_t bonus) const;
+  c10::ScalarType dtype() const { return dtype_; }
+
+ private:
+  const DFlashDraftImpl& draft_;
+  int64_t draft_tokens_;
+  c10::ScalarType dtype_;
+  at::Tensor embed_tokens_, lm_head_, masks_, block_offsets_, anchor_valid_;
+};
 
 }  // namespace tandem

@@ -17,21 +17,41 @@ namespace tandem {
 struct DecodeOptions {
   int64_t max_new_tokens = 64;
   std::vector<int64_t> stop_ids;  // generation ends after the first of these
+  // Speculative decoders: false runs the reference decoders of eval/uncached_decode.h (every
+  // forward recomputes the whole prefix). generate() always uses its cache.
+  bool kv_cache = true;
 };
-
-/// Plain greedy decoding: one target forward per token. Returns the new tokens (stop included).
-std::vector<int64_t> greedy_decode(const FrozenModel& target, const std::vector<int64_t>& prompt,
-                                   const DecodeOptions& options);
 
 struct SpeculativeOutput {
   std::vector<int64_t> tokens;    // new tokens (stop included), at most max_new_tokens
   std::vector<int64_t> accepted;  // per verifying forward: draft tokens accepted (0..k)
 };
 
-/// Speculative decoding of `prompt` with `draft_tokens` (k) draft tokens per step.
+/// Speculative decoding of `prompt` with `draft_tokens` (k) draft tokens per step. The target
+/// keeps a KV cache (rolled back past the accepted tokens after each verification) and the draft
+/// its step-0 keys and values, so each step runs only the new tokens through either model.
 SpeculativeOutput speculative_decode(const FrozenModel& target, const Eagle3DraftImpl& draft,
                                      const std::vector<int64_t>& prompt, int64_t draft_tokens,
                                      const DecodeOptions& options);
+
+/// The draft's unroll after step 0, shared by the cached and the uncached decoder: from step 0's
+/// output at the last context position, k greedy draft tokens (as target ids), each step's query
+/// at the next position seeing the whole context and the earlier steps' keys.
+class Eagle3Proposer {
+ public:
+  Eagle3Proposer(const FrozenModel& target, const Eagle3DraftImpl& draft);
+  /// last (1, 1, H): step 0's output at position n - 1; `state` holds the n context keys.
+  std::vector<int64_t> propose(at::Tensor last, int64_t n, int64_t draft_tokens,
+                               TttState& state) const;
+  const FrozenHead& head() const { return head_; }
+  c10::ScalarType dtype() const { return dtype_; }
+
+ private:
+  const Eagle3DraftImpl& draft_;
+  FrozenHead head_;
+  c10::ScalarType dtype_;
+  at::Tensor draft_to_target_;  // (D,) on the host
+};
 
 /// Acceptance statistics over many prompts.
 class AcceptanceStats {

@@ -2,6 +2,8 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
+
 #include "tandem/core/error.h"
 #include "tandem/models/lean_layers.h"
 
@@ -156,7 +158,9 @@ at::Tensor CausalLMImpl::forward_hidden(const at::Tensor& ids, const AttentionLa
 }
 
 at::Tensor CausalLMImpl::forward_cached(const at::Tensor& ids, const at::Tensor& positions,
-                                        const at::Tensor& valid, KvCache& cache) const {
+                                        const at::Tensor& valid, KvCache& cache,
+                                        const std::vector<int64_t>& capture_layers,
+                                        std::map<int64_t, at::Tensor>* captured) const {
   check(ids.dim() == 2 && positions.sizes() == ids.sizes() && valid.sizes() == ids.sizes(),
         "[decoder] cached forward: ids ", ids.sizes(), ", positions ", positions.sizes(),
         " and valid ", valid.sizes(), " must all be (batch, new tokens)");
@@ -188,6 +192,9 @@ at::Tensor CausalLMImpl::forward_cached(const at::Tensor& ids, const at::Tensor&
     hidden =
         hidden + layer.self_attn->output(sdpa(qkv.q, keys, values, mask_for(layer.sliding_window)));
     hidden = hidden + layer.feed_forward(layer.post_attention_layernorm->forward(hidden));
+    if (captured != nullptr &&
+        std::find(capture_layers.begin(), capture_layers.end(), i) != capture_layers.end())
+      (*captured)[i] = hidden;
   }
   cache.commit();
   return model->norm->forward(hidden);

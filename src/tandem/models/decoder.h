@@ -124,9 +124,12 @@ class CausalLMImpl : public torch::nn::Module {
   /// `positions` (B, n) int64; `valid` (B, n) bool marks real tokens (false: a padding slot).
   /// Each slot attends to the valid slots up to itself within the layer's sliding window (a
   /// padding slot to itself only, so nothing is ever empty). Returns the final-normed hidden
-  /// states (B, n, H). Call it under NoGradGuard.
+  /// states (B, n, H); `captured[i]` receives the raw output (B, n, H) of each decoder layer i in
+  /// `capture_layers`, as forward_hidden does. Call it under NoGradGuard.
   at::Tensor forward_cached(const at::Tensor& ids, const at::Tensor& positions,
-                            const at::Tensor& valid, KvCache& cache) const;
+                            const at::Tensor& valid, KvCache& cache,
+                            const std::vector<int64_t>& capture_layers = {},
+                            std::map<int64_t, at::Tensor>* captured = nullptr) const;
   /// Full-vocabulary logits (B, T, V) of final hidden states (B, T, H).
   at::Tensor logits(const at::Tensor& hidden) const;
   /// The output projection (V, H): lm_head.weight, or the embedding when tied.

@@ -69,27 +69,50 @@ Eagle3DraftImpl::Eagle3DraftImpl(const Eagle3Config& config, const at::TensorOpt
                                                   config.layer.rope_scaling);
 }
 
-at::Tensor Eagle3DraftImpl::step(const at::Tensor& embeds, const at::Tensor& hidden,
-                                 const at::Tensor& positions, const KeyBands& context_bands,
-                                 TttState& state) const {
+at::Tensor Eagle3DraftImpl::run_layer(
+    const at::Tensor& embeds, const at::Tensor& hidden, const at::Tensor& positions,
+    const std::function<at::Tensor(const QueryKeyValue&)>& attend) const {
   const Eagle3LayerImpl& layer = *midlayer;
   const at::Tensor input = at::cat(
       {layer.input_layernorm->forward(embeds), layer.hidden_norm->forward(hidden)}, -1);  // 2H
   const RopeTables rope =
       rope_tables(inverse_frequencies_.to(positions.device()), positions, hidden.scalar_type());
-  const QueryKeyValue qkv = layer.self_attn->project(input, rope);
-  if (!state.context_k.defined()) {
-    state.context_k = qkv.k;
-    state.context_v = qkv.v;
-  } else {
-    state.step_k.push_back(qkv.k);
-    state.step_v.push_back(qkv.v);
-  }
-  const at::Tensor attended = ttt_attention(qkv.q, state.context_k, state.context_v, context_bands,
-                                            state.step_k, state.step_v, attention_options);
+  const at::Tensor attended = attend(layer.self_attn->project(input, rope));
   // The residual is the raw hidden state, not its norm (norm_before_residual: false).
   const at::Tensor residual = hidden + layer.self_attn->output(attended);
   return residual + layer.mlp->forward(layer.post_attention_layernorm->forward(residual));
+}
+
+at::Tensor Eagle3DraftImpl::step(const at::Tensor& embeds, const at::Tensor& hidden,
+                                 const at::Tensor& positions, const KeyBands& context_bands,
+                                 TttState& state) const {
+  return run_layer(embeds, hidden, positions, [&](const QueryKeyValue& qkv) {
+    if (!state.context_k.defined()) {
+      state.context_k = qkv.k;
+      state.context_v = qkv.v;
+    } else {
+      state.step_k.push_back(qkv.k);
+      state.step_v.push_back(qkv.v);
+    }
+    return ttt_attention(qkv.q, state.context_k, state.context_v, context_bands, state.step_k,
+                         state.step_v, attention_options);
+  });
+}
+
+at::Tensor Eagle3DraftImpl::extend_context(const at::Tensor& embeds, const at::Tensor& hidden,
+                                           const at::Tensor& positions, TttState& state) const {
+  check(state.step_k.empty(), "[eagle3] extend_context after a later unroll step");
+  const int64_t before = state.context_k.defined() ? state.context_k.size(2) : 0;
+  const at::Tensor last = positions.cpu();  // query at position p sees keys 0..p
+  check(last.size(1) > 0 && last[0][0].item<int64_t>() == before,
+        "[eagle3] extend_context: the new positions must start at the context length ", before);
+  const KeyBands causal = KeyBands::from_host(at::zeros_like(last), last, positions.device());
+  return run_layer(embeds, hidden, positions, [&](const QueryKeyValue& qkv) {
+    state.context_k = before == 0 ? qkv.k : at::cat({state.context_k, qkv.k}, 2);
+    state.context_v = before == 0 ? qkv.v : at::cat({state.context_v, qkv.v}, 2);
+    return ttt_attention(qkv.q, state.context_k, state.context_v, causal, {}, {},
+                         attention_options);
+  });
 }
 
 at::Tensor Eagle3DraftImpl::logits(const at::Tensor& out) const {

@@ -11,6 +11,7 @@
 #include <torch/nn/module.h>
 #include <torch/nn/pimpl.h>
 
+#include <functional>
 #include <vector>
 
 #include "tandem/models/attention_options.h"
@@ -63,6 +64,12 @@ class Eagle3DraftImpl : public torch::nn::Module {
   /// before the final norm (the next step's hidden input).
   at::Tensor step(const at::Tensor& embeds, const at::Tensor& hidden, const at::Tensor& positions,
                   const KeyBands& context_bands, TttState& state) const;
+  /// Step 0 for positions appended to a context that `state` already holds (cached decoding):
+  /// their keys/values join state's context, and each new query attends causally to the context
+  /// keys up to its own position. positions (B, Tq) must continue the context (the first is the
+  /// context length) and `state` must hold no later step. Returns the layer output (B, Tq, H).
+  at::Tensor extend_context(const at::Tensor& embeds, const at::Tensor& hidden,
+                            const at::Tensor& positions, TttState& state) const;
   /// lm_head(norm(out)): (B, T, H) -> draft-vocab logits (B, T, D).
   at::Tensor logits(const at::Tensor& out) const;
   /// Target ids of draft ids: i + d2t[i]. (D,) int64
@@ -79,6 +86,11 @@ class Eagle3DraftImpl : public torch::nn::Module {
   at::Tensor t2d;           // (V,) bool buffer
 
  private:
+  /// The layer around its attention: `attend` maps the projected q/k/v to the attention output.
+  at::Tensor run_layer(const at::Tensor& embeds, const at::Tensor& hidden,
+                       const at::Tensor& positions,
+                       const std::function<at::Tensor(const QueryKeyValue&)>& attend) const;
+
   Eagle3Config config_;
   at::Tensor inverse_frequencies_;
 };

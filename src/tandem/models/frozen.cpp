@@ -143,9 +143,11 @@ TargetFeatures target_features(const FrozenModel& target, const at::Tensor& ids,
 }
 
 at::Tensor FrozenModel::forward_cached(const at::Tensor& ids, const at::Tensor& positions,
-                                       const at::Tensor& valid, KvCache& cache) const {
+                                       const at::Tensor& valid, KvCache& cache,
+                                       const std::vector<int64_t>& capture_layers,
+                                       std::map<int64_t, at::Tensor>* captured) const {
   at::NoGradGuard no_grad;
-  return model_->forward_cached(ids, positions, valid, cache);
+  return model_->forward_cached(ids, positions, valid, cache, capture_layers, captured);
 }
 
 KvCache FrozenModel::new_cache(int64_t batch, int64_t capacity) const {

@@ -61,9 +61,12 @@ class FrozenModel {
   Output forward(const at::Tensor& ids, const AttentionLayout& layout,
                  const std::vector<int64_t>& layers, bool with_logits = true) const;
 
-  /// Generation: the model's forward_cached (models/decoder.h), without autograd.
+  /// Generation: the model's forward_cached (models/decoder.h), without autograd; `captured`
+  /// receives the raw outputs of `capture_layers` for the new slots.
   at::Tensor forward_cached(const at::Tensor& ids, const at::Tensor& positions,
-                            const at::Tensor& valid, KvCache& cache) const;
+                            const at::Tensor& valid, KvCache& cache,
+                            const std::vector<int64_t>& capture_layers = {},
+                            std::map<int64_t, at::Tensor>* captured = nullptr) const;
   /// An empty cache for `batch` rows of up to `capacity` slots, in this model's dtype and device.
   KvCache new_cache(int64_t batch, int64_t capacity) const;
 

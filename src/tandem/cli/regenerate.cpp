@@ -1,0 +1,320 @@
+// tandem regenerate: a conversations JSONL with every assistant turn replaced by the target's own
+// answer (eval/regeneration.h), batched through the KV cache, resumable after a kill: the output
+// is appended a batch at a time (data/resumable_jsonl.h) and a rerun skips what is done.
+//
+// Next to OUT: OUT.settings.json (what generated it; a rerun with other settings is refused) and
+// OUT.skipped.jsonl (each bad input line and why, under on_error: skip).
+#include <ATen/CPUGeneratorImpl.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <iomanip>
+#include <iostream>
+#include <sstream>
+
+#include "tandem/cli/commands.h"
+#include "tandem/core/config.h"
+#include "tandem/core/dtype.h"
+#include "tandem/core/error.h"
+#include "tandem/core/file_io.h"
+#include "tandem/data/datasets.h"
+#include "tandem/data/resumable_jsonl.h"
+#include "tandem/eval/regeneration.h"
+#include "tandem/models/frozen.h"
+
+namespace tandem::cli {
+
+namespace {
+
+struct RegenerateOptions {
+  std::string config, target, tokenizer, chat_template, data, out, on_error, dtype;
+  std::string device = "auto";
+  int64_t max_new_tokens = 512, max_length = 0, batch_size = 16, limit = 0, top_k = 0;
+  double temperature = 0, top_p = 1.0;
+  uint64_t seed = 0;
+};
+
+// Flags win; then the training config's keys; then the defaults.
+void fill_from_config(RegenerateOptions& o) {
+  if (o.config.empty()) return;
+  const Config config = Config::load(o.config);
+  const std::string target_key = config.has("target.path") ? "target" : "model";
+  auto fill = [](std::string& value, const Config& section, const std::string& key) {
+    if (value.empty() && section.has(key)) value = section.get_string(key);
+  };
+  fill(o.target, config.section(target_key), "path");
+  fill(o.dtype, config.section(target_key), "dtype");
+  fill(o.data, config.section("data"), "path");
+  fill(o.tokenizer, config.section("data"), "tokenizer");
+  fill(o.chat_template, config.section("data"), "chat_template");
+  fill(o.on_error, config.section("data"), "on_error");
+}
+
+std::string duration(double seconds) {
+  std::ostringstream out;
+  const int64_t s = static_cast<int64_t>(seconds);
+  if (s >= 3600) out << s / 3600 << "h";
+  if (s >= 60) out << (s / 60) % 60 << "m";
+  out << s % 60 << "s";
+  return out.str();
+}
+
+int64_t count_lines(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  check(in.good(), "[regenerate] ", path, ": cannot open");
+  int64_t lines = 0;
+  std::string line;
+  while (std::getline(in, line))
+    if (line.find_first_not_of(" \t\r") != std::string::npos) ++lines;
+  return lines;
+}
+
+}  // namespace
+
+Runner add_regenerate_command(CLI::App& root) {
+  auto o = std::make_shared<RegenerateOptions>();
+  CLI::App* command = root.add_subcommand(
+      "regenerate",
+      "replace every assistant turn of a conversations JSONL with the target's own answer "
+      "(greedy by default), turn by turn through the chat template; resumable");
+  command->add_option("config", o->config,
+                      "a training config to take the target (target.path or model.path, its "
+                      "dtype) and data.{path,tokenizer,chat_template,on_error} from; flags win");
+  command->add_option("--target", o->target, "HF checkpoint directory of the model that answers");
+  command->add_option("--data", o->data, "input conversations JSONL");
+  command->add_option("--out", o->out, "output conversations JSONL (resumed when it exists)")
+      ->required();
+  command->add_option("--tokenizer", o->tokenizer, "tokenizer directory (default: --target)");
+  command->add_option("--chat-template", o->chat_template, "chat template (default llama3)");
+  command->add_option("--max-new-tokens", o->max_new_tokens,
+                      "tokens per answer at most (default 512)");
+  command->add_option("--max-length", o->max_length,
+                      "prompt + max-new-tokens must fit (default: max_position_embeddings)");
+  command->add_option("--batch-size", o->batch_size,
+                      "conversations generated together (default 16)");
+  command->add_option("--temperature", o->temperature, "0: greedy (default); > 0: sampling");
+  command->add_option("--top-k", o->top_k, "sampling: keep the k most likely tokens (0: all)");
+  command->add_option("--top-p", o->top_p, "sampling: nucleus probability (default 1: all)");
+  command->add_option("--seed", o->seed, "sampling seed (default 0)");
+  command->add_option("--limit", o->limit, "only the first N input lines (default: all)");
+  command->add_option(
+      "--on-error", o->on_error,
+      "bad input lines: fail (default) or skip (counted, listed in OUT.skipped.jsonl)");
+  command->add_option("--dtype", o->dtype, "compute dtype (default fp32)");
+  add_device_option(*command, o->device);
+  return [o]() {
+    fill_from_config(*o);
+    check(!o->target.empty(), "[regenerate] no target: give --target or a config with target.path");
+    check(!o->data.empty(), "[regenerate] no input: give --data or a config with data.path");
+    check(o->batch_size >= 1, "[regenerate] --batch-size must be >= 1");
+    if (o->chat_template.empty()) o->chat_template = "llama3";
+    if (o->dtype.empty()) o->dtype = "fp32";
+    if (o->tokenizer.empty()) o->tokenizer = o->target;
+    const OnError on_error = parse_on_error(o->on_error.empty() ? "fail" : o->on_error);
+    check(std::filesystem::absolute(o->out) != std::filesystem::absolute(o->data),
+          "[regenerate] --out ", o->out, " is the input file");
+
+    const c10::ScalarType dtype = parse_compute_dtype(o->dtype, "--dtype");
+    const FrozenModel model = FrozenModel::load(o->target, dtype, device_from_option(o->device));
+    const Tokenizer tokenizer = Tokenizer::from_dir(o->tokenizer);
+    const ChatTemplate chat_template = ChatTemplate::from_name(o->chat_template);
+    RegenerationOptions options;
+    options.max_new_tokens = o->max_new_tokens;
+    options.max_length = o->max_length;
+    options.sampling.temperature = o->temperature;
+    options.sampling.top_k = o->top_k;
+    options.sampling.top_p = o->top_p;
+    const Regenerator regenerator(model, tokenizer, chat_template, options);
+
+    // What generated the output: a rerun must match it to resume (on_error may change).
+    nlohmann::json settings = {{"command", "tandem regenerate"},
+                               {"target", o->target},
+                               {"data", o->data},
+                               {"tokenizer", o->tokenizer},
+                               {"chat_template", o->chat_template},
+                               {"dtype", o->dtype},
+                               {"max_new_tokens", o->max_new_tokens},
+                               {"max_length", regenerator.max_length()},
+                               {"stop_ids", regenerator.stop_ids()},
+                               {"temperature", o->temperature},
+                               {"top_k", o->top_k},
+                               {"top_p", o->top_p},
+                               {"seed", o->seed},
+                               {"batch_size", o->batch_size},
+                               {"limit", o->limit}};
+    const std::string settings_path = o->out + ".settings.json";
+    bool finished = false;
+    if (std::filesystem::exists(settings_path)) {
+      std::ifstream in(settings_path);
+      const nlohmann::json previous = nlohmann::json::parse(in, nullptr, false);
+      check(previous.is_object(), "[regenerate] ", settings_path, ": unreadable; delete it and ",
+            o->out, " to start over");
+      for (const auto& [key, value] : settings.items())
+        check(previous.value(key, nlohmann::json()) == value, "[regenerate] ", o->out,
+              " was begun with other settings (", key, ": ",
+              previous.value(key, nlohmann::json()).dump(), " there, ", value.dump(),
+              " now): use another --out, the same settings, or delete ", o->out, " and ",
+              settings_path, " to start over");
+      finished = previous.value("finished", false);
+    } else {
+      check(!std::filesystem::exists(o->out), "[regenerate] ", o->out, " exists but ",
+            settings_path, " does not: not this command's output; choose another --out");
+      replace_file(settings_path, settings.dump(2) + "\n", "[regenerate]");
+    }
+
+    // Resume: each output line names the last input line of its batch; the next batch starts
+    // after the last such line, so a resumed run forms the same batches as an uninterrupted one.
+    // Skipped lines past it are dropped and redone (the kill may have fallen between appends).
+    ResumableJsonl output(o->out, "[regenerate]");
+    ResumableJsonl skipped_log(o->out + ".skipped.jsonl", "[regenerate]");
+    int64_t done_through = 0, resumed = 0;
+    for (const nlohmann::json& line : output.existing()) {
+      const nlohmann::json& record = line.value("regenerated", nlohmann::json());
+      check(record.is_object() && record.contains("batch_end"), "[regenerate] ", o->out,
+            ": a line without regenerated.batch_end: not this command's output");
+      done_through = std::max(done_through, record["batch_end"].get<int64_t>());
+      ++resumed;
+    }
+    skipped_log.drop_existing(
+        [&](const nlohmann::json& line) { return line.value("line", int64_t{0}) > done_through; });
+    SkipCounts skipped;  // the log's counts, then this run's
+    for (const nlohmann::json& line : skipped_log.existing()) {
+      SkipCounts::Entry& entry = skipped.by_reason[line.value("reason", std::string("unknown"))];
+      if (entry.count++ == 0) {
+        entry.first_line = line.value("line", int64_t{0});
+        entry.first_detail = line.value("detail", std::string());
+      }
+    }
+    if (finished) {
+      std::cout << "[regenerate] " << o->out << " is complete (" << resumed
+                << " conversations); nothing to do\n";
+      return 0;
+    }
+
+    JsonlReader reader(o->data, on_error);
+    std::vector<nlohmann::json> skipped_lines;  // this batch's
+    reader.set_skip_listener([&](int64_t line, const BadLine& bad) {
+      skipped_lines.push_back({{"line", line},
+                               {"reason", std::string(bad_input_name(bad.reason))},
+                               {"detail", bad.what()}});
+      SkipCounts::Entry& entry = skipped.by_reason[std::string(bad_input_name(bad.reason))];
+      if (entry.count++ == 0) {
+        entry.first_line = line;
+        entry.first_detail = bad.what();
+      }
+    });
+    const int64_t total_lines =
+        o->limit > 0 ? std::min(o->limit, count_lines(o->data)) : count_lines(o->data);
+    if (resumed > 0 || done_through > 0)
+      std::cout << "[regenerate] resuming " << o->out << ": " << resumed
+                << " conversations written, input lines 1.." << done_through << " done\n";
+    reader.skip_through(done_through);
+    const bool interactive = ::isatty(STDERR_FILENO) == 1;
+    const auto start = std::chrono::steady_clock::now();
+    auto last_print = start - std::chrono::seconds(60);
+    int64_t written = resumed, new_tokens = 0, truncated = 0;
+
+    nlohmann::json value;
+    bool more = true;
+    while (more) {
+      // The next batch of good conversations.
+      std::vector<std::vector<ChatMessage>> batch;
+      std::vector<nlohmann::json> originals;
+      std::vector<int64_t> lines;
+      while (static_cast<int64_t>(batch.size()) < o->batch_size) {
+        if (o->limit > 0 && reader.line() >= o->limit) {
+          more = false;
+          break;
+        }
+        if (!reader.next(value)) {
+          more = false;
+          break;
+        }
+        if (o->limit > 0 && reader.line() > o->limit) {
+          more = false;
+          break;
+        }
+        try {
+          batch.push_back(parse_conversation(value));
+        } catch (const BadLine& bad) {
+          reader.reject(bad);
+          continue;
+        }
+        originals.push_back(value);
+        lines.push_back(reader.line());
+      }
+      if (!batch.empty()) {
+        at::Generator generator = at::detail::createCPUGenerator(
+            o->seed * 1000003ULL + static_cast<uint64_t>(lines.front()));
+        const std::vector<Regenerated> results = regenerator.run(batch, &generator);
+        std::vector<nlohmann::json> out_lines;
+        for (size_t i = 0; i < results.size(); ++i) {
+          const Regenerated& result = results[i];
+          if (result.rejected) {
+            reader.reject(*result.rejected, lines[i]);
+            continue;
+          }
+          nlohmann::json messages = nlohmann::json::array();
+          for (const ChatMessage& message : result.messages)
+            messages.push_back({{"role", std::string(chat_role_name(message.role))},
+                                {"content", message.content}});
+          nlohmann::json line;
+          line["id"] = originals[i].contains("id")
+                           ? originals[i]["id"]
+                           : nlohmann::json(o->data + ":" + std::to_string(lines[i]));
+          line["conversations"] = messages;
+          line["regenerated"] = {{"source_line", lines[i]},
+                                 {"batch_end", reader.line()},
+                                 {"answer_tokens", result.answer_tokens},
+                                 {"answer_stopped", result.answer_stopped}};
+          out_lines.push_back(std::move(line));
+          for (size_t a = 0; a < result.answer_tokens.size(); ++a) {
+            new_tokens += result.answer_tokens[a];
+            truncated += result.answer_stopped[a] ? 0 : 1;
+          }
+        }
+        // Skipped lines first: a kill between the two appends leaves them past the last
+        // written line, where the next run drops and redoes them.
+        skipped_log.append(skipped_lines);
+        output.append(out_lines);
+        skipped_lines.clear();
+        written += static_cast<int64_t>(out_lines.size());
+      } else {
+        skipped_log.append(skipped_lines);
+        skipped_lines.clear();
+      }
+      const auto now = std::chrono::steady_clock::now();
+      if (interactive || now - last_print >= std::chrono::seconds(10) || !more) {
+        const double seconds = std::chrono::duration<double>(now - start).count();
+        const int64_t line = std::min<int64_t>(reader.line(), total_lines);
+        const double rate = new_tokens / std::max(seconds, 1e-9);
+        const double lines_rate = (line - done_through) / std::max(seconds, 1e-9);
+        std::cerr << (interactive ? "\r" : "") << "[regenerate] line " << line << "/" << total_lines
+                  << ", " << written << " written, " << skipped.total() << " skipped, "
+                  << new_tokens << " new tokens, " << std::fixed << std::setprecision(0) << rate
+                  << " tokens/s, eta "
+                  << duration(lines_rate > 0 ? (total_lines - line) / lines_rate : 0)
+                  << (interactive && more ? "   " : "\n") << std::flush;
+        last_print = now;
+      }
+    }
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    settings["finished"] = true;
+    settings["conversations"] = written;
+    settings["skipped"] = skipped.to_json();
+    replace_file(settings_path, settings.dump(2) + "\n", "[regenerate]");
+    std::cout << std::fixed << std::setprecision(1) << "[regenerate] " << o->out << ": " << written
+              << " conversations (" << written - resumed << " this run, " << new_tokens
+              << " new tokens in " << seconds << " s = " << new_tokens / std::max(seconds, 1e-9)
+              << " tokens/s), " << truncated << " answers cut at --max-new-tokens\n";
+    if (skipped.total() > 0)
+      std::cout << "[regenerate] skipped " << skipped.total() << " lines:\n"
+                << skipped.report(o->data);
+    return 0;
+  };
+}
+
+}  // namespace tandem::cli

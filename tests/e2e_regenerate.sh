@@ -1,0 +1,136 @@
+#!/usr/bin/env bash
+# End to end through the binary: `tandem regenerate` on a tiny model SFT-trained here from the
+# demo data (a real HF checkpoint with the demo tokenizer), from conversations with bad lines
+# mixed in:
+#   on_error fail stops at the first bad line naming file and line, keeping the batches before it;
+#   rerun with --on-error skip resumes there; every bad line is listed with its reason;
+#   a run killed with SIGKILL mid-way (and a torn last line, as a write cut by the kill leaves)
+#   resumes to the uninterrupted run's output byte for byte: no duplicate, no gap;
+#   the output trains (SFT reads it as conversations) and a finished run is not redone.
+# Usage: tests/e2e_regenerate.sh BUILD_DIR   (run by ctest)
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+tandem="$1/tandem"
+work=$(mktemp -d "${TMPDIR:-/tmp}/tandem-e2e-regenerate-XXXXXX")
+background=""
+cleanup() {
+  [ -n "$background" ] && kill -9 "$background" 2>/dev/null || true
+  [ -n "${KEEP:-}" ] || rm -rf "$work"
+}
+trap cleanup EXIT
+cd "$root"
+export OMP_NUM_THREADS=1 TANDEM_THREADS=1
+
+cat > "$work/model.json" <<'JSON'
+{"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": 4096,
+ "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
+ "num_key_value_heads": 2, "head_dim": 16, "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
+ "max_position_embeddings": 1024, "tie_word_embeddings": false, "bos_token_id": 4083,
+ "eos_token_id": [4084, 4092]}
+JSON
+head -n 40 data/demo/chat.jsonl > "$work/train.jsonl"
+echo "== model (SFT, 3 steps)"
+"$tandem" train /dev/stdin > "$work/sft.log" <<YAML
+model: {config: $work/model.json, dtype: fp32}
+data: {path: $work/train.jsonl, format: conversations, tokenizer: data/demo/tokenizer,
+       seq_len: 256, micro_batch_rows: 2, cache_dir: $work/cache}
+training: {objective: sft, run_dir: $work/base, steps: 3, lr: 3.0e-3, log_every: 1}
+YAML
+
+# 60 input lines: demo conversations (short prompts) with bad ones at lines 5 (malformed),
+# 11 (no user turn), 17 (too long for --max-length) and 23 (unknown role); line 2 multi-turn.
+python3 - "$work/in.jsonl" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open("data/demo/chat.jsonl")][100:160]
+for row in rows:
+    row["conversations"][0]["content"] = row["conversations"][0]["content"][:200]
+rows[1]["conversations"] += [{"role": "user", "content": "Go on."},
+                             {"role": "assistant", "content": "old second answer"}]
+lines = [json.dumps(r) for r in rows]
+lines[4] = '{"conversations": [oops'
+lines[10] = json.dumps({"conversations": [{"role": "system", "content": "hi"},
+                                          {"role": "assistant", "content": "hello"}]})
+lines[16] = json.dumps({"conversations": [{"role": "user", "content": "word " * 400},
+                                          {"role": "assistant", "content": "x"}]})
+lines[22] = json.dumps({"conversations": [{"role": "bot", "content": "x"}]})
+open(sys.argv[1], "w").write("\n".join(lines) + "\n")
+PY
+common=(--target "$work/base/export" --tokenizer data/demo/tokenizer --data "$work/in.jsonl"
+        --max-length 200 --batch-size 3)
+args=("${common[@]}" --max-new-tokens 40)
+
+echo "== on_error fail: stops at line 5"
+if "$tandem" regenerate "${args[@]}" --out "$work/a.jsonl" > "$work/fail.log" 2>&1; then
+  echo "regenerate accepted a malformed line" >&2; exit 1
+fi
+grep -q "in.jsonl:5: malformed JSON" "$work/fail.log" || { cat "$work/fail.log" >&2; exit 1; }
+test "$(wc -l < "$work/a.jsonl")" = 3  # lines 1-3, the batch before the bad line
+echo "== resumed with --on-error skip"
+"$tandem" regenerate "${args[@]}" --out "$work/a.jsonl" --on-error skip | tee "$work/a.log"
+grep -q "resuming .*a.jsonl: 3 conversations written, input lines 1..3 done" "$work/a.log"
+
+echo "== uninterrupted run"
+"$tandem" regenerate "${args[@]}" --out "$work/ref.jsonl" --on-error skip > "$work/ref.log" 2>&1
+cmp "$work/a.jsonl" "$work/ref.jsonl"
+
+echo "== killed with SIGKILL, a torn line appended, resumed"
+"$tandem" regenerate "${args[@]}" --out "$work/killed.jsonl" --on-error skip \
+  > "$work/killed.log" 2>&1 &
+background=$!
+for _ in $(seq 600); do
+  [ -f "$work/killed.jsonl" ] && [ "$(wc -l < "$work/killed.jsonl")" -ge 9 ] && break
+  kill -0 "$background" 2>/dev/null || break
+  sleep 0.02
+done
+kill -9 "$background" 2>/dev/null || { echo "the run ended before it was killed" >&2; exit 1; }
+wait "$background" 2>/dev/null || true
+background=""
+written=$(wc -l < "$work/killed.jsonl")
+echo "killed with $written lines written"
+test "$written" -lt "$(wc -l < "$work/ref.jsonl")"
+printf '{"id": "torn", "conversa' >> "$work/killed.jsonl"
+"$tandem" regenerate "${args[@]}" --out "$work/killed.jsonl" --on-error skip > "$work/resume.log"
+cmp "$work/killed.jsonl" "$work/ref.jsonl"
+cmp "$work/killed.jsonl.skipped.jsonl" "$work/ref.jsonl.skipped.jsonl"
+
+python3 - "$work/in.jsonl" "$work/ref.jsonl" <<'PY'
+import json, sys
+inputs = open(sys.argv[1]).read().splitlines()
+out = [json.loads(l) for l in open(sys.argv[2])]
+skipped = {json.loads(l)["line"]: json.loads(l)["reason"] for l in open(sys.argv[2] + ".skipped.jsonl")}
+assert skipped == {5: "malformed_json", 11: "no_user_turn", 17: "too_long", 23: "unknown_role"}, skipped
+lines = [r["regenerated"]["source_line"] for r in out]
+assert lines == sorted(set(range(1, 61)) - set(skipped)), lines  # each good line once, in order
+for r in out:
+    source = json.loads(inputs[r["regenerated"]["source_line"] - 1])
+    kept = [m for m in source["conversations"] if m["role"] != "assistant"]
+    assert [m for m in r["conversations"] if m["role"] != "assistant"] == kept
+    answers = [m for m in r["conversations"] if m["role"] == "assistant"]
+    assert len(answers) == len(r["regenerated"]["answer_tokens"]) >= 1
+    assert r["id"] == source["id"]
+multi = next(r for r in out if r["regenerated"]["source_line"] == 2)
+assert [m["role"] for m in multi["conversations"]] == ["user", "assistant", "user", "assistant"]
+assert multi["conversations"][3]["content"] != "old second answer"
+settings = json.load(open(sys.argv[2] + ".settings.json"))
+assert settings["finished"] and settings["conversations"] == 56 and settings["max_new_tokens"] == 40
+print("regenerated:", len(out), "conversations;", sum(sum(r["regenerated"]["answer_tokens"]) for r in out),
+      "new tokens; skipped", skipped)
+PY
+
+echo "== a finished run is not redone; other settings are refused"
+"$tandem" regenerate "${args[@]}" --out "$work/ref.jsonl" --on-error skip | grep -q "is complete"
+if "$tandem" regenerate "${common[@]}" --out "$work/ref.jsonl" --max-new-tokens 8 > "$work/other.log" 2>&1; then
+  echo "regenerate resumed with other settings" >&2; exit 1
+fi
+grep -q "begun with other settings (max_new_tokens: 40 there, 8 now)" "$work/other.log" || {
+  cat "$work/other.log" >&2; exit 1; }
+
+echo "== the output trains"
+"$tandem" train /dev/stdin > "$work/sft2.log" <<YAML
+model: {path: $work/base/export, dtype: fp32}
+data: {path: $work/ref.jsonl, format: conversations, tokenizer: data/demo/tokenizer,
+       seq_len: 256, micro_batch_rows: 2, cache_dir: $work/cache}
+training: {objective: sft, run_dir: $work/sft2, steps: 2, lr: 1.0e-3, log_every: 1}
+YAML
+test -f "$work/sft2/export/config.json"
+echo "e2e_regenerate: OK"
