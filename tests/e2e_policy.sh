@@ -19,13 +19,8 @@ cd "$root"
 export OMP_NUM_THREADS=1 TANDEM_THREADS=1
 source "$root/tests/dist_helpers.sh"  # one_vs_sharded
 
-cat > "$work/model.json" <<'JSON'
-{"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": 4096,
- "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
- "num_key_value_heads": 2, "head_dim": 16, "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
- "max_position_embeddings": 1024, "tie_word_embeddings": false, "bos_token_id": 4083,
- "eos_token_id": [4084, 4092]}
-JSON
+# A fresh 2-layer Llama with the demo tokenizer's vocabulary.
+cp tests/fixtures/models/tiny-chat-model.json "$work/model.json"
 head -n 40 data/demo/chat.jsonl > "$work/chat.jsonl"
 echo "== base model (SFT, 3 steps)"
 "$tandem" train /dev/stdin <<YAML

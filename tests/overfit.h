@@ -5,6 +5,7 @@
 #include <string>
 
 #include "tandem/data/packing.h"
+#include "tandem/objectives/objective.h"
 #include "tandem/train/optimizer.h"
 
 namespace tandem::testing {

@@ -433,3 +433,28 @@ TEST(SpeculativeDecoding, StopsAtTheFirstStopToken) {
 }
 
 }  // namespace
+
+namespace {
+
+// τ, per-position acceptance and the bootstrap interval over prompts, by hand. Prompt A: two
+// verify steps accepting 2 then 0 tokens (4 tokens, τ_A = 2); prompt B: one step accepting 0
+// (τ_B = 1). Resampling two prompts gives AA (τ 2), BB (τ 1) or AB (τ 5/3) with probabilities
+// 1/4, 1/4, 1/2, so the 2.5th and 97.5th percentiles are 1 and 2.
+TEST(AcceptanceStats, TauPerPositionRatesAndBootstrapIntervalByHand) {
+  tandem::AcceptanceStats stats(2);
+  tandem::SpeculativeOutput a, b;
+  a.accepted = {2, 0};
+  b.accepted = {0};
+  stats.add(a);
+  EXPECT_EQ(stats.tau_interval(), std::make_pair(2.0, 2.0));  // one prompt: no spread
+  stats.add(b);
+  EXPECT_DOUBLE_EQ(stats.tau(), 5.0 / 3.0);
+  EXPECT_EQ(stats.conditional_acceptance(), (std::vector<double>{1.0 / 3.0, 1.0}));
+  EXPECT_EQ(stats.cumulative_acceptance(), (std::vector<double>{1.0 / 3.0, 1.0 / 3.0}));
+  EXPECT_EQ(stats.tau_interval(), std::make_pair(1.0, 2.0));
+  const nlohmann::json report = stats.to_json();
+  EXPECT_EQ(report["tau_ci95"], nlohmann::json({1.0, 2.0}));
+  EXPECT_EQ(report["verify_steps"], 3);
+}
+
+}  // namespace

@@ -25,7 +25,7 @@ namespace {
 struct EvalOptions {
   std::string target, draft, data, format = "conversations", tokenizer, chat_template = "llama3";
   std::string dtype = "fp32", out, cache_dir, device = "auto";
-  int64_t num_prompts = 64, prompt_tokens = 32, max_new_tokens = 64, draft_tokens = 0;
+  int64_t num_prompts = 0, prompt_tokens = 32, max_new_tokens = 64, draft_tokens = 0;
   bool greedy_check = true, no_kv_cache = false;
 };
 
@@ -38,18 +38,20 @@ Runner add_eval_command(CLI::App& root) {
       "speculative decoding with the frozen target on held-out prompts: acceptance length τ, "
       "per-position acceptance, and a token-for-token check against plain greedy decoding");
   command->add_option("--target", o->target, "target HF checkpoint directory")->required();
-  command->add_option("--draft", o->draft,
-                      "the draft export (a run's export directory, or the format directory in it) "
-                      "of one of: " +
-                          objective_names([](const auto& d) { return bool(d.find_export); }) +
-                          "; its config.json architectures tell which")
+  command
+      ->add_option("--draft", o->draft,
+                   "the draft export (a run's export directory, or the format directory in it) "
+                   "of one of: " +
+                       objective_names([](const auto& d) { return bool(d.find_export); }) +
+                       "; its config.json architectures tell which")
       ->required();
   command->add_option("--data", o->data, "held-out JSONL file")->required();
   command->add_option("--format", o->format, "conversations | text | pretokenized")
       ->check(CLI::IsMember({"conversations", "text", "pretokenized"}));
   command->add_option("--tokenizer", o->tokenizer, "tokenizer directory (default: --target)");
   command->add_option("--chat-template", o->chat_template, "chat template (default llama3)");
-  command->add_option("--num-prompts", o->num_prompts, "prompts to run (default 64)");
+  command->add_option("--num-prompts", o->num_prompts,
+                      "prompts to run, from the top (default 0: every document of --data)");
   command->add_option("--prompt-tokens", o->prompt_tokens,
                       "prompt length for documents without a loss mask boundary (default 32)");
   command->add_option("--max-new-tokens", o->max_new_tokens, "tokens to generate (default 64)");
@@ -100,7 +102,8 @@ Runner add_eval_command(CLI::App& root) {
     dataset_options.vocab_size = target.config().vocab_size;
     CacheOptions cache;
     cache.dir = o->cache_dir;
-    const TokenizedDataset dataset = TokenizedDataset::open(o->data, format, dataset_options, cache);
+    const TokenizedDataset dataset =
+        TokenizedDataset::open(o->data, format, dataset_options, cache);
 
     DecodeOptions decode;
     decode.max_new_tokens = o->max_new_tokens;
@@ -111,7 +114,8 @@ Runner add_eval_command(CLI::App& root) {
     double speculative_seconds = 0, greedy_seconds = 0;
     std::vector<int64_t> mismatched;
     nlohmann::json per_prompt = nlohmann::json::array();
-    for (int64_t i = 0; i < dataset.size() && prompts < o->num_prompts; ++i) {
+    for (int64_t i = 0; i < dataset.size() && (o->num_prompts <= 0 || prompts < o->num_prompts);
+         ++i) {
       const std::vector<int64_t> prompt = prompt_of(dataset.document(i), o->prompt_tokens);
       if (prompt.empty()) continue;
       auto start = std::chrono::steady_clock::now();
@@ -163,10 +167,12 @@ Runner add_eval_command(CLI::App& root) {
     }
     report["per_prompt"] = per_prompt;
     std::cout << std::fixed << std::setprecision(3) << "[eval] " << prompts << " prompts, "
-              << generated << " tokens, " << draft->type() << " draft, k = "
-              << draft_tokens << " draft tokens per step\n"
-              << "[eval] tau = " << stats.tau() << " tokens per target forward ("
-              << stats.steps() << " verify steps)\n[eval] acceptance by draft position "
+              << generated << " tokens, " << draft->type() << " draft, k = " << draft_tokens
+              << " draft tokens per step\n"
+              << "[eval] tau = " << stats.tau() << " tokens per target forward (95% interval "
+              << stats.tau_interval().first << " to " << stats.tau_interval().second
+              << ", bootstrap over the " << prompts << " prompts; " << stats.steps()
+              << " verify steps)\n[eval] acceptance by draft position "
               << "(conditional):";
     for (double rate : stats.conditional_acceptance()) std::cout << " " << rate;
     std::cout << "\n";

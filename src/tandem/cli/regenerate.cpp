@@ -145,6 +145,8 @@ Runner add_regenerate_command(CLI::App& root) {
                                {"batch_size", o->batch_size},
                                {"limit", o->limit}};
     const std::string settings_path = o->out + ".settings.json";
+    const std::filesystem::path out_dir = std::filesystem::path(o->out).parent_path();
+    if (!out_dir.empty()) std::filesystem::create_directories(out_dir);
     bool finished = false;
     if (std::filesystem::exists(settings_path)) {
       std::ifstream in(settings_path);

@@ -81,15 +81,24 @@ std::vector<Generation> generate(const FrozenModel& model,
     at::Tensor step_ids = at::zeros({batch, 1}, at::kLong);
     at::Tensor step_positions = at::zeros({batch, 1}, at::kLong);
     at::Tensor step_valid = at::zeros({batch, 1}, at::kBool);
+    auto ids_at = step_ids.accessor<int64_t, 2>();
+    auto positions_at = step_positions.accessor<int64_t, 2>();
+    auto valid_at = step_valid.accessor<bool, 2>();
+    // Greedy: every row's choice and its log-probability at once.
+    at::Tensor greedy_tokens, greedy_logprobs;
+    if (greedy) {
+      greedy_tokens = logits.argmax(1);  // (B,)
+      greedy_logprobs =
+          at::log_softmax(logits, 1).gather(1, greedy_tokens.view({batch, 1})).view({batch});
+    }
     bool all_done = true;
     for (int64_t b = 0; b < batch; ++b) {
       if (done[b]) continue;
       int64_t token;
       float logprob;
       if (greedy) {
-        const at::Tensor log_probs = at::log_softmax(logits[b], 0);
-        token = logits[b].argmax().item<int64_t>();
-        logprob = log_probs[token].item<float>();
+        token = greedy_tokens.data_ptr<int64_t>()[b];
+        logprob = greedy_logprobs.data_ptr<float>()[b];
       } else {
         const at::Tensor log_probs = sampling_log_probs(logits[b], sampling);
         token = at::multinomial(log_probs.exp(), 1, false, *generator).item<int64_t>();
@@ -103,9 +112,9 @@ std::vector<Generation> generate(const FrozenModel& model,
       done[b] = stop || static_cast<int64_t>(row.tokens.size()) >= options.max_new_tokens;
       if (done[b]) continue;
       all_done = false;
-      step_ids[b][0] = token;
-      step_positions[b][0] = next_position[b]++;
-      step_valid[b][0] = true;
+      ids_at[b][0] = token;
+      positions_at[b][0] = next_position[b]++;
+      valid_at[b][0] = true;
     }
     if (all_done) break;
     // Finished rows run a padding slot: nothing reads it.

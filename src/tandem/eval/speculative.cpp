@@ -3,6 +3,8 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
+#include <cmath>
+#include <random>
 
 #include "tandem/core/error.h"
 #include "tandem/eval/decode_steps.h"
@@ -81,6 +83,9 @@ SpeculativeOutput speculative_decode(const FrozenModel& target, const Eagle3Draf
 
 void AcceptanceStats::add(const SpeculativeOutput& output) {
   const int64_t k = static_cast<int64_t>(reached_.size()) - 1;
+  int64_t prompt_tokens = 0;
+  for (int64_t accepted : output.accepted) prompt_tokens += accepted + 1;
+  per_prompt_.emplace_back(prompt_tokens, static_cast<int64_t>(output.accepted.size()));
   for (int64_t accepted : output.accepted) {
     steps_ += 1;
     tokens_ += accepted + 1;
@@ -93,6 +98,28 @@ void AcceptanceStats::add(const SpeculativeOutput& output) {
 
 double AcceptanceStats::tau() const {
   return steps_ == 0 ? 0.0 : static_cast<double>(tokens_) / static_cast<double>(steps_);
+}
+
+std::pair<double, double> AcceptanceStats::tau_interval(int resamples) const {
+  const size_t prompts = per_prompt_.size();
+  if (prompts < 2) return {tau(), tau()};
+  std::mt19937_64 random(0);
+  std::uniform_int_distribution<size_t> pick(0, prompts - 1);
+  std::vector<double> taus;
+  for (int r = 0; r < resamples; ++r) {
+    int64_t tokens = 0, steps = 0;
+    for (size_t i = 0; i < prompts; ++i) {
+      const auto& [t, s] = per_prompt_[pick(random)];
+      tokens += t;
+      steps += s;
+    }
+    taus.push_back(steps == 0 ? 0.0 : static_cast<double>(tokens) / static_cast<double>(steps));
+  }
+  std::sort(taus.begin(), taus.end());
+  auto percentile = [&](double q) {
+    return taus[static_cast<size_t>(std::lround(q * static_cast<double>(taus.size() - 1)))];
+  };
+  return {percentile(0.025), percentile(0.975)};
 }
 
 std::vector<double> AcceptanceStats::conditional_acceptance() const {
@@ -110,7 +137,10 @@ std::vector<double> AcceptanceStats::cumulative_acceptance() const {
 }
 
 nlohmann::json AcceptanceStats::to_json() const {
+  const auto [low, high] = tau_interval();
   return {{"tau", tau()},
+          {"tau_ci95", {low, high}},
+          {"tau_ci_method", "bootstrap over prompts, 2000 resamples, percentile"},
           {"verify_steps", steps_},
           {"tokens_from_verify_steps", tokens_},
           {"acceptance_conditional", conditional_acceptance()},

@@ -5,6 +5,7 @@
 // mean number of tokens each verifying target forward yields. Greedy verification means the
 // output must equal plain greedy decoding of the target; eval checks it token for token.
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -60,6 +61,10 @@ class AcceptanceStats {
   void add(const SpeculativeOutput& output);
   /// τ: mean tokens per verifying target forward (accepted + 1).
   double tau() const;
+  /// A 95% interval for τ: the 2.5th and 97.5th percentiles of τ over `resamples` bootstrap
+  /// resamples of the prompts (each add() is one prompt; drawn with replacement from a fixed
+  /// seed, so the interval is reproducible). {τ, τ} for a single prompt.
+  std::pair<double, double> tau_interval(int resamples = 2000) const;
   /// Per draft position j = 1..k: P(token j accepted | tokens 1..j-1 accepted).
   std::vector<double> conditional_acceptance() const;
   /// Per draft position j = 1..k: P(tokens 1..j all accepted).
@@ -71,6 +76,7 @@ class AcceptanceStats {
   std::vector<int64_t> reached_;      // [j]: steps where tokens 1..j-1 were accepted
   std::vector<int64_t> accepted_at_;  // [j]: steps where tokens 1..j were accepted
   int64_t steps_ = 0, tokens_ = 0;
+  std::vector<std::pair<int64_t, int64_t>> per_prompt_;  // (tokens, steps) of each add()
 };
 
 }  // namespace tandem

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# τ of the demo drafts with its spread: each draft config trained with 3 seeds (training.seed:
+# draft initialisation, data order, DFlash anchors), each evaluated on the 64 held-out prompts
+# (64 new tokens, 7 draft tokens); prints every run's τ with its 95% bootstrap interval over
+# prompts, then mean ± standard deviation over the seeds, with the date, CPU and commit.
+# Needs the demo target and its regenerated data (scripts/demo.sh makes both).
+#
+#   scripts/tau_seeds.sh                       # EAGLE-3 and DFlash, seeds 0 1 2
+#   SEEDS="0 1 2 3 4" scripts/tau_seeds.sh configs/demo-eagle3.yaml
+set -euo pipefail
+cd "$(dirname "$0")/.."
+seeds=${SEEDS:-"0 1 2"}
+configs=("$@")
+((${#configs[@]})) || configs=(configs/demo-eagle3.yaml configs/demo-dflash.yaml)
+for needed in runs/demo-target/export/config.json runs/demo-regenerated/chat.jsonl.settings.json; do
+  [ -f "$needed" ] || { echo "tau_seeds.sh: $needed is missing; run scripts/demo.sh first" >&2; exit 1; }
+done
+out=runs/tau-seeds
+mkdir -p "$out"
+echo "$(date -u +%F), $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)," \
+     "$(nproc) cores, commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
+for config in "${configs[@]}"; do
+  name=$(basename "$config" .yaml)
+  for seed in $seeds; do
+    run="$out/$name-seed$seed"
+    rm -rf "$run"
+    build/tandem train "$config" "training.run_dir=$run" "training.seed=$seed" > "$run.train.log" 2>&1 ||
+      { echo "tau_seeds.sh: training $name seed $seed failed, see $run.train.log" >&2; exit 1; }
+    build/tandem eval --target runs/demo-target/export --draft "$run/export" \
+      --data data/demo/chat_heldout.jsonl --tokenizer data/demo/tokenizer --max-new-tokens 64 \
+      --draft-tokens 7 --out "$run/eval.json" > "$run.eval.log" 2>&1 ||
+      { echo "tau_seeds.sh: eval of $name seed $seed failed, see $run.eval.log" >&2; exit 1; }
+  done
+  python3 - "$name" "$out" $seeds <<'PY'
+import json, statistics, sys
+name, out, seeds = sys.argv[1], sys.argv[2], sys.argv[3:]
+taus = []
+for seed in seeds:
+    r = json.load(open(f"{out}/{name}-seed{seed}/eval.json"))
+    taus.append(r["tau"])
+    low, high = r["tau_ci95"]
+    print(f"  {name} seed {seed}: tau {r['tau']:.2f} (95% interval {low:.2f} to {high:.2f} over "
+          f"{r['prompts']} prompts), {r['greedy_identical']}/{r['prompts']} identical to greedy")
+spread = statistics.stdev(taus) if len(taus) > 1 else 0.0
+print(f"{name}: tau {statistics.mean(taus):.2f} ± {spread:.2f} (mean ± standard deviation over "
+      f"{len(taus)} seeds)")
+PY
+done
