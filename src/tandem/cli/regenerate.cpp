@@ -201,11 +201,7 @@ Runner add_regenerate_command(CLI::App& root) {
       skipped_lines.push_back({{"line", line},
                                {"reason", std::string(bad_input_name(bad.reason))},
                                {"detail", bad.what()}});
-      SkipCounts::Entry& entry = skipped.by_reason[std::string(bad_input_name(bad.reason))];
-      if (entry.count++ == 0) {
-        entry.first_line = line;
-        entry.first_detail = bad.what();
-      }
+      skipped.add(bad.reason, line, bad.what());
     });
     const int64_t total_lines =
         o->limit > 0 ? std::min(o->limit, count_lines(o->data)) : count_lines(o->data);
