@@ -19,6 +19,7 @@
 #include <thread>
 
 #include "tandem/core/device.h"
+#include "tandem/io/hf_checkpoint.h"
 #include "tandem/train/checkpoint.h"
 #include "test_util.h"
 #include "tiny_train_job.h"
@@ -298,3 +299,29 @@ TEST(TrainDryRun, AMismatchedCheckpointIsAnErrorNamingTheTensor) {
 }
 
 }  // namespace
+
+TEST(TrainExport, DtypeCastsTheTrainedWeightsBeforeWriting) {
+  ScratchDir dir;
+  const std::string run = dir / "run";
+  ASSERT_EQ(run_command(train_command(write_job(dir, run, 2))).exit_code, 0);
+  const std::string export_command = tandem::testing::tandem_binary() + " --threads 1 export " + run;
+  ASSERT_EQ(run_command(export_command + " --out " + (dir / "fp32")).exit_code, 0);
+  ASSERT_EQ(run_command(export_command + " --dtype bf16 --out " + (dir / "bf16")).exit_code, 0);
+  const auto fp32 = tandem::HfCheckpoint::open(dir / "fp32");
+  const auto bf16 = tandem::HfCheckpoint::open(dir / "bf16");
+  ASSERT_EQ(fp32.names(), bf16.names());
+  for (const std::string& name : fp32.names()) {
+    const at::Tensor trained = fp32.read(name), cast = bf16.read(name);
+    EXPECT_EQ(trained.scalar_type(), at::kFloat) << name;
+    EXPECT_EQ(cast.scalar_type(), at::kBFloat16) << name;
+    EXPECT_TRUE(at::equal(trained.to(at::kBFloat16), cast)) << name;  // round to nearest even
+  }
+  std::ifstream config_file(dir / "bf16/config.json");
+  EXPECT_EQ(nlohmann::json::parse(config_file).at("torch_dtype"), "bfloat16");
+
+  // An unknown dtype is refused before anything is read or written.
+  const auto refused = run_command(export_command + " --dtype fp8 --out " + (dir / "fp8"));
+  EXPECT_NE(refused.exit_code, 0);
+  EXPECT_NE(refused.output.find("unknown dtype 'fp8'"), std::string::npos) << refused.output;
+  EXPECT_FALSE(fs::exists(dir / "fp8"));
+}

@@ -8,7 +8,7 @@ namespace tandem::cli {
 
 Runner add_export_command(CLI::App& root) {
   struct Options {
-    std::string run_dir, out;
+    std::string run_dir, out, dtype;
     int64_t step = -1;
   };
   auto options = std::make_shared<Options>();
@@ -21,9 +21,12 @@ Runner add_export_command(CLI::App& root) {
       ->required();
   command->add_option("--step", options->step, "checkpoint step (default: the newest valid one)");
   command->add_option("--out", options->out, "output directory (default: RUN_DIR/export)");
+  command->add_option("--dtype", options->dtype,
+                      "cast the trained weights before writing them: fp32 | bf16 | fp16 "
+                      "(default: the dtype they were trained in)");
   return [options]() {
     const std::string out = options->out.empty() ? options->run_dir + "/export" : options->out;
-    const ExportResult result = export_run(options->run_dir, options->step, out);
+    const ExportResult result = export_run(options->run_dir, options->step, out, options->dtype);
     std::cout << "[export] step " << result.step << " (" << result.checkpoint_dir << ") -> "
               << result.out_dir << "\n";
     return 0;

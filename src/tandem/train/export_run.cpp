@@ -8,6 +8,7 @@
 #include <optional>
 
 #include "tandem/core/config.h"
+#include "tandem/core/dtype.h"
 #include "tandem/core/error.h"
 #include "tandem/models/frozen.h"
 #include "tandem/objectives/objective.h"
@@ -16,7 +17,10 @@
 
 namespace tandem {
 
-ExportResult export_run(const std::string& run_dir, int64_t step, const std::string& out_dir) {
+ExportResult export_run(const std::string& run_dir, int64_t step, const std::string& out_dir,
+                        const std::string& dtype) {
+  std::optional<c10::ScalarType> cast;  // checked before anything is read
+  if (!dtype.empty()) cast = parse_compute_dtype(dtype, "tandem export --dtype");
   std::optional<CheckpointReader> reader;
   if (step < 0) {
     CheckpointSearch search = find_latest_valid(run_dir);
@@ -45,6 +49,7 @@ ExportResult export_run(const std::string& run_dir, int64_t step, const std::str
     };
     for (const auto& [name, tensor] : model_state(model)) restore(name, tensor);
   }
+  if (cast) model.to(*cast);
   objective->export_model(out_dir);
   const std::string tokenizer_dir = config.section("data").get_string("tokenizer", "");
   if (!tokenizer_dir.empty()) copy_tokenizer_files(tokenizer_dir, out_dir);
