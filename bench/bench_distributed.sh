@@ -9,14 +9,14 @@
 # state dominate the activations.
 # The 2 ranks share this machine's cores (1 thread each on 2 cores, against 2 threads for the
 # single process): the times are as measured, the memory is the main figure.
-# Usage: bench/bench_distributed.sh BUILD_DIR [STEPS]   (needs runs/demo-target/export: the demo)
+# Usage: bench/bench_distributed.sh BUILD_DIR [STEPS]   (needs data/demo/target: the demo)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 tandem="$(cd "$1" && pwd)/tandem"
 steps=${2:-6}
 cd "$root"
-test -f runs/demo-target/export/config.json ||
-  { echo "bench_distributed: run the demo first (runs/demo-target/export)" >&2; exit 1; }
+test -f data/demo/target/config.json ||
+  { echo "bench_distributed: run the demo first (data/demo/target)" >&2; exit 1; }
 work=$(mktemp -d "${TMPDIR:-/tmp}/tandem-bench-dist-XXXXXX")
 trap 'rm -rf "$work"' EXIT
 port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
@@ -54,7 +54,7 @@ PY
 
 echo "| job | ranks | mode | step (median) | tokens/s | trainable state per rank | frozen weights per rank | peak RSS per rank | collective bytes per rank per step |"
 echo "|---|---|---|---|---|---|---|---|---|"
-sft=(model.config=runs/demo-target/export/config.json)
+sft=(model.config=data/demo/target/config.json)
 hybrid=(distributed.mode=hybrid distributed.dp_replicate=2 distributed.dp_shard=1)
 run sft-1 1 - configs/demo-target.yaml "${sft[@]}"
 run sft-ddp 2 ddp configs/demo-target.yaml "${sft[@]}"

@@ -15,8 +15,8 @@ cd "$root"
 long=0 only_regeneration=0
 [ "${1:-}" = "--long" ] && long=1
 [ "${1:-}" = "--regeneration" ] && only_regeneration=1
-[ -f runs/demo-target/export/config.json ] || {
-  echo "demo_results.sh: runs/demo-target/export is missing; run scripts/demo.sh first" >&2; exit 1; }
+[ -f data/demo/target/config.json ] || {
+  echo "demo_results.sh: data/demo/target is missing; run scripts/demo.sh first" >&2; exit 1; }
 
 out=runs/demo-results
 rm -rf "$out"
@@ -71,7 +71,7 @@ train() {  # train NAME CONFIG [overrides...]
 }
 evaluate() {  # evaluate NAME [eval flags]: tandem eval with its defaults on the held-out prompts
   local name=$1; shift
-  timed "$name-eval$*" build/tandem eval --target runs/demo-target/export \
+  timed "$name-eval$*" build/tandem eval --target data/demo/target \
     --draft "$out/$name/export" --data data/demo/chat_heldout.jsonl \
     --tokenizer data/demo/tokenizer --out "$out/$name/eval$*.json" "$@"
   tau "$out/$name/eval$*.json"
@@ -102,7 +102,7 @@ train distill configs/demo-distill.yaml
 metrics "$out/distill/metrics.jsonl" loss,tokens_per_s 1,50,100
 train dpo configs/demo-dpo.yaml
 metrics "$out/dpo/metrics.jsonl" loss,rewards/accuracy,rewards/margin 1,5,30
-timed gspo-rollout build/tandem rollout --model runs/demo-target/export \
+timed gspo-rollout build/tandem rollout --model data/demo/target \
   --tokenizer data/demo/tokenizer --data data/demo/chat.jsonl --num-prompts 32 \
   --samples-per-prompt 4 --max-new-tokens 24 --reward-regex '(?i)\b(she|her)\b' \
   --out "$out/rollouts.jsonl"

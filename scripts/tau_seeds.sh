@@ -12,7 +12,7 @@ cd "$(dirname "$0")/.."
 seeds=${SEEDS:-"0 1 2"}
 configs=("$@")
 ((${#configs[@]})) || configs=(configs/demo-eagle3.yaml configs/demo-dflash.yaml)
-for needed in runs/demo-target/export/config.json runs/demo-regenerated/chat.jsonl.settings.json; do
+for needed in data/demo/target/config.json runs/demo-regenerated/chat.jsonl.settings.json; do
   [ -f "$needed" ] || { echo "tau_seeds.sh: $needed is missing; run scripts/demo.sh first" >&2; exit 1; }
 done
 out=runs/tau-seeds
@@ -26,7 +26,7 @@ for config in "${configs[@]}"; do
     rm -rf "$run"
     build/tandem train "$config" "training.run_dir=$run" "training.seed=$seed" > "$run.train.log" 2>&1 ||
       { echo "tau_seeds.sh: training $name seed $seed failed, see $run.train.log" >&2; exit 1; }
-    build/tandem eval --target runs/demo-target/export --draft "$run/export" \
+    build/tandem eval --target data/demo/target --draft "$run/export" \
       --data data/demo/chat_heldout.jsonl --tokenizer data/demo/tokenizer --max-new-tokens 64 \
       --draft-tokens 7 --out "$run/eval.json" > "$run.eval.log" 2>&1 ||
       { echo "tau_seeds.sh: eval of $name seed $seed failed, see $run.eval.log" >&2; exit 1; }

@@ -214,4 +214,37 @@ TEST(ResumableJsonl, CutsAPartialLastLineAndKeepsTheCompleteOnes) {
             std::string::npos);
 }
 
+// The demo target shipped in data/demo/target (scripts/train_demo_target.sh): a bf16 checkpoint
+// within the 20 MB budget that answers the held-out chat prompts and ends its turn, as the
+// demo's regenerated training data needs. Guards against a truncated or replaced file.
+TEST(Regeneration, TheShippedDemoTargetAnswersHeldOutPromptsAndEndsItsTurn) {
+  const std::string dir = tandem::testing::source_path("data/demo/target");
+  const auto checkpoint = tandem::HfCheckpoint::open(dir);
+  int64_t bytes = 0;
+  for (const std::string& name : checkpoint.names()) {
+    EXPECT_EQ(checkpoint.info(name).dtype, tandem::safetensors::Dtype::BF16) << name;
+    bytes += checkpoint.read(name).nbytes();
+  }
+  EXPECT_LE(bytes, 20'000'000);
+  const auto model = tandem::FrozenModel::load(dir, at::kFloat, at::kCPU);
+  std::ifstream heldout(tandem::testing::source_path("data/demo/chat_heldout.jsonl"));
+  std::vector<std::vector<ChatMessage>> prompts;
+  for (std::string line; prompts.size() < 8 && std::getline(heldout, line);) {
+    const auto turns = nlohmann::json::parse(line).at("conversations");
+    prompts.push_back(chat({{ChatRole::user, turns.at(0).at("content").get<std::string>()}}));
+  }
+  tandem::RegenerationOptions options;
+  options.max_new_tokens = 128;
+  const tandem::Regenerator regenerator(model, demo_tokenizer(),
+                                        tandem::ChatTemplate::from_name("llama3"), options);
+  int ended = 0;
+  for (const auto& result : regenerator.run(prompts, nullptr)) {
+    ASSERT_FALSE(result.rejected);
+    ASSERT_EQ(result.answer_stopped.size(), 1u);
+    ended += result.answer_stopped[0];
+    EXPECT_GE(result.messages.back().content.size(), 20u) << "a near-empty answer";
+  }
+  EXPECT_GE(ended, 1) << "of 8 answers ended their turn within 128 tokens (2 when shipped)";
+}
+
 }  // namespace

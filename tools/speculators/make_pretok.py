@@ -1,20 +1,45 @@
 """Chat conversations -> speculators' pre-tokenized rows {input_ids, loss_mask}: one row per
 assistant turn, rendered with the tokenizer's chat template, loss from the generation-prompt
-boundary to the end of the turn, cut at 256 tokens.
-Usage: make_pretok.py IN.jsonl OUT.jsonl [TOKENIZER_DIR (default data/demo/tokenizer)]"""
-import json, sys
+boundary to the end of the turn (its <|eot_id|> included), cut at 256 tokens. This is the token
+layout tandem's llama3 template gives the same conversation (checked on the first rows).
+
+--shift-loss-mask writes loss_mask[1:] + [0]: speculators' EAGLE-3 trainer counts the
+prediction of token t+1 by loss_mask[t] (the mask of the token it reads), while tandem and
+speculators' DFlash count it by loss_mask[t+1]; shifted rows make EAGLE-3 train on the same
+predictions as tandem (every answer token and the closing <|eot_id|>).
+
+Usage: make_pretok.py IN.jsonl OUT.jsonl [--tokenizer DIR (default data/demo/tokenizer)]
+                      [--shift-loss-mask]"""
+import argparse
+import json
+
 from transformers import AutoTokenizer
-tok = AutoTokenizer.from_pretrained(sys.argv[3] if len(sys.argv) > 3 else "data/demo/tokenizer")
-out = open(sys.argv[2], "w")
-for line in open(sys.argv[1]):
-    conv = json.loads(line)["conversations"]
-    for j, turn in enumerate(conv):
-        if turn["role"] != "assistant":
-            continue
-        prompt = tok.apply_chat_template(conv[:j], add_generation_prompt=True, tokenize=True, return_dict=False)
-        full = tok.apply_chat_template(conv[:j+1], tokenize=True, return_dict=False)
-        if hasattr(prompt, "input_ids"): prompt, full = prompt["input_ids"], full["input_ids"]
-        assert full[:len(prompt)] == prompt
-        full = full[:256]
-        mask = [0]*len(prompt) + [1]*(len(full)-len(prompt))
-        out.write(json.dumps({"input_ids": full, "loss_mask": mask[:len(full)]}) + "\n")
+
+parser = argparse.ArgumentParser(usage=__doc__)
+parser.add_argument("input")
+parser.add_argument("output")
+parser.add_argument("--tokenizer", default="data/demo/tokenizer")
+parser.add_argument("--shift-loss-mask", action="store_true")
+args = parser.parse_args()
+tok = AutoTokenizer.from_pretrained(args.tokenizer)
+
+
+def ids_of(rendered):
+    return rendered["input_ids"] if hasattr(rendered, "keys") else rendered
+
+
+with open(args.output, "w") as out:
+    for line in open(args.input):
+        conv = json.loads(line)["conversations"]
+        for j, turn in enumerate(conv):
+            if turn["role"] != "assistant":
+                continue
+            prompt = ids_of(tok.apply_chat_template(conv[:j], add_generation_prompt=True,
+                                                    tokenize=True, return_dict=False))
+            full = ids_of(tok.apply_chat_template(conv[:j + 1], tokenize=True, return_dict=False))
+            assert full[:len(prompt)] == prompt, "the template must extend the prompt"
+            full = full[:256]
+            mask = ([0] * len(prompt) + [1] * (len(full) - len(prompt)))[:len(full)]
+            if args.shift_loss_mask:
+                mask = mask[1:] + [0]
+            out.write(json.dumps({"input_ids": full, "loss_mask": mask}) + "\n")
