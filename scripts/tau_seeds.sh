@@ -7,9 +7,14 @@
 #
 #   scripts/tau_seeds.sh                       # EAGLE-3 and DFlash, seeds 0 1 2
 #   SEEDS="0 1 2 3 4" scripts/tau_seeds.sh configs/demo-eagle3.yaml
+#   OVERRIDES="training.steps=480" SEEDS=0 scripts/tau_seeds.sh configs/demo-dflash.yaml
+# OVERRIDES are added to every `tandem train` and name the runs (runs/tau-seeds/NAME+OVERRIDES-seedN).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seeds=${SEEDS:-"0 1 2"}
+read -r -a overrides <<< "${OVERRIDES:-}"
+tag=$(printf '+%s' "${overrides[@]}" | tr '/' '_')
+[ -n "${OVERRIDES:-}" ] || tag=""
 configs=("$@")
 ((${#configs[@]})) || configs=(configs/demo-eagle3.yaml configs/demo-dflash.yaml)
 for needed in data/demo/target/config.json runs/demo-regenerated/chat.jsonl.settings.json; do
@@ -20,11 +25,12 @@ mkdir -p "$out"
 echo "$(date -u +%F), $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)," \
      "$(nproc) cores, commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
 for config in "${configs[@]}"; do
-  name=$(basename "$config" .yaml)
+  name=$(basename "$config" .yaml)$tag
   for seed in $seeds; do
     run="$out/$name-seed$seed"
     rm -rf "$run"
-    build/tandem train "$config" "training.run_dir=$run" "training.seed=$seed" > "$run.train.log" 2>&1 ||
+    build/tandem train "$config" "${overrides[@]}" "training.run_dir=$run" "training.seed=$seed" \
+      > "$run.train.log" 2>&1 ||
       { echo "tau_seeds.sh: training $name seed $seed failed, see $run.train.log" >&2; exit 1; }
     build/tandem eval --target data/demo/target --draft "$run/export" \
       --data data/demo/chat_heldout.jsonl --tokenizer data/demo/tokenizer --max-new-tokens 64 \

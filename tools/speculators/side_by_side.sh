@@ -6,7 +6,7 @@
 # evaluated by the same `tandem eval` on the 64 held-out prompts (64 new tokens, 7 draft tokens).
 # What differs and why: tools/speculators/README.md.
 #
-#   tools/speculators/side_by_side.sh [dflash|eagle3|all]
+#   tools/speculators/side_by_side.sh [dflash|eagle3|all|summary]   (summary: only the table)
 #   env: SEEDS (default "0 1 2"), EAGLE3_SEEDS (default $SEEDS),
 #        SPEC_VENV (default ~/.cache/tandem/venv-speculators-0.9.0; made with pip when missing,
 #        about 6 GB), WORK (default runs/side-by-side)
@@ -19,7 +19,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 what=${1:-all}
-case "$what" in dflash | eagle3 | all) ;; *) echo "usage: $0 [dflash|eagle3|all]" >&2; exit 2 ;; esac
+case "$what" in dflash | eagle3 | all | summary) ;; *) echo "usage: $0 [dflash|eagle3|all|summary]" >&2; exit 2 ;; esac
 seeds=${SEEDS:-"0 1 2"}
 eagle3_seeds=${EAGLE3_SEEDS:-$seeds}
 venv=${SPEC_VENV:-$HOME/.cache/tandem/venv-speculators-0.9.0}
@@ -30,15 +30,21 @@ data=runs/demo-regenerated/chat.jsonl
 grep -q "\"$target\"" "$data.settings.json" ||
   { echo "$0: $data was not answered by $target (see its .settings.json)" >&2; exit 1; }
 mkdir -p "$work"
+summary_only=0
+[ "$what" = summary ] && { summary_only=1; what=all; }
 export HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 
-if ! "$venv/bin/python" -c "import speculators" 2> /dev/null; then
+if ((summary_only)); then
+  :
+elif ! "$venv/bin/python" -c "import speculators" 2> /dev/null; then
   echo "== speculators 0.9.0 into $venv"
   python3 -m venv "$venv"
   "$venv/bin/pip" install --quiet speculators==0.9.0
 fi
-"$venv/bin/python" -c "import importlib.metadata as m; v = m.version('speculators'); assert v == '0.9.0', v"
-"$venv/bin/python" tools/speculators/patch_for_cpu.py "$work/patched" --adam-beta2 0.95 --fp32-checkpoints
+if ((!summary_only)); then
+  "$venv/bin/python" -c "import importlib.metadata as m; v = m.version('speculators'); assert v == '0.9.0', v"
+  "$venv/bin/python" tools/speculators/patch_for_cpu.py "$work/patched" --adam-beta2 0.95 --fp32-checkpoints
+fi
 threads=${TANDEM_THREADS:-$(nproc)}
 export OMP_NUM_THREADS=$threads
 
@@ -53,7 +59,8 @@ prepare() {  # NAME LAYER_IDS [--shift-loss-mask]
   rm -rf "$dir"
   "$venv/bin/python" tools/speculators/make_pretok.py "$data" "$dir.pretok.jsonl" "${@:3}"
   "$venv/bin/speculators" prepare-data --model "$target" --data "$dir.pretok.jsonl" \
-    --output "$dir" --seq-length 256 --num-preprocessing-workers 1 > "$dir.prepare.log" 2>&1
+    --output "$dir" --seq-length 256 --num-preprocessing-workers 1 --no-skip-token-freq \
+    --token-freq-path "$dir/token_freq.pt" > "$dir.prepare.log" 2>&1
   "$venv/bin/python" tools/speculators/gen_hs.py "$dir" "$target" "$dir/hidden_states" "$2" \
     > "$dir.hidden_states.log" 2>&1
   touch "$dir/.done"
@@ -85,7 +92,7 @@ speculators_train() {  # RUN_DIR ARGS...
     { echo "$0: speculators training failed, see $run.train.log" >&2; exit 1; }
 }
 
-if [ "$what" != eagle3 ]; then
+if ((!summary_only)) && [ "$what" != eagle3 ]; then
   # tandem's DFlash draft (2 layers, block 8) reads target layers [1, 5]: speculators' 2 and 6.
   prepare dflash 2,6
   for seed in $seeds; do
@@ -105,7 +112,7 @@ if [ "$what" != eagle3 ]; then
   done
 fi
 
-if [ "$what" != dflash ]; then
+if ((!summary_only)) && [ "$what" != dflash ]; then
   # EAGLE-3 counts a prediction by the mask of the token it reads: shifted rows (make_pretok.py).
   # Its draft vocabulary comes from the unshifted rows' token counts, as tandem's does.
   prepare dflash 2,6
