@@ -3,7 +3,7 @@
 #   1. set-up and build if needed (scripts/setup.sh),
 #   2. the demo target: a small Llama trained from scratch on the Austen novels in data/demo, then
 #      on its chat conversations; shipped in bf16 as data/demo/target (scripts/train_demo_target.sh
-#      made it; --retrain-target trains it again, about 25 minutes more, and uses that one),
+#      made it; --retrain-target trains it again, about 30 minutes more, and uses that one),
 #   3. the Austen chat prompts answered by the target itself (`tandem regenerate`, greedy, up to
 #      128 tokens per answer) into runs/demo-regenerated/chat.jsonl,
 #   4. an EAGLE-3 draft trained online against the target on those answers

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The demo-config results quoted in docs/ (distillation, DPO, GSPO, EAGLE-3 and DFlash on the
 # demo target), measured in one go and written with the date, CPU model and commit to
-# runs/demo-results/summary.md. Needs the demo target (scripts/demo.sh trains it).
+# runs/demo-results/summary.md. Uses the shipped demo target data/demo/target.
 #
 #   scripts/demo_results.sh                 # every job except the 600-step DFlash run
 #   scripts/demo_results.sh --long          # also DFlash for 600 steps (about 25 more minutes)

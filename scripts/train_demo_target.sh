@@ -8,7 +8,7 @@
 #      (default runs/demo-target-chat/export-bf16).
 # The repository ships the result as data/demo/target (see data/demo/SOURCE.md); scripts/demo.sh
 # uses that copy unless given --retrain-target, which runs this script. Each stage resumes if
-# interrupted and is skipped when finished. About 25 minutes on 2 cores once built.
+# interrupted and is skipped when finished. About 30 minutes on 2 cores once built.
 #
 #   scripts/train_demo_target.sh [OUT]
 set -euo pipefail
