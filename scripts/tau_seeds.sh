@@ -3,7 +3,7 @@
 # draft initialisation, data order, DFlash anchors), each evaluated on the 64 held-out prompts
 # (64 new tokens, 7 draft tokens); prints every run's τ with its 95% bootstrap interval over
 # prompts, then mean ± standard deviation over the seeds, with the date, CPU and commit.
-# Needs the demo target and its regenerated data (scripts/demo.sh makes both).
+# Needs the regenerated answers of the shipped demo target (scripts/demo.sh makes them).
 #
 #   scripts/tau_seeds.sh                       # EAGLE-3 and DFlash, seeds 0 1 2
 #   SEEDS="0 1 2 3 4" scripts/tau_seeds.sh configs/demo-eagle3.yaml
