@@ -16,7 +16,7 @@ tandem="$(cd "$1" && pwd)/tandem"
 steps=${2:-6}
 cd "$root"
 test -f data/demo/target/config.json ||
-  { echo "bench_distributed: run the demo first (data/demo/target)" >&2; exit 1; }
+  { echo "bench_distributed: data/demo/target is missing; it ships in the repository (git checkout data/demo/target)" >&2; exit 1; }
 work=$(mktemp -d "${TMPDIR:-/tmp}/tandem-bench-dist-XXXXXX")
 trap 'rm -rf "$work"' EXIT
 port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }

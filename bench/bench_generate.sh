@@ -2,7 +2,7 @@
 # Greedy generation tokens/s, tandem (build/bench_generate: KV cache, batched) next to
 # transformers' `generate` (greedy, its default dynamic KV cache) on the same CPU, the same model
 # and the same prompts, alternating the two ROUNDS times in one run (median reported):
-#   the demo target (data/demo/target, when scripts/demo.sh has made it) and a random
+#   the shipped demo target (data/demo/target) and a random
 #   Llama of hidden 1024 / 8 layers / vocab 32000 (written here by transformers), batch 1 and 8,
 #   32 prompt tokens, 64 new tokens each (no stop token), fp32, THREADS threads on both sides.
 # Also checks that both produce the same tokens.
@@ -30,7 +30,7 @@ models = []
 if os.path.exists("data/demo/target/config.json"):
     models.append(("demo target", "data/demo/target"))
 else:
-    print("(no data/demo/target: run scripts/demo.sh for the demo-target rows)")
+    print("(no data/demo/target: restore it with git checkout data/demo/target for the demo-target rows)")
 scratch = tempfile.TemporaryDirectory()
 config = transformers.LlamaConfig(vocab_size=32000, hidden_size=1024, intermediate_size=2816,
                                   num_hidden_layers=8, num_attention_heads=16,

@@ -35,8 +35,12 @@ esac
 echo "== the chat prompts answered by the target $target (tandem regenerate)"
 build/tandem regenerate configs/demo-eagle3.yaml --target "$target" --data data/demo/chat.jsonl \
   --out "$regenerated" --max-new-tokens 128 --batch-size 32
-if [ ! -f "$draft/export/sglang/config.json" ] || \
-   [ ! -d "$draft/$(printf 'step-%08d' "$(sed -n 's/^ *steps: *//p' configs/demo-eagle3.yaml)")" ]; then
+final_step="$draft/$(printf 'step-%08d' "$(sed -n 's/^ *steps: *//p' configs/demo-eagle3.yaml)")"
+if [ -d "$final_step" ] && ! grep -q "path: $target\$" "$final_step/config.yaml"; then
+  echo "scripts/demo.sh: $draft was trained against another target; move it away to train again" >&2
+  exit 1
+fi
+if [ ! -f "$draft/export/sglang/config.json" ] || [ ! -d "$final_step" ]; then
   echo "== EAGLE-3 draft (configs/demo-eagle3.yaml)"
   build/tandem train configs/demo-eagle3.yaml "target.path=$target" "data.path=$regenerated" \
     "training.run_dir=$draft"

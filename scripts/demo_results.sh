@@ -16,7 +16,7 @@ long=0 only_regeneration=0
 [ "${1:-}" = "--long" ] && long=1
 [ "${1:-}" = "--regeneration" ] && only_regeneration=1
 [ -f data/demo/target/config.json ] || {
-  echo "demo_results.sh: data/demo/target is missing; run scripts/demo.sh first" >&2; exit 1; }
+  echo "demo_results.sh: data/demo/target is missing; it ships in the repository (git checkout data/demo/target, or scripts/train_demo_target.sh)" >&2; exit 1; }
 
 out=runs/demo-results
 rm -rf "$out"

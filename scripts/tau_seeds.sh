@@ -17,9 +17,9 @@ tag=$(printf '+%s' "${overrides[@]}" | tr '/' '_')
 [ -n "${OVERRIDES:-}" ] || tag=""
 configs=("$@")
 ((${#configs[@]})) || configs=(configs/demo-eagle3.yaml configs/demo-dflash.yaml)
-for needed in data/demo/target/config.json runs/demo-regenerated/chat.jsonl.settings.json; do
-  [ -f "$needed" ] || { echo "tau_seeds.sh: $needed is missing; run scripts/demo.sh first" >&2; exit 1; }
-done
+settings=runs/demo-regenerated/chat.jsonl.settings.json
+grep -q '"target": "data/demo/target"' "$settings" 2> /dev/null && grep -q '"finished": true' "$settings" ||
+  { echo "tau_seeds.sh: $settings does not record a finished regeneration by data/demo/target; run scripts/demo.sh first" >&2; exit 1; }
 out=runs/tau-seeds
 mkdir -p "$out"
 echo "$(date -u +%F), $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)," \

@@ -14,15 +14,15 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-runs/demo-target-chat/export-bf16}
-last_checkpoint() {  # CONFIG -> run_dir/step-N of its final step
+finished() {  # CONFIG: its final checkpoint and its end-of-run export both exist
   local run steps
   run=$(sed -n 's/^ *run_dir: *\([^ #]*\).*/\1/p' "$1")
   steps=$(sed -n 's/^ *steps: *\([0-9]*\).*/\1/p' "$1")
-  printf '%s/step-%08d' "$run" "$steps"
+  [ -d "$(printf '%s/step-%08d' "$run" "$steps")" ] && [ -f "$run/export/config.json" ]
 }
 for config in configs/demo-target.yaml configs/demo-target-chat.yaml; do
-  if [ -d "$(last_checkpoint "$config")" ]; then
-    echo "== $config: finished ($(last_checkpoint "$config"))"
+  if finished "$config"; then
+    echo "== $config: finished"
   else
     echo "== $config"
     build/tandem train "$config"

@@ -4,7 +4,8 @@
 # against what SGLang / vLLM / speculators read (tools/check_eagle3_export.sh), `tandem capture`
 # + offline training (same first-step loss as online; a frozen lm_head survives export), and
 # `tandem eval` (output = greedy; with KV caches the same accepted tokens as the uncached
-# decoders, prompt by prompt).
+# decoders, prompt by prompt); `tandem export --dtype bf16` casts the weights and keeps the
+# vocabulary maps' integer and bool types.
 # Usage: tests/e2e_eagle3.sh BUILD_DIR   (run by ctest; needs scripts/setup.sh --tools)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -84,4 +85,19 @@ assert r["kv_cache"] and not u["kv_cache"] and u["greedy_identical"] == 6, u
 assert [p["accepted"] for p in r["per_prompt"]] == [p["accepted"] for p in u["per_prompt"]]
 print("tau", r["tau"], "(uncached", u["tau"], "); accepted per step, prompt 0:", r["per_prompt"][0]["accepted"])
 PY
+echo "== tandem export --dtype bf16: float weights cast, d2t and t2d keep their types, eval loads it"
+"$tandem" export "$work/online" --dtype bf16 --out "$work/bf16"
+python3 - "$work/bf16/sglang/model.safetensors" <<'PY'
+import json, struct, sys
+with open(sys.argv[1], "rb") as f:
+    header = json.loads(f.read(struct.unpack("<Q", f.read(8))[0]))
+header.pop("__metadata__", None)
+types = {name: info["dtype"] for name, info in header.items()}
+assert types.pop("d2t") == "I64" and types.pop("t2d") == "BOOL", types
+assert set(types.values()) == {"BF16"}, types
+print(f"  {len(types)} weights in BF16, d2t I64, t2d BOOL")
+PY
+"$tandem" eval --target tests/fixtures/models/llama3 --draft "$work/bf16" \
+  --data "$work/docs.jsonl" --format pretokenized --num-prompts 2 --max-new-tokens 8 \
+  --draft-tokens 3 --cache-dir "$work/cache" --out "$work/eval-bf16.json" > /dev/null
 echo "e2e_eagle3: OK"

@@ -49,7 +49,15 @@ ExportResult export_run(const std::string& run_dir, int64_t step, const std::str
     };
     for (const auto& [name, tensor] : model_state(model)) restore(name, tensor);
   }
-  if (cast) model.to(*cast);
+  if (cast) {
+    // Floating tensors only: libtorch's Module::to(dtype) would also convert integer and bool
+    // buffers (an EAGLE-3 draft's d2t offsets and t2d mask), which must keep their types.
+    at::NoGradGuard no_grad;
+    for (auto& parameter : model.parameters())
+      if (parameter.is_floating_point()) parameter.set_data(parameter.to(*cast));
+    for (auto& buffer : model.buffers())
+      if (buffer.is_floating_point()) buffer.set_data(buffer.to(*cast));
+  }
   objective->export_model(out_dir);
   const std::string tokenizer_dir = config.section("data").get_string("tokenizer", "");
   if (!tokenizer_dir.empty()) copy_tokenizer_files(tokenizer_dir, out_dir);
