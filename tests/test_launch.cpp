@@ -51,6 +51,25 @@ TEST(LaunchEnv, TorchrunVariables) {
   EXPECT_TRUE(env.agent_hosts_store);  // rank 0 then connects to torchrun's store as a client
 }
 
+// A world of one still binds its rendezvous store when it connects a backend (NCCL on one
+// GPU): the port and address it was given are used, not the defaults.
+TEST(LaunchEnv, AWorldOfOneHonoursMasterAddrAndPort) {
+  const LaunchEnv env = read({{"RANK", "0"}, {"WORLD_SIZE", "1"}, {"MASTER_ADDR", "127.0.0.2"},
+                              {"MASTER_PORT", "41234"}});
+  EXPECT_EQ(env.world_size, 1);
+  EXPECT_EQ(env.master_addr, "127.0.0.2");
+  EXPECT_EQ(env.port, 41234);
+  // Unset, they keep their defaults (nothing to agree on with other processes).
+  const LaunchEnv bare = read({{"RANK", "0"}, {"WORLD_SIZE", "1"}});
+  EXPECT_EQ(bare.master_addr, "127.0.0.1");
+  EXPECT_EQ(bare.port, 29500);
+  EXPECT_NE(error_for({{"RANK", "0"}, {"WORLD_SIZE", "1"}, {"MASTER_PORT", "0"}})
+                .find("MASTER_PORT=0 is not a TCP port"),
+            std::string::npos);
+  EXPECT_EQ(read({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "1"}, {"MASTER_PORT", "41235"}}).port,
+            41235);
+}
+
 TEST(LaunchEnv, SlurmVariables) {
   const LaunchEnv env = read({{"SLURM_PROCID", "5"}, {"SLURM_NTASKS", "8"}, {"SLURM_LOCALID", "1"},
                               {"SLURM_NTASKS_PER_NODE", "4(x2)"}, {"MASTER_ADDR", "node1"},

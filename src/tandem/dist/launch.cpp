@@ -76,21 +76,26 @@ LaunchEnv read_launch_env(
         "=", env.world_size);
   check(env.local_world_size >= 1 && env.local_rank < env.local_world_size, "[dist] local rank ",
         env.local_rank, " is not below the ", env.local_world_size, " processes on this machine");
-  if (env.world_size == 1) return env;
+  // Read whenever set, a world of one included: its group still binds a rendezvous store there
+  // (a group of one connects when distributed.backend names one, e.g. NCCL on one GPU).
   const std::optional<std::string> addr = getenv("MASTER_ADDR");
   const std::optional<std::string> port = getenv("MASTER_PORT");
-  check(addr && !addr->empty(), "[dist] MASTER_ADDR is not set: ", env.world_size,
-        " processes need the address of rank 0's host",
-        env.launcher == "slurm" ? " (export it in the batch script, e.g. the first host of "
-                                  "$SLURM_JOB_NODELIST)"
-                                : "");
-  check(port.has_value(), "[dist] MASTER_PORT is not set: ", env.world_size,
-        " processes need a free TCP port on ", *addr, " for the rendezvous store");
-  const int64_t port_number = parse_count("MASTER_PORT", *port);
-  check(port_number >= 1 && port_number <= 65535, "[dist] MASTER_PORT=", *port,
-        " is not a TCP port (1..65535)");
-  env.master_addr = *addr;
-  env.port = static_cast<int>(port_number);
+  if (env.world_size > 1) {
+    check(addr && !addr->empty(), "[dist] MASTER_ADDR is not set: ", env.world_size,
+          " processes need the address of rank 0's host",
+          env.launcher == "slurm" ? " (export it in the batch script, e.g. the first host of "
+                                    "$SLURM_JOB_NODELIST)"
+                                  : "");
+    check(port.has_value(), "[dist] MASTER_PORT is not set: ", env.world_size,
+          " processes need a free TCP port on ", *addr, " for the rendezvous store");
+  }
+  if (addr && !addr->empty()) env.master_addr = *addr;
+  if (port) {
+    const int64_t port_number = parse_count("MASTER_PORT", *port);
+    check(port_number >= 1 && port_number <= 65535, "[dist] MASTER_PORT=", *port,
+          " is not a TCP port (1..65535)");
+    env.port = static_cast<int>(port_number);
+  }
   return env;
 }
 

@@ -26,6 +26,7 @@ struct LaunchEnv {
 /// Reads the launch environment through `getenv` (the process's own by default). Throws an
 /// Error naming the variable when one is malformed or they disagree (rank >= world size,
 /// MASTER_ADDR/MASTER_PORT missing for a multi-process job, a port outside 1..65535).
+/// MASTER_ADDR and MASTER_PORT are used whenever they are set, by a world of one too.
 LaunchEnv read_launch_env(
     const std::function<std::optional<std::string>(const std::string&)>& getenv = {});
 
