@@ -5,6 +5,7 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 
 #include "tandem/core/device.h"
@@ -37,6 +38,39 @@ Reference load_reference(const std::string& model_dir) {
 
 double max_abs_diff(const at::Tensor& a, const at::Tensor& b) {
   return (a.to(at::kFloat) - b.to(at::kFloat)).abs().max().item<double>();
+}
+
+// Rows (sequences) of a mixture-of-experts fixture whose routing in bf16 has a near-tie: at some
+// layer and token, the k-th and (k+1)-th best expert scores of transformers' bf16 router logits
+// lie within 4 bf16 ulps. Scores as the family ranks them: the logits (softmax keeps their order),
+// or MiniMax-M2's sigmoid + e_score_correction_bias. Empty for dense models.
+std::vector<int64_t> rows_with_routing_near_ties(const Reference& reference, const FrozenModel& model) {
+  const tandem::MoeConfig& moe = model.config().moe;
+  std::vector<int64_t> rows;
+  if (moe.num_experts == 0) return rows;
+  const int64_t length = reference["input_ids"].size(1), k = moe.experts_per_token;
+  const std::map<std::string, at::Tensor> weights = model.named_weights();
+  const std::string prefix = "router_logits_bf16.";
+  for (const auto& [name, logits] : reference.tensors) {
+    if (name.rfind(prefix, 0) != 0) continue;
+    const std::string layer = "layers." + name.substr(prefix.size()) + ".";
+    at::Tensor scores = logits.to(at::kFloat);  // (B * T, E)
+    if (moe.scoring == tandem::RouterScoring::SigmoidWithBias)
+      for (const auto& [weight_name, weight] : weights)
+        if (weight_name.find(layer) != std::string::npos &&
+            weight_name.find("e_score_correction_bias") != std::string::npos)
+          scores = at::sigmoid(scores) + weight.to(at::kCPU, at::kFloat);
+    const at::Tensor sorted = std::get<0>(scores.sort(-1, /*descending=*/true));
+    const at::Tensor kth = sorted.select(1, k - 1), next = sorted.select(1, k);
+    // One bf16 ulp at |x|: 2^(floor(log2 |x|) - 7).
+    const at::Tensor ulp = at::pow(2.0, at::floor(at::log2(kth.abs().clamp_min(1e-30))) - 7);
+    const at::Tensor near = (kth - next) <= 4 * ulp;
+    for (int64_t token = 0; token < near.size(0); ++token)
+      if (near[token].item<bool>() &&
+          std::find(rows.begin(), rows.end(), token / length) == rows.end())
+        rows.push_back(token / length);
+  }
+  return rows;
 }
 
 // (fixture, device): "cpu" always, "cuda" where a GPU is visible.
@@ -89,10 +123,27 @@ TEST_P(DecoderParity, Bf16WithinStatedTolerance) {
   const auto out =
       model.forward(ids, AttentionLayout::causal(ids.size(0), ids.size(1), device()), {});
   ASSERT_EQ(out.logits.scalar_type(), at::kBFloat16);
-  const at::Tensor& expected = reference["logits_bf16"];
+  // On a GPU, a mixture-of-experts row whose bf16 routing has a near-tie may pick another expert
+  // than transformers did (another rounding order), which moves its logits far past bf16
+  // rounding: such rows are named and left out; every other row keeps the bounds.
+  // (The CPU, whose rounding order the fixtures' bounds were set on, compares every row.)
+  const std::vector<int64_t> tied = rows_with_routing_near_ties(reference, model);
+  std::vector<int64_t> kept;
+  for (int64_t row = 0; row < out.logits.size(0); ++row)
+    if (!device().is_cuda() || std::find(tied.begin(), tied.end(), row) == tied.end())
+      kept.push_back(row);
+  if (!tied.empty())
+    std::printf("[parity] %s bf16: %zu of %lld rows have a routing near-tie (%s)\n", name().c_str(),
+                tied.size(), static_cast<long long>(out.logits.size(0)),
+                device().is_cuda() ? "not compared on a GPU" : "compared on the CPU");
+  ASSERT_FALSE(kept.empty()) << "every row has a routing near-tie: the fixture tests nothing";
+  const at::Tensor rows = at::tensor(kept, at::kLong);
+  const at::Tensor logits = out.logits.index_select(0, rows.to(out.logits.device()));
+  const at::Tensor expected = reference["logits_bf16"].index_select(0, rows);
   const double scale = expected.abs().max().item<double>();
-  const double diff = max_abs_diff(out.logits, expected);
-  const double transformers_bf16_error = max_abs_diff(expected, reference["logits"]);
+  const double diff = max_abs_diff(logits, expected);
+  const double transformers_bf16_error =
+      max_abs_diff(expected, reference["logits"].index_select(0, rows));
   std::printf("[parity] %s bf16 on %s: logits max|diff| %.3g vs transformers bf16 (its own bf16 "
               "error %.3g, max|logit| %.2f)\n",
               name().c_str(), device().str().c_str(), diff, transformers_bf16_error, scale);
@@ -102,8 +153,8 @@ TEST_P(DecoderParity, Bf16WithinStatedTolerance) {
 }
 
 // Packed documents: attention never crosses a boundary and positions restart, so each document
-// of a packed row equals that document run alone. (On CUDA with GQA this is the masked call
-// with K/V repeated per head: the memory-efficient kernel's path.)
+// of a packed row equals that document run alone. (Each document is its own causal SDPA call
+// without a mask; on CUDA in fp32 with GQA, K/V are repeated per head: sdpa_repeats_kv.)
 TEST_P(DecoderParity, PackedRowEqualsSeparateDocuments) {
   const FrozenModel model =
       FrozenModel::load(tandem::testing::model_fixture(name()), at::kFloat, device());

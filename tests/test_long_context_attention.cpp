@@ -194,6 +194,57 @@ TEST(LongContextAttention, PlansHoldNoDenseMask) {
   EXPECT_EQ(dense.dense_mask.sizes(), (std::vector<int64_t>{2, 1, 100, 100}));
 }
 
+// A window at least as long as the row hides nothing: the plan is the windowless one (per-document
+// SDPA, whose flash kernel runs on a GPU), not the blockwise kernel. One token shorter, it bands.
+TEST(LongContextAttention, AWindowNoShorterThanTheRowIsNoWindow) {
+  const tandem::AttentionLayout packed = packed_layout();  // rows of 100
+  for (const int64_t window : {100, 4096}) {
+    const tandem::CausalAttentionPlan plan = tandem::plan_causal_attention(packed, window, {});
+    EXPECT_FALSE(plan.window_bands.first.defined()) << window;
+    EXPECT_EQ(plan.document_bounds, tandem::plan_causal_attention(packed, 0, {}).document_bounds);
+  }
+  EXPECT_TRUE(tandem::plan_causal_attention(packed, 99, {}).window_bands.first.defined());
+  const tandem::AttentionLayout causal = tandem::AttentionLayout::causal(2, 100, c10::kCPU);
+  const tandem::CausalAttentionPlan plain = tandem::plan_causal_attention(causal, 100, {});
+  EXPECT_FALSE(plain.window_bands.first.defined());
+  EXPECT_TRUE(plain.document_bounds.empty());  // one SDPA call with is_causal
+}
+
+// Which calls sdpa() hands to SDPA with GQA and which with K/V repeated: on CUDA, every grouped
+// call flash cannot take (fp32, a mask, head_dim over 256 or not a multiple of 8) is repeated,
+// so the memory-efficient kernel runs instead of math's (heads, T, T) scores.
+TEST(SdpaPolicy, GroupedCallsFlashCannotTakeRepeatKeysAndValuesOnCuda) {
+  using tandem::SdpaCall;
+  const auto repeats = [](c10::DeviceType device, c10::ScalarType dtype, int64_t kv_heads,
+                          int64_t head_dim, bool masked) {
+    return tandem::sdpa_repeats_kv(SdpaCall{device, dtype, 32, kv_heads, head_dim, masked});
+  };
+  // Flash takes it as is: bf16/fp16, GQA, head_dim 64/128/256, causal without a mask.
+  for (const c10::ScalarType dtype : {c10::kBFloat16, c10::kHalf})
+    for (const int64_t head_dim : {64, 128, 256})
+      EXPECT_FALSE(repeats(c10::kCUDA, dtype, 8, head_dim, false)) << head_dim;
+  EXPECT_TRUE(repeats(c10::kCUDA, c10::kFloat, 8, 128, false));     // fp32: no flash
+  EXPECT_TRUE(repeats(c10::kCUDA, c10::kBFloat16, 8, 128, true));   // a mask: no flash
+  EXPECT_TRUE(repeats(c10::kCUDA, c10::kBFloat16, 8, 512, false));  // head_dim > 256
+  EXPECT_FALSE(repeats(c10::kCUDA, c10::kBFloat16, 8, 72, false));  // 72 % 8 == 0: flash
+  EXPECT_TRUE(repeats(c10::kCUDA, c10::kBFloat16, 8, 100, false));  // 100 % 8 != 0
+  // Not grouped: nothing to repeat. On the CPU (and meta), SDPA takes GQA as is.
+  EXPECT_FALSE(repeats(c10::kCUDA, c10::kFloat, 32, 128, true));
+  EXPECT_FALSE(repeats(c10::kCPU, c10::kFloat, 8, 128, true));
+  EXPECT_FALSE(repeats(c10::kMeta, c10::kFloat, 8, 128, false));
+
+  // The operands follow the policy; on the CPU the result is SDPA's either way.
+  const at::Tensor q = at::randn({1, 4, 6, 8}), k = at::randn({1, 2, 6, 8}), v = at::randn({1, 2, 6, 8});
+  const tandem::SdpaOperands grouped = tandem::sdpa_operands(q, k, v, at::Tensor());
+  EXPECT_TRUE(grouped.enable_gqa);
+  EXPECT_TRUE(grouped.k.is_same(k));
+  const at::Tensor repeated_k = k.repeat_interleave(2, 1), repeated_v = v.repeat_interleave(2, 1);
+  EXPECT_TRUE(at::allclose(tandem::sdpa(q, k, v, at::Tensor()),
+                           at::scaled_dot_product_attention(q, repeated_k, repeated_v, {}, 0.0,
+                                                            /*is_causal=*/true),
+                           1e-6, 1e-6));
+}
+
 // A query that sees no key (an invalid DFlash block) gives 0 and no NaN, forward and backward.
 TEST(LongContextAttention, AQueryThatSeesNothingGivesZeroAndFiniteGradients) {
   const tandem::KeyBands nothing = tandem::KeyBands::from_host(

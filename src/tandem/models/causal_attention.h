@@ -9,7 +9,11 @@
 //   - AttentionKernel::Dense: the earlier path, one (B, 1, T, T) boolean mask through SDPA.
 #include <ATen/core/Tensor.h>
 
+#include <c10/core/DeviceType.h>
+#include <c10/core/ScalarType.h>
+
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "tandem/models/attention_options.h"
@@ -29,14 +33,43 @@ struct CausalAttentionPlan {
   at::Tensor dense_mask;  // (B or 1, 1, T, T) bool, set for AttentionKernel::Dense
 };
 
-/// The plan for `layout` and a sliding window (0: none). Reads the layout's document ids on the
-/// host (its host copy when it has one).
+/// The plan for `layout` and a sliding window (0: none; a window of at least the row's length
+/// is none). Reads the layout's document ids on the host (its host copy when it has one).
 CausalAttentionPlan plan_causal_attention(const AttentionLayout& layout, int64_t sliding_window,
                                           const AttentionOptions& options);
 
+/// What decides which SDPA kernel can run a call.
+struct SdpaCall {
+  c10::DeviceType device = c10::kCPU;
+  c10::ScalarType dtype = c10::kFloat;
+  int64_t heads = 0, kv_heads = 0, head_dim = 0;
+  bool masked = false;  // an explicit mask (else causal, no mask)
+};
+
+/// Whether sdpa() repeats K/V per query head instead of asking SDPA for grouped-query attention.
+/// On CUDA only the flash kernel takes GQA, and flash needs fp16/bf16, head_dim <= 256 and a
+/// multiple of 8, and no mask; a grouped call outside that would fall back to the math kernel,
+/// which keeps (heads, Tq, Tk) scores for backward (2 GiB per layer and row at 32 heads x 4K).
+/// With K/V repeated the memory-efficient kernel (fp32, masks, no GQA) runs instead. On the CPU
+/// SDPA takes GQA as is.
+bool sdpa_repeats_kv(const SdpaCall& call);
+
+/// The operands sdpa() hands to at::scaled_dot_product_attention, after sdpa_repeats_kv.
+struct SdpaOperands {
+  at::Tensor k, v;
+  bool enable_gqa = false;
+};
+SdpaOperands sdpa_operands(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                           const at::Tensor& mask);
+
+/// The SDPA kernel ATen picks for these operands: "math", "flash", "efficient", "cudnn", ...
+/// (at::_fused_sdp_choice). Logged once per kind of call on a GPU, and checked there by a test.
+std::string sdpa_backend(const at::Tensor& q, const SdpaOperands& operands, const at::Tensor& mask);
+
 /// SDPA with grouped-query attention: q (B, heads, Tq, d), k/v (B, kv_heads, Tk, d), mask
 /// (B or 1, 1, Tq, Tk) bool (true: may attend), or undefined for causal attention (Tq = Tk).
-at::Tensor sdpa(const at::Tensor& q, at::Tensor k, at::Tensor v, const at::Tensor& mask);
+at::Tensor sdpa(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                const at::Tensor& mask);
 
 /// q (B, heads, T, d), k/v (B, kv_heads, T, d) -> (B, heads, T, d) as the plan says.
 at::Tensor causal_attention(const QueryKeyValue& qkv, const CausalAttentionPlan& plan);
