@@ -9,7 +9,9 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <fstream>
+#include <iostream>
 #include <random>
 
 #include "tandem/core/config.h"
@@ -18,17 +20,21 @@
 #include "tandem/dist/process_group.h"
 #include "tandem/dist/sharding.h"
 #include "tandem/io/hf_checkpoint.h"
+#include "tandem/models/causal_attention.h"
 #include "tandem/models/frozen.h"
 #include "tandem/objectives/objective.h"
 #include "tandem/objectives/sft.h"
 #include "tandem/train/training_data.h"
 #include "forked_ranks.h"
+#include "step_configs.h"
 #include "test_util.h"
 
 namespace {
 
 using tandem::testing::error_of;
 using tandem::testing::ScratchDir;
+using tandem::testing::kObjectives;
+using tandem::testing::StepConfigs;
 
 // Skips a CUDA test with the reason, where no GPU is visible.
 #define SKIP_WITHOUT_CUDA()                                                                   \
@@ -127,89 +133,6 @@ void expect_same_step(const StepResult& a, const StepResult& b, double tolerance
   }
 }
 
-// The data and configs of one step of each objective, on the fixture models.
-class StepConfigs {
- public:
-  StepConfigs() {
-    std::mt19937 random(0);
-    std::ofstream docs(dir_ / "docs.jsonl"), rollouts(dir_ / "rollouts.jsonl");
-    for (int d = 0; d < 8; ++d) {
-      const int length = 20 + static_cast<int>(random() % 12);
-      std::string ids, mask, completion, logprobs;
-      for (int t = 0; t < length; ++t) {
-        ids += (t ? "," : "") + std::to_string(3 + random() % 509);
-        mask += std::string(t ? "," : "") + (t < 3 ? "0" : "1");
-      }
-      docs << R"({"input_ids": [)" << ids << R"(], "loss_mask": [)" << mask << "]}\n";
-      for (int t = 0; t < 10; ++t) {
-        completion += (t ? "," : "") + std::to_string(3 + random() % 509);
-        logprobs += std::string(t ? "," : "") + "-" + std::to_string(1 + random() % 5);
-      }
-      rollouts << R"({"prompt_ids": [5, 6, 7, 8], "completion_ids": [)" << completion
-               << R"(], "old_logprobs": [)" << logprobs << R"(], "advantage": )"
-               << (d % 2 ? "0.5" : "-0.5") << "}\n";
-    }
-    std::ifstream all(tandem::testing::source_path("data/demo/preference.jsonl"));
-    std::ofstream pairs(dir_ / "pairs.jsonl");
-    std::string line;
-    for (int i = 0; i < 4 && std::getline(all, line); ++i) pairs << line << "\n";
-    // A vocab-4096 policy for the demo tokenizer's preference pairs: the demo student shape.
-    tandem::SftOptions fresh;
-    fresh.model_config = tandem::testing::source_path("configs/demo-student-model.json");
-    fresh.seed = 3;
-    tandem::export_causal_lm(tandem::make_causal_lm(fresh), (dir_ / "policy"));
-  }
-
-  std::string data(const std::string& extra = "") const {
-    return "data: {path: " + (dir_ / "docs.jsonl") + ", format: pretokenized, seq_len: 32, " +
-           "micro_batch_rows: 2, cache_dir: " + (dir_ / "cache") + extra + "}\n";
-  }
-  std::string config(const std::string& objective) const {
-    const std::string llama = tandem::testing::model_fixture("llama3");
-    const std::string qwen3 = tandem::testing::model_fixture("qwen3");
-    const std::string training = "training: {objective: " + objective + ", seed: 0}\n";
-    if (objective == "sft")
-      return "model: {path: " + llama + "}\nloss: {chunk_tokens: 16}\n" + data() + training;
-    if (objective == "eagle3")
-      return "target: {path: " + llama + "}\ndraft: {aux_layer_ids: [0, 1, 2], ttt_length: 3, "
-             "draft_vocab_size: 128, intermediate_size: 96}\n" + data() + training;
-    if (objective == "dflash")
-      return "target: {path: " + qwen3 + "}\ndraft: {num_layers: 2, target_layer_ids: [0, 2], "
-             "block_size: 4, mask_token_id: 511}\nloss: {max_anchors: 8, chunk_tokens: 16}\n" +
-             data() + training;
-    if (objective == "distill")
-      return "model: {config: " + llama + "/config.json}\nteacher: {path: " + llama +
-             "}\nloss: {divergence: jsd, beta: 0.5, chunk_tokens: 16}\n" + data() + training;
-    if (objective == "dpo")
-      return "model: {path: " + (dir_ / "policy") + "}\nloss: {beta: 0.1, chunk_tokens: 64}\n" +
-             "data: {path: " + (dir_ / "pairs.jsonl") + ", format: preference, tokenizer: " +
-             tandem::testing::source_path("data/demo/tokenizer") + ", seq_len: 512, " +
-             "micro_batch_rows: 2, cache_dir: " + (dir_ / "cache") + "}\n" + training;
-    if (objective == "gspo")
-      return "model: {path: " + llama + "}\nloss: {chunk_tokens: 16}\ndata: {path: " +
-             (dir_ / "rollouts.jsonl") + ", format: rollout, seq_len: 32, micro_batch_rows: 2}\n" +
-             training;
-    throw std::runtime_error("no step config for " + objective);
-  }
-  /// EAGLE-3 offline: the online config plus a capture of its target, made by the binary.
-  std::string eagle3_offline() const {
-    const std::string online = config("eagle3");
-    std::ofstream(dir_ / "eagle3.yaml") << online;
-    const auto captured = tandem::testing::run_command(
-        tandem::testing::tandem_binary() + " capture " + (dir_ / "eagle3.yaml") +
-        " --device cpu --out " + (dir_ / "capture"));
-    EXPECT_EQ(captured.exit_code, 0) << captured.output;
-    return "target: {path: " + tandem::testing::model_fixture("llama3") +
-           "}\ndraft: {aux_layer_ids: [0, 1, 2], ttt_length: 3, draft_vocab_size: 128, "
-           "intermediate_size: 96}\n" + data(", capture: " + (dir_ / "capture")) +
-           "training: {objective: eagle3, seed: 0}\n";
-  }
-
- private:
-  ScratchDir dir_;
-};
-
-const char* kObjectives[] = {"sft", "eagle3", "dflash", "distill", "dpo", "gspo"};
 
 // The harness itself, on the CPU: two runs of the same step are identical, for every objective
 // (the models start from the seed, the batch from the sampler): so what the CUDA test measures
@@ -226,6 +149,48 @@ TEST(StepParity, TheSameStepTwiceOnTheCpuIsIdentical) {
   expect_same_step(one_step(offline, at::kCPU), one_step(offline, at::kCPU), 0.0);
 }
 
+// Every model an objective builds on `run`'s device, with its dtype: trained parameters, then the
+// frozen weights (target, teacher, reference, shared heads), as "name dtype device" lines.
+std::vector<std::string> planned_models(const std::string& yaml, const tandem::RunContext& run) {
+  const tandem::Config config = tandem::Config::parse(yaml, "step.yaml");
+  std::unique_ptr<tandem::Objective> objective = tandem::make_objective(config, run);
+  std::vector<std::string> out;
+  for (const auto& [name, parameter] : tandem::trainable_parameters(objective->trainable()))
+    out.push_back("trained " + std::string(c10::toString(parameter.scalar_type())) + " " +
+                  parameter.device().str());
+  for (const at::Tensor& weight : tandem::frozen_weights())
+    out.push_back("frozen " + std::string(c10::toString(weight.scalar_type())) + " " +
+                  weight.device().str());
+  return out;
+}
+
+// The dtypes a run gets are decided from its device before any weight exists: a dry run plans
+// for cuda:0 on this GPU-less machine (models on the meta device) and shows what the CUDA step
+// test below builds. Every model there must get the dtype of the CPU run it is compared with
+// (fp32, named in each config), or the comparison measures bf16 rounding, not the GPU; and the
+// defaults are those docs/gpu.md states (frozen bf16 on a GPU, trained fp32).
+TEST(CudaDryRun, TheStepTestsModelsGetTheCpuRunsDtypes) {
+  const StepConfigs configs;
+  tandem::RunContext planned(at::Device(at::kCUDA, 0));
+  planned.dry_run = true;
+  std::vector<std::string> yamls;
+  for (const char* objective : kObjectives) yamls.push_back(configs.config(objective));
+  yamls.push_back(configs.eagle3_offline());
+  for (const std::string& yaml : yamls) {
+    SCOPED_TRACE(yaml);
+    const std::vector<std::string> models = planned_models(yaml, planned);
+    ASSERT_FALSE(models.empty());
+    for (const std::string& model : models) EXPECT_NE(model.find(" Float meta"), std::string::npos) << model;
+    // The same config with no dtype named: frozen models take the GPU default, bf16.
+    std::string bare = yaml;
+    for (const std::string named : {", dtype: fp32", "reference: {dtype: fp32}\n"})
+      for (size_t at = bare.find(named); at != std::string::npos; at = bare.find(named))
+        bare.erase(at, named.size());
+    for (const std::string& model : planned_models(bare, planned))
+      EXPECT_EQ(model, model.rfind("frozen", 0) == 0 ? "frozen BFloat16 meta" : "trained Float meta");
+  }
+}
+
 TEST(Cuda, OneTrainingStepEqualsTheCpuStep) {
   SKIP_WITHOUT_CUDA();
   const StepConfigs configs;
@@ -238,6 +203,36 @@ TEST(Cuda, OneTrainingStepEqualsTheCpuStep) {
   const std::string offline = configs.eagle3_offline();
   expect_same_step(one_step(offline, at::Device(at::kCUDA, 0)), one_step(offline, at::kCPU),
                    1e-5);
+}
+
+// The kernel SDPA picks on the GPU for each kind of call the models make (sdpa_repeats_kv is
+// the policy, tested on the CPU; which kernel ATen then picks only a GPU can say): never the
+// math fallback, whose (heads, T, T) scores are kept for backward.
+TEST(Cuda, SdpaNeverFallsBackToTheMathKernel) {
+  SKIP_WITHOUT_CUDA();
+  struct Case {
+    at::ScalarType dtype;
+    int64_t kv_heads, head_dim;
+    bool masked;
+  };
+  for (const Case& c : {Case{at::kBFloat16, 8, 128, false}, Case{at::kFloat, 8, 128, false},
+                        Case{at::kBFloat16, 8, 128, true}, Case{at::kFloat, 8, 128, true},
+                        Case{at::kBFloat16, 32, 128, false}, Case{at::kBFloat16, 8, 64, false},
+                        Case{at::kBFloat16, 8, 256, false}}) {
+    const at::TensorOptions options = at::TensorOptions().dtype(c.dtype).device(at::kCUDA, 0);
+    const int64_t length = 512;
+    const at::Tensor q = at::randn({2, 32, length, c.head_dim}, options);
+    const at::Tensor k = at::randn({2, c.kv_heads, length, c.head_dim}, options);
+    const at::Tensor v = at::randn({2, c.kv_heads, length, c.head_dim}, options);
+    const at::Tensor mask =
+        c.masked ? at::ones({length, length}, options.dtype(at::kBool)).tril().view({1, 1, length, length})
+                 : at::Tensor();
+    const std::string backend = tandem::sdpa_backend(q, tandem::sdpa_operands(q, k, v, mask), mask);
+    std::cout << "[ sdpa     ] " << c10::toString(c.dtype) << " 32/" << c.kv_heads << " heads, head_dim "
+              << c.head_dim << (c.masked ? ", mask" : ", causal") << ": " << backend << "\n";
+    EXPECT_NE(backend, "math") << c10::toString(c.dtype) << " kv_heads " << c.kv_heads << " head_dim "
+                               << c.head_dim << " masked " << c.masked;
+  }
 }
 
 TEST(Cuda, FrozenWeightsArriveOnTheGpuBitIdentical) {
@@ -277,18 +272,28 @@ TEST(Cuda, NcclRunsEveryCollectiveInAGroupOfOneWithHostTensorsOverGloo) {
   EXPECT_TRUE(at::equal(host, at::full({3}, 2.0, at::kDouble)));
   // A sharded layer (shard mode) through NCCL: gathered for the call, its gradient
   // reduce-scattered onto the slice.
-  tandem::ParameterShards shards(group);
-  at::Tensor weight = at::randn({4, 3}, at::TensorOptions().device(gpu));
-  const at::Tensor full = weight.clone();
-  const at::Tensor slice = shards.shard(weight, /*trainable=*/true);
-  const at::Tensor x = at::randn({2, 3}, at::TensorOptions().device(gpu));
-  const at::Tensor y = tandem::with_full_parameters({weight}, {x}, [](const auto& in, const auto& w) {
-    return std::vector<at::Tensor>{at::linear(in[0], w[0])};
-  })[0];
-  EXPECT_TRUE(at::allclose(y, at::linear(x, full)));
-  y.sum().backward();
-  EXPECT_TRUE(at::allclose(slice.grad().narrow(0, 0, 12).view({4, 3}),
-                           x.sum(0).expand({4, 3})));
+  {
+    tandem::ParameterShards shards(group);
+    at::Tensor weight = at::randn({4, 3}, at::TensorOptions().device(gpu));
+    const at::Tensor full = weight.clone();
+    const at::Tensor slice = shards.shard(weight, /*trainable=*/true);
+    const at::Tensor x = at::randn({2, 3}, at::TensorOptions().device(gpu));
+    const at::Tensor y = tandem::with_full_parameters({weight}, {x}, [](const auto& in, const auto& w) {
+      return std::vector<at::Tensor>{at::linear(in[0], w[0])};
+    })[0];
+    EXPECT_TRUE(at::allclose(y, at::linear(x, full)));
+    y.sum().backward();
+    EXPECT_TRUE(at::allclose(slice.grad().narrow(0, 0, 12).view({4, 3}),
+                             x.sum(0).expand({4, 3})));
+  }
+  // The group shuts its NCCL communicator down before it goes (no watchdog left waiting): its
+  // destruction returns at once rather than after a timeout.
+  const auto start = std::chrono::steady_clock::now();
+  group.reset();
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::cout << "[ nccl     ] group of one destroyed in " << seconds << " s\n";
+  EXPECT_LT(seconds, 20.0);
 }
 
 }  // namespace

@@ -34,7 +34,10 @@ void add_device_option(CLI::App& command, std::string& device) {
 }
 
 c10::Device device_from_option(const std::string& device) {
-  return resolve_device(device, dist::read_launch_env().local_rank, "--device");
+  const c10::Device resolved =
+      resolve_device(device, dist::read_launch_env().local_rank, "--device");
+  make_current(resolved);
+  return resolved;
 }
 
 }  // namespace tandem::cli

@@ -4,6 +4,7 @@
 #include <ATen/Context.h>
 #include <ATen/DeviceAccelerator.h>
 #include <ATen/detail/CUDAHooksInterface.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
 
 #include <algorithm>
 #include <chrono>
@@ -38,6 +39,11 @@ c10::Device resolve_device(const std::string& spec, int64_t local_rank, const st
         " does not exist (", gpus, " CUDA device", gpus == 1 ? "" : "s",
         " visible; under torchrun each rank takes cuda:LOCAL_RANK)");
   return c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(index));
+}
+
+void make_current(const c10::Device& device) {
+  if (!device.is_cuda()) return;
+  c10::impl::getDeviceGuardImpl(device.type())->setDevice(device);
 }
 
 std::string frozen_dtype_default(const c10::Device& device) {

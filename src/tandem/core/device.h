@@ -21,6 +21,12 @@ int64_t cuda_device_count();
 /// naming `where` (the config key or flag) and what was found.
 c10::Device resolve_device(const std::string& spec, int64_t local_rank, const std::string& where);
 
+/// Makes `device` this process's current CUDA device (no-op on the CPU): called once where a run
+/// decides its device. Device allocators and libraries that take no device argument (the caching
+/// allocator's raw allocations, NCCL, cuBLAS handles) use the current device; without it every
+/// rank of a multi-GPU job would also use cuda:0.
+void make_current(const c10::Device& device);
+
 /// The dtype a frozen model (target, teacher, reference) gets when its config does not name
 /// one: bf16 on a GPU, fp32 on the CPU. Trained models default to fp32 everywhere, so that a
 /// checkpoint resumes on either device with the same config (set their dtype: bf16 on GPUs).

@@ -8,6 +8,7 @@
 #include <iostream>
 #include <map>
 
+#include "tandem/core/device.h"
 #include "tandem/core/dtype.h"
 #include "tandem/core/error.h"
 #include "tandem/core/file_io.h"
@@ -293,7 +294,7 @@ CapturedBatch read_captured_batch(const CaptureStore& capture, const PackedBatch
   const at::Device device = batch.input_ids.device();
   const at::TensorOptions options =
       at::TensorOptions().dtype(dtype).pinned_memory(device.is_cuda());
-  const at::Tensor input_ids = batch.input_ids.cpu();
+  const at::Tensor& input_ids = batch.on_host().input_ids;  // the host copy: no device read
   const int64_t hidden = settings.hidden_size;
   const int64_t features = static_cast<int64_t>(settings.layer_ids.size()) * hidden;
   CapturedBatch out;
@@ -309,8 +310,8 @@ CapturedBatch read_captured_batch(const CaptureStore& capture, const PackedBatch
     if (out.last.defined())
       out.last[document.row].narrow(0, document.begin, document.length).copy_(slice.last);
   }
-  out.aux = out.aux.to(device, /*non_blocking=*/true);
-  if (out.last.defined()) out.last = out.last.to(device, /*non_blocking=*/true);
+  out.aux = to_device(out.aux, device);  // pinned already: copied without waiting
+  if (out.last.defined()) out.last = to_device(out.last, device);
   return out;
 }
 

@@ -2,12 +2,14 @@
 
 #include <ATen/ATen.h>
 #include <c10/core/CPUAllocator.h>
+#include <c10/core/DeviceGuard.h>
 #include <torch/csrc/autograd/custom_function.h>
 #include <torch/csrc/autograd/autograd.h>
 
 #include <unordered_map>
 
 #include "tandem/core/error.h"
+#include "tandem/core/fp32_gradients.h"
 #include "tandem/dist/process_group.h"
 
 namespace tandem {
@@ -41,11 +43,18 @@ size_t full_nbytes(const at::Tensor& tensor) {
 }
 
 // The full tensor's storage gets memory again (same StorageImpl: every handle and view sees it).
+// A device allocator allocates on the CURRENT device, whatever device the tensor names: the guard
+// makes it the tensor's (rank N's gathered weight on cuda:N, not cuda:0), and the check catches
+// any allocator that still answers with memory elsewhere.
 void allocate_storage(const at::Tensor& full) {
   c10::StorageImpl* storage = full.storage().unsafeGetStorageImpl();
   at::Allocator* allocator = storage->allocator();
   if (allocator == nullptr) allocator = c10::GetAllocator(full.device().type());
-  storage->set_data_ptr_noswap(allocator->allocate(full_nbytes(full)));
+  const c10::DeviceGuard on_its_device(full.device());
+  at::DataPtr memory = allocator->allocate(full_nbytes(full));
+  check(memory.device() == full.device(), "[shard] a gathered weight on ", full.device().str(),
+        " got memory on ", memory.device().str(), " from its allocator");
+  storage->set_data_ptr_noswap(std::move(memory));
   storage->set_nbytes(full_nbytes(full));
 }
 
@@ -86,13 +95,20 @@ class GatherScope {
 };
 
 // The reduce-scattered gradient of a sharded tensor's slice from this rank's full gradient
-// (undefined: this rank's call did not reach it, which counts as zeros).
+// (undefined: this rank's call did not reach it, which counts as zeros), in fp32.
 at::Tensor slice_gradient(const ShardedTensor& sharded, const at::Tensor& full_gradient) {
   const ShardLayout& layout = sharded.layout;
   at::Tensor flat = at::zeros({layout.ranks * layout.chunk()}, sharded.shard.options().dtype(at::kFloat));
   if (full_gradient.defined())
     flat.narrow(0, 0, layout.numel).copy_(full_gradient.reshape({-1}));
-  return sharded.group->reduce_scatter_sum(flat).to(sharded.shard.scalar_type());
+  return sharded.group->reduce_scatter_sum(flat);
+}
+
+// What autograd gets for a leaf's gradient: nothing when the gradient went to the leaf's fp32
+// sum (core/fp32_gradients.h), else the gradient in the leaf's dtype.
+at::Tensor leaf_gradient(const at::Tensor& leaf, const at::Tensor& gradient) {
+  if (add_to_fp32_gradient_sum(leaf, gradient)) return at::Tensor();
+  return gradient.defined() ? gradient.to(leaf.scalar_type()) : gradient;
 }
 
 struct ShardedCallState : torch::CustomClassHolder {
@@ -167,8 +183,13 @@ struct ShardedCall : torch::autograd::Function<ShardedCall> {
     torch::autograd::variable_list result(num_inputs + num_parameters + 1);
     for (size_t w = 0; w < wanted.size(); ++w) {
       const size_t slot = wanted_slot[w];
-      const ShardedPtr& sharded = slot >= num_inputs ? state->sharded[slot - num_inputs] : nullptr;
-      result[slot] = sharded ? slice_gradient(*sharded, gradients[w]) : gradients[w];
+      if (slot < num_inputs) {
+        result[slot] = gradients[w];
+        continue;
+      }
+      const ShardedPtr& sharded = state->sharded[slot - num_inputs];
+      result[slot] = sharded ? leaf_gradient(sharded->shard, slice_gradient(*sharded, gradients[w]))
+                             : leaf_gradient(state->parameters[slot - num_inputs], gradients[w]);
     }
     return result;
   }
@@ -256,14 +277,19 @@ FullParameters::~FullParameters() {
 std::vector<at::Tensor> with_full_parameters(const std::vector<at::Tensor>& parameters,
                                              const std::vector<at::Tensor>& inputs,
                                              const ParameterBody& body) {
-  if (registry().empty()) return body(inputs, parameters);
+  if (registry().empty() && !any_fp32_gradient_sums()) return body(inputs, parameters);
   std::vector<ShardedPtr> sharded;
   bool any_sharded = false;
   for (const at::Tensor& parameter : parameters) {
     sharded.push_back(find_sharded(parameter));
     any_sharded = any_sharded || sharded.back();
   }
-  if (!any_sharded) return body(inputs, parameters);
+  if (!any_sharded) {
+    // Each call is one use of its weights: their gradients go to fp32 sums where registered.
+    std::vector<at::Tensor> used;
+    for (const at::Tensor& parameter : parameters) used.push_back(use_with_fp32_gradient(parameter));
+    return body(inputs, used);
+  }
 
   // The node's inputs: the data, then per parameter what carries its gradient (the slice of a
   // sharded one, the tensor itself otherwise).

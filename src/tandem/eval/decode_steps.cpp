@@ -4,6 +4,9 @@
 
 #include <algorithm>
 
+#include "tandem/core/device.h"
+#include "tandem/core/host_read.h"
+
 namespace tandem {
 
 namespace {
@@ -15,7 +18,7 @@ bool is_stop(int64_t id, const DecodeOptions& options) {
 }  // namespace
 
 at::Tensor decode_row(const std::vector<int64_t>& ids, const at::Device& device) {
-  return at::tensor(ids, at::kLong).view({1, static_cast<int64_t>(ids.size())}).to(device);
+  return to_device(at::tensor(ids, at::kLong).view({1, static_cast<int64_t>(ids.size())}), device);
 }
 
 bool decode_finished(std::vector<int64_t>& tokens, const DecodeOptions& options) {
@@ -57,7 +60,8 @@ TargetPass CachedTarget::run(const std::vector<int64_t>& tokens) {
       at::ones({1, n}, at::TensorOptions(at::kBool).device(device)), cache_, layers_, &captured);
   TargetPass pass;
   // Read on the host: verification compares them with the proposal token by token.
-  pass.choices = at::linear(hidden[0], target_.lm_head_weight()).argmax(-1).cpu();
+  pass.choices = read_on_host(at::linear(hidden[0], target_.lm_head_weight()).argmax(-1),
+                              HostRead::DecodedTokens);
   if (!layers_.empty()) {
     std::vector<at::Tensor> parts;
     for (int64_t layer : layers_) parts.push_back(captured.at(layer));

@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 
 #include "tandem/core/error.h"
+#include "tandem/core/host_read.h"
 #include "tandem/eval/decode_steps.h"
 #include "tandem/eval/uncached_decode.h"
 
@@ -44,10 +45,10 @@ std::vector<int64_t> DFlashProposer::propose(const at::Tensor& context, int64_t 
       draft_.forward(block_embeds, context, at::arange(n, block_offsets_.options()).view({1, n}),
                      block_offsets_ + n, all_context, anchor_valid_);
   // Slot k predicts token n + k (same-position prediction); slot 0 is the anchor.
-  const at::Tensor predicted =
+  const at::Tensor predicted = read_on_host(
       at::linear(hidden[0].narrow(0, 1, draft_tokens_).to(lm_head_.scalar_type()), lm_head_)
-          .argmax(-1)
-          .cpu();
+          .argmax(-1),
+      HostRead::DecodedTokens);
   return std::vector<int64_t>(predicted.data_ptr<int64_t>(),
                               predicted.data_ptr<int64_t>() + draft_tokens_);
 }

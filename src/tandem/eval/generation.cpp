@@ -5,7 +5,9 @@
 #include <algorithm>
 #include <cmath>
 
+#include "tandem/core/device.h"
 #include "tandem/core/error.h"
+#include "tandem/core/host_read.h"
 
 namespace tandem {
 
@@ -71,13 +73,14 @@ std::vector<Generation> generate(const FrozenModel& model,
   const at::Device device = model.device();
   KvCache cache = model.new_cache(batch, longest + options.max_new_tokens);
   at::Tensor last =
-      model.forward_cached(ids.to(device), positions.to(device), valid.to(device), cache)
+      model.forward_cached(to_device(ids, device), to_device(positions, device),
+                           to_device(valid, device), cache)
           .select(1, longest - 1);  // (B, H)
   std::vector<Generation> out(batch);
   std::vector<bool> done(batch, false);
   while (true) {
-    const at::Tensor logits =
-        at::linear(last, model.lm_head_weight()).to(at::kFloat).cpu();  // (B, V)
+    const at::Tensor logits = read_on_host(  // (B, V)
+        at::linear(last, model.lm_head_weight()).to(at::kFloat), HostRead::DecodedTokens);
     at::Tensor step_ids = at::zeros({batch, 1}, at::kLong);
     at::Tensor step_positions = at::zeros({batch, 1}, at::kLong);
     at::Tensor step_valid = at::zeros({batch, 1}, at::kBool);
@@ -119,8 +122,8 @@ std::vector<Generation> generate(const FrozenModel& model,
     if (all_done) break;
     // Finished rows run a padding slot: nothing reads it.
     last = model
-               .forward_cached(step_ids.to(device), step_positions.to(device),
-                               step_valid.to(device), cache)
+               .forward_cached(to_device(step_ids, device), to_device(step_positions, device),
+                               to_device(step_valid, device), cache)
                .select(1, 0);
   }
   return out;

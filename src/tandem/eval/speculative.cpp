@@ -7,6 +7,7 @@
 #include <random>
 
 #include "tandem/core/error.h"
+#include "tandem/core/host_read.h"
 #include "tandem/eval/decode_steps.h"
 #include "tandem/eval/uncached_decode.h"
 
@@ -16,7 +17,7 @@ Eagle3Proposer::Eagle3Proposer(const FrozenModel& target, const Eagle3DraftImpl&
     : draft_(draft),
       head_(target.head()),
       dtype_(draft.fc->weight.scalar_type()),
-      draft_to_target_(draft.draft_to_target().cpu()) {}
+      draft_to_target_(read_on_host(draft.draft_to_target(), HostRead::DraftVocabMap)) {}
 
 std::vector<int64_t> Eagle3Proposer::propose(at::Tensor last, int64_t n, int64_t draft_tokens,
                                              TttState& state) const {
@@ -30,7 +31,8 @@ std::vector<int64_t> Eagle3Proposer::propose(at::Tensor last, int64_t n, int64_t
       last = draft_.step(head_.embed(decode_row({proposal.back()}, device)).to(dtype_), last,
                          at::full({1, 1}, n - 1 + j, at::TensorOptions(at::kLong).device(device)),
                          all_context, state);
-    const int64_t draft_id = draft_.logits(last).argmax(-1).item<int64_t>();
+    const int64_t draft_id =
+        read_on_host(draft_.logits(last).argmax(-1), HostRead::DecodedTokens).item<int64_t>();
     proposal.push_back(draft_to_target[draft_id]);
   }
   return proposal;
@@ -68,8 +70,7 @@ SpeculativeOutput speculative_decode(const FrozenModel& target, const Eagle3Draf
     const at::Tensor out = draft.extend_context(
         proposer.head().embed(decode_row(shifted, device)).to(proposer.dtype()),
         draft.fc->forward(pass.features.to(proposer.dtype())),
-        at::arange(first, n, at::TensorOptions(at::kLong).device(device)).view({1, n - first}),
-        state);
+        at::arange(first, n, at::kLong).view({1, n - first}), state);
     const std::vector<int64_t> proposal =
         proposer.propose(out.narrow(1, n - first - 1, 1), n, draft_tokens, state);
 

@@ -143,7 +143,7 @@ class CausalLMImpl : public torch::nn::Module {
 
  private:
   DecoderConfig config_;
-  at::Tensor inverse_frequencies_;  // (rotated dims / 2,) fp32
+  RopeFrequencies inverse_frequencies_;  // on the device of the last forward
 };
 TORCH_MODULE(CausalLM);
 

@@ -127,8 +127,8 @@ DFlashDraftImpl::DFlashDraftImpl(const DFlashConfig& config, const at::TensorOpt
   for (int64_t i = 0; i < config.layer.num_hidden_layers; ++i)
     layers->push_back(DecoderLayer(config_.layer, i, options));
   norm = register_module("norm", RMSNorm(hidden, config.layer.rms_norm_eps, options));
-  inverse_frequencies_ = rope_inverse_frequencies(config.layer.head_dim, config.layer.rope_theta,
-                                                  config.layer.rope_scaling);
+  inverse_frequencies_ = RopeFrequencies(rope_inverse_frequencies(
+      config.layer.head_dim, config.layer.rope_theta, config.layer.rope_scaling));
 }
 
 at::Tensor DFlashDraftImpl::context(const at::Tensor& target_features) const {
@@ -148,9 +148,8 @@ at::Tensor DFlashDraftImpl::forward(const at::Tensor& block_embeds, const at::Te
         "[dflash] positions ", block_positions.sizes(), " / ", context_positions.sizes(),
         " do not match the blocks ", block_embeds.sizes(), " / context ", context.sizes());
   const c10::ScalarType dtype = block_embeds.scalar_type();
-  const at::Tensor frequencies = inverse_frequencies_.to(block_embeds.device());
-  const RopeTables context_rope = rope_tables(frequencies, context_positions, dtype);
-  const RopeTables block_rope = rope_tables(frequencies, block_positions, dtype);
+  const RopeTables context_rope = rope_tables(inverse_frequencies_, context_positions, dtype);
+  const RopeTables block_rope = rope_tables(inverse_frequencies_, block_positions, dtype);
   at::Tensor hidden = block_embeds;  // (B, Q, H)
   for (const auto& module : *layers) {
     const DecoderLayerImpl& layer = *module->as<DecoderLayerImpl>();

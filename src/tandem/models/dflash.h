@@ -28,6 +28,7 @@
 #include "tandem/models/attention_options.h"
 #include "tandem/models/decoder.h"
 #include "tandem/models/decoder_config.h"
+#include "tandem/models/rope.h"
 #include "tandem/models/key_bands.h"
 #include "tandem/models/layers.h"
 
@@ -117,7 +118,7 @@ class DFlashDraftImpl : public torch::nn::Module {
 
  private:
   DFlashConfig config_;
-  at::Tensor inverse_frequencies_;  // (head_dim / 2,) fp32
+  RopeFrequencies inverse_frequencies_;  // on the device of the last forward
 };
 TORCH_MODULE(DFlashDraft);
 

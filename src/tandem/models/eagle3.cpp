@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 
+#include "tandem/core/device.h"
 #include "tandem/core/error.h"
 #include "tandem/models/rope.h"
 #include "tandem/models/ttt_attention.h"
@@ -65,8 +66,8 @@ Eagle3DraftImpl::Eagle3DraftImpl(const Eagle3Config& config, const at::TensorOpt
   const at::TensorOptions ids = options.dtype(at::kLong).requires_grad(false);
   d2t = register_buffer("d2t", at::zeros({config.draft_vocab_size}, ids));
   t2d = register_buffer("t2d", at::arange(config.layer.vocab_size, ids) < config.draft_vocab_size);
-  inverse_frequencies_ = rope_inverse_frequencies(config.layer.head_dim, config.layer.rope_theta,
-                                                  config.layer.rope_scaling);
+  inverse_frequencies_ = RopeFrequencies(rope_inverse_frequencies(
+      config.layer.head_dim, config.layer.rope_theta, config.layer.rope_scaling));
 }
 
 at::Tensor Eagle3DraftImpl::run_layer(
@@ -76,7 +77,7 @@ at::Tensor Eagle3DraftImpl::run_layer(
   const at::Tensor input = at::cat(
       {layer.input_layernorm->forward(embeds), layer.hidden_norm->forward(hidden)}, -1);  // 2H
   const RopeTables rope =
-      rope_tables(inverse_frequencies_.to(positions.device()), positions, hidden.scalar_type());
+      rope_tables(inverse_frequencies_, positions, hidden.scalar_type());
   const at::Tensor attended = attend(layer.self_attn->project(input, rope));
   // The residual is the raw hidden state, not its norm (norm_before_residual: false).
   const at::Tensor residual = hidden + layer.self_attn->output(attended);
@@ -100,13 +101,16 @@ at::Tensor Eagle3DraftImpl::step(const at::Tensor& embeds, const at::Tensor& hid
 }
 
 at::Tensor Eagle3DraftImpl::extend_context(const at::Tensor& embeds, const at::Tensor& hidden,
-                                           const at::Tensor& positions, TttState& state) const {
+                                           const at::Tensor& host_positions, TttState& state) const {
   check(state.step_k.empty(), "[eagle3] extend_context after a later unroll step");
+  check(host_positions.is_cpu(), "[eagle3] extend_context reads its positions on the host");
   const int64_t before = state.context_k.defined() ? state.context_k.size(2) : 0;
-  const at::Tensor last = positions.cpu();  // query at position p sees keys 0..p
+  const at::Tensor& last = host_positions;  // query at position p sees keys 0..p
   check(last.size(1) > 0 && last[0][0].item<int64_t>() == before,
         "[eagle3] extend_context: the new positions must start at the context length ", before);
-  const KeyBands causal = KeyBands::from_host(at::zeros_like(last), last, positions.device());
+  const at::Device device = embeds.device();
+  const KeyBands causal = KeyBands::from_host(at::zeros_like(last), last, device);
+  const at::Tensor positions = to_device(host_positions, device);
   return run_layer(embeds, hidden, positions, [&](const QueryKeyValue& qkv) {
     state.context_k = before == 0 ? qkv.k : at::cat({state.context_k, qkv.k}, 2);
     state.context_v = before == 0 ? qkv.v : at::cat({state.context_v, qkv.v}, 2);

@@ -17,6 +17,7 @@
 #include "tandem/models/attention_options.h"
 #include "tandem/models/decoder.h"
 #include "tandem/models/decoder_config.h"
+#include "tandem/models/rope.h"
 #include "tandem/models/key_bands.h"
 #include "tandem/models/layers.h"
 
@@ -66,10 +67,11 @@ class Eagle3DraftImpl : public torch::nn::Module {
                   const KeyBands& context_bands, TttState& state) const;
   /// Step 0 for positions appended to a context that `state` already holds (cached decoding):
   /// their keys/values join state's context, and each new query attends causally to the context
-  /// keys up to its own position. positions (B, Tq) must continue the context (the first is the
-  /// context length) and `state` must hold no later step. Returns the layer output (B, Tq, H).
+  /// keys up to its own position. host_positions (B, Tq) int64 ON THE HOST must continue the
+  /// context (the first is the context length) and `state` must hold no later step. Returns the
+  /// layer output (B, Tq, H).
   at::Tensor extend_context(const at::Tensor& embeds, const at::Tensor& hidden,
-                            const at::Tensor& positions, TttState& state) const;
+                            const at::Tensor& host_positions, TttState& state) const;
   /// lm_head(norm(out)): (B, T, H) -> draft-vocab logits (B, T, D).
   at::Tensor logits(const at::Tensor& out) const;
   /// Target ids of draft ids: i + d2t[i]. (D,) int64
@@ -92,7 +94,7 @@ class Eagle3DraftImpl : public torch::nn::Module {
                        const std::function<at::Tensor(const QueryKeyValue&)>& attend) const;
 
   Eagle3Config config_;
-  at::Tensor inverse_frequencies_;
+  RopeFrequencies inverse_frequencies_;  // on the device of the last forward
 };
 TORCH_MODULE(Eagle3Draft);
 

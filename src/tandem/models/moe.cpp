@@ -2,7 +2,9 @@
 
 #include <ATen/ATen.h>
 
+#include "tandem/core/device.h"
 #include "tandem/core/error.h"
+#include "tandem/core/host_read.h"
 #include "tandem/dist/sharding.h"
 #include "tandem/models/lean_layers.h"
 
@@ -15,7 +17,7 @@ void RouterLoad::add(const at::Tensor& router_logits, int64_t top_k) {
   const at::Tensor chosen = std::get<1>(at::topk(probabilities_now.detach(), top_k, -1));
   const int64_t experts = router_logits.size(-1);
   at::Tensor weights = token_weights.defined()
-                           ? token_weights.to(probabilities_now.device(), at::kFloat)
+                           ? to_device(token_weights, probabilities_now.device()).to(at::kFloat)
                            : at::ones({router_logits.size(0)}, probabilities_now.options());
   check(weights.numel() == router_logits.size(0), "[moe] router load: ", weights.numel(),
         " token weights for ", router_logits.size(0), " tokens");
@@ -94,8 +96,14 @@ at::Tensor run_experts(const at::Tensor& x, const at::Tensor& indices, const at:
   const at::Tensor order = std::get<1>(at::sort(flat, /*stable=*/true, 0, false));  // (N*k,)
   const at::Tensor token_of = at::div(order, k, "floor");
   const at::Tensor sorted_weights = weights.reshape(-1).index_select(0, order);
-  // Rows per expert, on the host: the one device wait of a MoE layer.
-  const at::Tensor counts = at::bincount(flat, {}, experts).cpu();
+  // Rows per expert, on the host: the one device wait of a MoE layer. On the meta device there
+  // is no routing to count: every pair is planned for expert 0.
+  const bool meta = flat.is_meta();
+  const at::Tensor per_expert =
+      meta ? at::empty({experts}, flat.options()) : at::bincount(flat, {}, experts);
+  at::Tensor stand_in;
+  if (meta) stand_in = at::zeros({experts}, at::kLong).index_fill_(0, at::zeros({1}, at::kLong), tokens * k);
+  const at::Tensor counts = read_on_host(per_expert, HostRead::MoeExpertCounts, stand_in);
   const int64_t* count = counts.data_ptr<int64_t>();
   const at::Tensor rows = x.index_select(0, token_of);  // (N*k, H)
   std::vector<at::Tensor> outputs;

@@ -28,11 +28,15 @@ at::Tensor rope_inverse_frequencies(int64_t head_dim, double theta, const RopeSc
   return at::where(is_medium, smoothed, scaled);
 }
 
-RopeTables rope_tables(const at::Tensor& inverse_frequencies, const at::Tensor& positions,
+const at::Tensor& RopeFrequencies::on(const c10::Device& device) const {
+  if (!on_device_.defined() || on_device_.device() != device) on_device_ = to_device(host_, device);
+  return on_device_;
+}
+
+RopeTables rope_tables(const RopeFrequencies& frequencies, const at::Tensor& positions,
                        c10::ScalarType dtype) {
-  // The frequencies live on the host; to a GPU they go pinned, without waiting.
   const at::Tensor freqs = positions.to(at::kFloat).unsqueeze(-1) *
-                           to_device(inverse_frequencies, positions.device()).view({1, 1, -1});
+                           frequencies.on(positions.device()).view({1, 1, -1});
   const at::Tensor angles = at::cat({freqs, freqs}, -1).unsqueeze(1);  // (B, 1, T, head_dim)
   return {angles.cos().to(dtype), angles.sin().to(dtype)};
 }

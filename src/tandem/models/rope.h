@@ -2,6 +2,9 @@
 // Rotary position embeddings (Su et al.), in the rotate-half layout transformers uses, with
 // Llama 3's frequency scaling.
 #include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
+
+#include <utility>
 
 #include "tandem/models/decoder_config.h"
 
@@ -10,13 +13,29 @@ namespace tandem {
 /// Inverse frequencies (head_dim / 2,) in fp32: theta^(-2i/d), rescaled for `llama3`.
 at::Tensor rope_inverse_frequencies(int64_t head_dim, double theta, const RopeScaling& scaling);
 
+/// A model's inverse frequencies (rotated dims / 2,) fp32, kept on the device it computes on:
+/// copied there once, by the first forward on that device (a model moved to another device
+/// copies again), so no forward sends them from the host.
+class RopeFrequencies {
+ public:
+  RopeFrequencies() = default;
+  explicit RopeFrequencies(at::Tensor host) : host_(std::move(host)) {}
+  /// The frequencies on `device`.
+  const at::Tensor& on(const c10::Device& device) const;
+
+ private:
+  at::Tensor host_;
+  mutable at::Tensor on_device_;  // the copy on the device last asked for
+};
+
 struct RopeTables {
   at::Tensor cos;  // (B, 1, T, rotated dims), compute dtype
   at::Tensor sin;  // (B, 1, T, head_dim)
 };
 
-/// cos/sin for integer positions (B, T), computed in fp32 then cast to `dtype`.
-RopeTables rope_tables(const at::Tensor& inverse_frequencies, const at::Tensor& positions,
+/// cos/sin for integer positions (B, T), computed in fp32 on the positions' device, then cast
+/// to `dtype`.
+RopeTables rope_tables(const RopeFrequencies& frequencies, const at::Tensor& positions,
                        c10::ScalarType dtype);
 
 /// x * cos + rotate_half(x) * sin, for x (B, heads, T, head_dim). Tables narrower than head_dim

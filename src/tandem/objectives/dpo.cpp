@@ -133,8 +133,10 @@ ObjectiveOutput DpoObjective::compute(const PackedBatch& batch, const StepTotals
     rejected_positions.push_back(positions.second);
   }
   const at::Device device = batch.input_ids.device();
-  const at::Tensor chosen = to_device(at::tensor(chosen_positions, at::kLong), device);
-  const at::Tensor rejected = to_device(at::tensor(rejected_positions, at::kLong), device);
+  const at::Tensor host_chosen = at::tensor(chosen_positions, at::kLong);
+  const at::Tensor host_rejected = at::tensor(rejected_positions, at::kLong);
+  const at::Tensor chosen = to_device(host_chosen, device);
+  const at::Tensor rejected = to_device(host_rejected, device);
 
   const TrainedForward forward = trained_forward(policy_, batch);
   const at::Tensor& hidden = forward.hidden;                               // (B, T, H)
@@ -158,13 +160,16 @@ ObjectiveOutput DpoObjective::compute(const PackedBatch& batch, const StepTotals
   DpoPairLosses losses;
   if (options_.policy.loss.chunk_tokens > 0) {  // fused per pair (objectives/dpo_loss.h)
     const NextTokenPositions targets = next_token_positions(batch);
+    // The pair table and each position's document on the host: the fused loss finds each pair's
+    // positions there, never reading the device.
+    const at::Tensor host_document = next_token_positions(batch.on_host()).document;
     const DpoLossType type = options_.loss_type;
     const double beta = options_.beta;
     const FusedLossOptions loss_options = options_.policy.loss;
     const std::vector<at::Tensor> out = with_full_parameters(  // gathered here when sharded
         {policy_->lm_head_weight()},
         {gather_positions(hidden, targets.index), targets.labels,
-         targets.document, chosen, rejected, reference, counts},
+         host_document, host_chosen, host_rejected, reference, counts},
         [type, beta, scale, loss_options](const auto& in, const auto& head) {
           DpoPairLosses pairs;
           const at::Tensor pair_loss = fused_dpo_loss(

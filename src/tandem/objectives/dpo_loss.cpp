@@ -3,6 +3,10 @@
 #include <ATen/ATen.h>
 #include <torch/autograd.h>
 
+#include <algorithm>
+#include <vector>
+
+#include "tandem/core/device.h"
 #include "tandem/core/error.h"
 #include "tandem/objectives/vocab_head.h"
 
@@ -10,33 +14,40 @@ namespace tandem {
 
 namespace {
 
-// One pair's losses and dL/dsum for its two documents, through dpo_pair_losses (one formula).
+// One pair's losses and dL/dsum for its two documents, through dpo_pair_losses (one formula),
+// on the device: `sums` (2,) fp64 are the policy's chosen and rejected sums.
 struct PairCoefficients {
   DpoPairLosses losses;  // (1,) each
-  double chosen = 0, rejected = 0;
+  at::Tensor coefficients;  // (2,) fp64 dL/dsum (chosen, rejected); undefined without gradients
 };
 
-PairCoefficients pair_coefficients(double policy_chosen, double policy_rejected,
-                                   const DpoHeadInputs& in, int64_t chosen, int64_t rejected,
-                                   DpoLossType type, double beta, bool want_grad) {
+PairCoefficients pair_coefficients(const at::Tensor& sums, const DpoHeadInputs& in, int64_t chosen,
+                                   int64_t rejected, DpoLossType type, double beta, bool want_grad) {
   at::AutoGradMode enable(true);
-  const at::Tensor sums = at::tensor({policy_chosen, policy_rejected}, at::kDouble)
-                              .to(in.reference.device())
-                              .requires_grad_(want_grad);
+  const at::Tensor leaf = sums.detach().requires_grad_(want_grad);
   const at::Tensor reference = in.reference.to(at::kDouble);
   const at::Tensor counts = in.counts.to(at::kDouble);
-  const DpoPairLogprobs pair{sums.narrow(0, 0, 1),           sums.narrow(0, 1, 1),
+  const DpoPairLogprobs pair{leaf.narrow(0, 0, 1),           leaf.narrow(0, 1, 1),
                              reference.narrow(0, chosen, 1), reference.narrow(0, rejected, 1),
                              counts.narrow(0, chosen, 1),    counts.narrow(0, rejected, 1)};
   PairCoefficients out;
   out.losses = dpo_pair_losses(pair, type, beta);
-  if (want_grad) {
-    const at::Tensor grad = torch::autograd::grad({out.losses.losses.sum()}, {sums})[0];
-    out.chosen = grad[0].item<double>();
-    out.rejected = grad[1].item<double>();
-  }
+  if (want_grad) out.coefficients = torch::autograd::grad({out.losses.losses.sum()}, {leaf})[0];
   out.losses.losses = out.losses.losses.detach();
   return out;
+}
+
+// The labelled positions of each document, ascending, from the host's document ids (N,).
+std::vector<std::vector<int64_t>> positions_by_document(const at::Tensor& document, int64_t documents) {
+  std::vector<std::vector<int64_t>> positions(static_cast<size_t>(documents));
+  const at::Tensor ids = document.contiguous();
+  const int64_t* id = ids.data_ptr<int64_t>();
+  for (int64_t n = 0; n < ids.numel(); ++n) {
+    check(id[n] >= 0 && id[n] < documents, "[dpo] position ", n, " belongs to document ", id[n],
+          ", outside the ", documents, " documents");
+    positions[static_cast<size_t>(id[n])].push_back(n);
+  }
+  return positions;
 }
 
 class FusedDpoLoss : public torch::autograd::Function<FusedDpoLoss> {
@@ -49,23 +60,35 @@ class FusedDpoLoss : public torch::autograd::Function<FusedDpoLoss> {
     const DpoLossType type = static_cast<DpoLossType>(type_index);
     const at::ScalarType reduce = reduction_dtype(hidden);
     const bool want_grad = want_hidden || want_head;
+    const at::Device device = hidden.device();
     const at::Tensor head = head_operand(lm_head, fp32_head);  // (V, H)
     at::Tensor grad_hidden = want_hidden ? at::zeros_like(hidden) : at::Tensor();
     at::Tensor grad_head =
         want_head ? at::zeros(lm_head.sizes(), lm_head.options().dtype(reduce)) : at::Tensor();
-    const int64_t pairs = in.chosen.size(0);
+    const std::vector<std::vector<int64_t>> by_document =
+        positions_by_document(in.document, in.reference.size(0));
+    const at::Tensor chosen_ids = in.chosen.contiguous(), rejected_ids = in.rejected.contiguous();
+    const int64_t pairs = chosen_ids.numel();
     std::vector<at::Tensor> pair_losses, rewards_chosen, rewards_rejected;
-    double total = 0;
+    at::Tensor total = at::zeros({}, hidden.options().dtype(at::kDouble));
     for (int64_t p = 0; p < pairs; ++p) {
-      const int64_t chosen = in.chosen[p].item<int64_t>(), rejected = in.rejected[p].item<int64_t>();
-      const at::Tensor rows =
-          at::nonzero((in.document == chosen) | (in.document == rejected)).squeeze(1);  // (n,)
-      const at::Tensor pair_document = in.document.index_select(0, rows);
+      const int64_t chosen = chosen_ids.data_ptr<int64_t>()[p];
+      const int64_t rejected = rejected_ids.data_ptr<int64_t>()[p];
+      // The pair's positions in ascending order, and which side each is on: built on the host.
+      const std::vector<int64_t>& chosen_rows = by_document.at(static_cast<size_t>(chosen));
+      const std::vector<int64_t>& rejected_rows = by_document.at(static_cast<size_t>(rejected));
+      std::vector<int64_t> host_rows(chosen_rows.size() + rejected_rows.size());
+      std::merge(chosen_rows.begin(), chosen_rows.end(), rejected_rows.begin(), rejected_rows.end(),
+                 host_rows.begin());
+      const int64_t n = static_cast<int64_t>(host_rows.size());
+      const at::Tensor host_index = at::tensor(host_rows, at::kLong);
+      const at::Tensor rows = to_device(host_index, device);  // (n,)
+      const at::Tensor is_chosen =
+          to_device(in.document.index_select(0, host_index) == chosen, device);  // (n,)
       const at::Tensor pair_labels = in.labels.index_select(0, rows).unsqueeze(1);  // (n, 1)
-      const int64_t n = rows.size(0);
       // Pass 1: the two sums. Within one chunk the logits are kept for pass 2.
       std::vector<at::Tensor> kept;  // per sub-chunk logits (m, V) when the pair fits one chunk
-      double sum_chosen = 0, sum_rejected = 0;
+      at::Tensor sums = at::zeros({2}, hidden.options().dtype(at::kDouble));  // chosen, rejected
       for (int64_t start = 0; start < n; start += chunk_tokens) {
         const int64_t m = std::min(chunk_tokens, n - start);
         const at::Tensor index = rows.narrow(0, start, m);
@@ -74,14 +97,14 @@ class FusedDpoLoss : public torch::autograd::Function<FusedDpoLoss> {
         const at::Tensor lse = at::logsumexp(logits, 1, /*keepdim=*/true);    // (m, 1)
         const at::Tensor logprobs =
             (logits.gather(1, pair_labels.narrow(0, start, m)) - lse).squeeze(1);  // (m,)
-        const at::Tensor is_chosen = pair_document.narrow(0, start, m) == chosen;
-        sum_chosen += logprobs.masked_select(is_chosen).sum().item<double>();
-        sum_rejected += logprobs.masked_select(is_chosen.logical_not()).sum().item<double>();
+        const at::Tensor side = is_chosen.narrow(0, start, m);
+        sums = sums + at::stack({at::where(side, logprobs, 0.0).sum(at::kDouble),
+                                 at::where(side, 0.0, logprobs).sum(at::kDouble)});
         if (want_grad && n <= chunk_tokens) kept.push_back(logits.sub_(lse).exp_());  // softmax
       }
       const PairCoefficients pair =
-          pair_coefficients(sum_chosen, sum_rejected, in, chosen, rejected, type, beta, want_grad);
-      total += pair.losses.losses.item<double>();
+          pair_coefficients(sums, in, chosen, rejected, type, beta, want_grad);
+      total = total + pair.losses.losses.sum();
       pair_losses.push_back(pair.losses.losses);
       rewards_chosen.push_back(pair.losses.rewards_chosen);
       rewards_rejected.push_back(pair.losses.rewards_rejected);
@@ -99,7 +122,7 @@ class FusedDpoLoss : public torch::autograd::Function<FusedDpoLoss> {
           grad_logits.sub_(at::logsumexp(grad_logits, 1, true)).exp_();
         }
         const at::Tensor coefficient =
-            at::where(pair_document.narrow(0, start, m) == chosen, pair.chosen, pair.rejected)
+            at::where(is_chosen.narrow(0, start, m), pair.coefficients[0], pair.coefficients[1])
                 .to(reduce)
                 .mul_(scale)
                 .unsqueeze(1);  // (m, 1)
@@ -116,7 +139,7 @@ class FusedDpoLoss : public torch::autograd::Function<FusedDpoLoss> {
       pairs_out->rewards_rejected = at::cat(rewards_rejected).to(at::kFloat);
     }
     ctx->save_for_backward({grad_hidden, want_head ? grad_head.to(lm_head.scalar_type()) : grad_head});
-    return at::full({}, total * scale, hidden.options().dtype(reduce));
+    return (total * scale).to(reduce);
   }
 
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
@@ -148,6 +171,8 @@ at::Tensor fused_dpo_loss(const DpoHeadInputs& inputs, DpoLossType type, double 
             inputs.reference.sizes() == inputs.counts.sizes(),
         "[dpo] the pair table and the per-document tensors disagree in size");
   check(options.chunk_tokens > 0, "[dpo] the fused loss needs chunk_tokens > 0");
+  check(inputs.document.is_cpu() && inputs.chosen.is_cpu() && inputs.rejected.is_cpu(),
+        "[dpo] the fused loss reads the document ids and the pair table on the host");
   // Gradients are formed in forward: decide here (apply() turns grad mode off before forward).
   const bool grad_mode = at::GradMode::is_enabled();
   const bool want_hidden = grad_mode && inputs.hidden.requires_grad();

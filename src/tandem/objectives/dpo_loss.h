@@ -14,14 +14,17 @@
 
 namespace tandem {
 
-/// What the fused loss reads: the policy's labelled positions and the pair table.
+/// What the fused loss reads: the policy's labelled positions and the pair table. The pair
+/// table and the document of each position are read on the host (they come from the packed
+/// batch's host copy), so the loss never waits for the device: each pair's sums, loss and
+/// coefficients stay device tensors.
 struct DpoHeadInputs {
   at::Tensor hidden;     // (N, H) policy final hidden state at each labelled position
   at::Tensor lm_head;    // (V, H)
   at::Tensor labels;     // (N,) int64: the next token each position predicts
-  at::Tensor document;   // (N,) int64 in [0, D): the document each position belongs to
-  at::Tensor chosen;     // (P,) int64: the chosen side's document of each pair
-  at::Tensor rejected;   // (P,) int64
+  at::Tensor document;   // (N,) int64 in [0, D), ON THE HOST: each position's document
+  at::Tensor chosen;     // (P,) int64, ON THE HOST: the chosen side's document of each pair
+  at::Tensor rejected;   // (P,) int64, ON THE HOST
   at::Tensor reference;  // (D,) fp32: the reference's summed log-probs per document
   at::Tensor counts;     // (D,) int64: labelled positions per document (IPO's lengths)
 };

@@ -133,7 +133,7 @@ void Eagle3Objective::set_vocab_map(const VocabMap& map) {
   // lm_head starts as the target's output rows of the draft vocab (SPEC §6).
   const FullParameters target_lm_head({head_->lm_head()});  // gathered here when sharded
   draft_->lm_head->weight.copy_(
-      head_->lm_head().index_select(0, map.draft_to_target().to(head_->lm_head().device())));
+      head_->lm_head().index_select(0, to_device(map.draft_to_target(), head_->lm_head().device())));
 }
 
 void Eagle3Objective::use_capture(const std::string& dir) {

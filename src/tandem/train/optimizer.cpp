@@ -6,6 +6,8 @@
 #include <set>
 
 #include "tandem/core/error.h"
+#include "tandem/core/fp32_gradients.h"
+#include "tandem/core/host_read.h"
 
 namespace tandem {
 
@@ -30,6 +32,10 @@ MixedPrecisionAdamW::MixedPrecisionAdamW(NamedTensors parameters, AdamWOptions o
     slot.exp_avg = at::zeros_like(slot.master);
     slot.exp_avg_sq = at::zeros_like(slot.master);
     slot.decay = decay.empty() ? decays(parameter) : decay[slots_.size()];
+    if (parameter.scalar_type() != at::kFloat) {
+      slot.grad_sum = std::make_shared<at::Tensor>();
+      slot.registration = std::make_shared<Fp32GradientSum>(parameter, slot.grad_sum);
+    }
     slots_.push_back(std::move(slot));
   }
 }
@@ -48,7 +54,8 @@ void MixedPrecisionAdamW::zero_grad() {
   prepared_norm_ = at::Tensor();
   prepared_grads_.clear();
   for (auto& entry : parameters_) entry.second.mutable_grad() = at::Tensor();
-  for (Slot& slot : slots_) slot.grad_sum = at::Tensor();
+  for (Slot& slot : slots_)
+    if (slot.grad_sum) *slot.grad_sum = at::Tensor();
 }
 
 void MixedPrecisionAdamW::accumulate_gradients() {
@@ -56,11 +63,11 @@ void MixedPrecisionAdamW::accumulate_gradients() {
   for (size_t i = 0; i < parameters_.size(); ++i) {
     at::Tensor& parameter = parameters_[i].second;
     if (parameter.scalar_type() == at::kFloat || !parameter.grad().defined()) continue;
-    Slot& slot = slots_[i];
-    if (slot.grad_sum.defined())
-      slot.grad_sum.add_(parameter.grad().to(at::kFloat));
+    at::Tensor& sum = *slots_[i].grad_sum;
+    if (sum.defined())
+      sum.add_(parameter.grad().to(at::kFloat));
     else
-      slot.grad_sum = parameter.grad().to(at::kFloat);
+      sum = parameter.grad().to(at::kFloat);
     parameter.mutable_grad() = at::Tensor();
   }
 }
@@ -78,7 +85,7 @@ int64_t MixedPrecisionAdamW::reduce_gradients(
   for (int64_t i = 0; i < count; ++i) {
     const at::Tensor& parameter = parameters_[i].second;
     const at::Tensor& local = parameter.scalar_type() == at::kFloat ? parameter.grad()
-                                                                    : slots_[i].grad_sum;
+                                                                    : *slots_[i].grad_sum;
     const int64_t numel = parameter.numel();
     if (local.defined()) {
       buffer[i] = 1.0;
@@ -87,7 +94,8 @@ int64_t MixedPrecisionAdamW::reduce_gradients(
     offset += numel;
   }
   all_reduce_sum(buffer);
-  const at::Tensor reached = buffer.narrow(0, 0, count).cpu();  // one read of the P flags
+  const at::Tensor reached =  // one read of the P flags
+      read_on_host(buffer.narrow(0, 0, count), HostRead::GradientFlags).contiguous();
   const float* flags = reached.data_ptr<float>();
   offset = count;
   for (int64_t i = 0; i < count; ++i) {
@@ -98,7 +106,7 @@ int64_t MixedPrecisionAdamW::reduce_gradients(
       if (parameter.scalar_type() == at::kFloat)
         parameter.mutable_grad() = summed;
       else
-        slots_[i].grad_sum = summed;
+        *slots_[i].grad_sum = summed;
     }
     offset += numel;
   }
@@ -120,7 +128,7 @@ at::Tensor MixedPrecisionAdamW::gradient_norm() {
   at::Tensor norm_sq;
   for (size_t i = 0; i < parameters_.size(); ++i) {
     const at::Tensor& grad = parameters_[i].second.grad();
-    const at::Tensor& sum = slots_[i].grad_sum;
+    const at::Tensor sum = slots_[i].grad_sum ? *slots_[i].grad_sum : at::Tensor();
     if (!grad.defined() && !sum.defined()) continue;
     grads[i] = sum.defined() ? (grad.defined() ? sum + grad.to(at::kFloat) : sum) : grad.to(at::kFloat);
     const at::Tensor part = grads[i].pow(2).sum(at::kDouble);
@@ -186,7 +194,7 @@ std::vector<std::string> MixedPrecisionAdamW::nonfinite_state() const {
   }
   std::vector<std::string> bad;
   if (finite.empty()) return bad;
-  const at::Tensor flags = at::stack(finite).cpu();
+  const at::Tensor flags = read_on_host(at::stack(finite), HostRead::SaveChecks);
   const bool* data = flags.data_ptr<bool>();
   for (size_t i = 0; i < names.size(); ++i)
     if (!data[i]) bad.push_back(names[i]);

@@ -7,11 +7,14 @@
 
 #include <functional>
 #include <map>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
 namespace tandem {
+
+class Fp32GradientSum;  // core/fp32_gradients.h
 
 struct AdamWOptions {
   double beta1 = 0.9;
@@ -51,8 +54,11 @@ class MixedPrecisionAdamW {
   std::vector<std::string> nonfinite_state() const;
   /// Moves the gradients of non-fp32 parameters into fp32 sums and clears them: called after
   /// each micro-batch's backward, so a bf16 weight's gradient is summed over micro-batches in
-  /// fp32 and rounded never (autograd alone would accumulate it in bf16). fp32 parameters keep
-  /// accumulating in place. step() uses the sums.
+  /// fp32 and rounded never (autograd alone would accumulate it in bf16). Within a micro-batch
+  /// the same holds for every use that reads the weight through with_full_parameters: each
+  /// non-fp32 parameter is registered with its fp32 sum while the optimizer lives
+  /// (core/fp32_gradients.h), so each use's gradient is added there during backward. fp32
+  /// parameters keep accumulating in place. step() uses the sums.
   void accumulate_gradients();
   /// Data parallel: makes every gradient the sum of the ranks' gradients, through
   /// `all_reduce_sum`, called once, in place, on one flat fp32 buffer (a has-gradient flag per
@@ -80,7 +86,10 @@ class MixedPrecisionAdamW {
     at::Tensor master;      // fp32 copy of the parameter (the parameter itself when fp32)
     at::Tensor exp_avg;     // fp32 first moment
     at::Tensor exp_avg_sq;  // fp32 second moment
-    at::Tensor grad_sum;    // fp32 sum of a non-fp32 parameter's micro-batch gradients, or undefined
+    // fp32 sum of a non-fp32 parameter's gradients this step (undefined: none yet), shared
+    // with its Fp32GradientSum registration; null for fp32 parameters.
+    std::shared_ptr<at::Tensor> grad_sum;
+    std::shared_ptr<Fp32GradientSum> registration;
     bool decay;
   };
   NamedTensors parameters_;

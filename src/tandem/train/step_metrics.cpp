@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 
+#include "tandem/core/host_read.h"
 #include "tandem/dist/process_group.h"
 
 namespace tandem {
@@ -26,7 +27,8 @@ std::vector<std::pair<std::string, double>> StepMetrics::read() const {
   for (const auto& entry : values_)
     if (!entry.second.is_cpu()) on_device.push_back(entry.second);
   const at::Tensor device_values =
-      on_device.empty() ? at::Tensor() : at::stack(on_device).cpu().contiguous();
+      on_device.empty() ? at::Tensor()
+                        : read_on_host(at::stack(on_device), HostRead::StepMetrics).contiguous();
   std::vector<std::pair<std::string, double>> out;
   int64_t next = 0;
   for (const auto& [name, value] : values_)

@@ -35,6 +35,7 @@ RunContext read_run_context(const Config& config, const dist::LaunchEnv& launch,
     // A dry run on a machine without the run's GPUs (a login node) plans for them anyway.
     run.device = c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(launch.local_rank));
   }
+  if (!dry_run) make_current(run.device);  // once per rank: cuda:LOCAL_RANK under torchrun
   run.deterministic = training.get_bool("deterministic", false);
   if (!dry_run) use_deterministic_algorithms(run.deterministic);
   run.attention = read_attention_options(config.section("attention"));
