@@ -212,6 +212,36 @@ NPROC=4 torchrun2 "$work/sft-hybrid4.log" train "$work/sft.yaml" "training.run_d
 same_losses "$work/sft-1x4/metrics.jsonl" "$work/sft-hybrid4/metrics.jsonl"
 compare "$work/sft-1x4/step-00000004" "$work/sft-hybrid4/step-00000004" 1e-6
 
+echo "== the collectives each mode issues (rank 0's bytes per step, by kind; W = 4 x parameters)"
+# ddp all-reduces every gradient (W bytes, plus the flags and metrics) and gathers nothing;
+# shard gathers its weights and reduce-scatters full fp32 gradients (W), all-reducing only
+# metrics; hybrid 2 x 2 does both, its gradient all-reduce over half slices (W / 2).
+python3 - "$work/sft-1/step-00000004/model.safetensors" ddp:"$work/sft-2/metrics.jsonl" \
+  shard:"$work/sft-shard/metrics.jsonl" ddp:"$work/sft-hybrid/metrics.jsonl" \
+  hybrid2x2:"$work/sft-hybrid4/metrics.jsonl" <<'PY'
+import json, math, struct, sys
+with open(sys.argv[1], "rb") as f:
+    header = json.loads(f.read(struct.unpack("<Q", f.read(8))[0]))
+W = 4 * sum(math.prod(v["shape"]) for k, v in header.items() if k != "__metadata__")
+kinds = ("all_reduce", "all_gather", "reduce_scatter", "broadcast")
+for arg in sys.argv[2:]:
+    mode, path = arg.split(":", 1)
+    steps = [r for r in map(json.loads, open(path)) if "collective_bytes/all_reduce" in r]
+    assert len(steps) == 4, (path, len(steps))
+    for r in steps:
+        b = {k: r["collective_bytes/" + k] for k in kinds}
+        assert r["collective_bytes"] == sum(b.values()), (path, r)
+        if mode == "ddp":
+            ok = b["all_gather"] == 0 and b["reduce_scatter"] == 0 and b["all_reduce"] >= W
+        elif mode == "shard":
+            ok = b["all_gather"] >= W / 2 and b["reduce_scatter"] >= W and b["all_reduce"] < W / 10
+        else:
+            ok = b["all_gather"] >= W / 4 and b["reduce_scatter"] >= W and b["all_reduce"] >= W / 2
+        assert ok, (mode, path, b, W)
+    print(f"  {mode:9s} {path.split('/')[-2]:12s} per step: " +
+          ", ".join(f"{k} {b[k] / W:.2f} W" for k in kinds) + f" (W = {W} bytes)")
+PY
+
 echo "== sharded resume from step 2: on 2 ranks, on 1 (sharded and not), one process -> 2 sharded"
 for case in "s2to2 sft-shard shard 2" "s2to1 sft-shard shard 1" "s2to1plain sft-shard ddp 1" \
     "1to2shard sft-1 shard 2"; do

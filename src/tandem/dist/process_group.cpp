@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstring>
 #include <exception>
+#include <iostream>
 
 #include "tandem/core/error.h"
 #include "tandem/dist/backends.h"
@@ -25,6 +26,17 @@ struct ProcessGroup::Impl {
   }
   /// The backend for barriers and other host-side synchronisation.
   c10d::Backend& for_host() const { return host_backend ? *host_backend : *backend; }
+
+  // NCCL's communicators are shut down before the group (and the store they met through) goes:
+  // c10d asks for it, and without it the exit may wait on NCCL's watchdog. Gloo needs nothing.
+  ~Impl() {
+    if (!host_backend) return;  // a Gloo group
+    try {
+      backend->shutdown();
+    } catch (const std::exception& error) {
+      std::cerr << "[dist] NCCL shutdown failed: " << error.what() << "\n";
+    }
+  }
 };
 
 namespace {
@@ -101,6 +113,12 @@ void ProcessGroup::connect_backend(const c10::intrusive_ptr<c10d::Store>& store)
   // The Gloo group beside it rendezvouses under its own prefix of the same store.
   impl_->host_backend = make_gloo_backend(c10::make_intrusive<c10d::PrefixStore>("host", store),
                                           rank, size, ms, impl_->host);
+  // NCCL starts its communicator lazily, at the first collective, which a world of one in ddp
+  // mode never issues: one all-reduce of one element now starts it, so a broken NCCL fails here,
+  // at start-up, and NCCL_DEBUG=VERSION prints its version line in every NCCL run.
+  at::Tensor one = at::ones({1}, at::TensorOptions().dtype(at::kFloat).device(device_));
+  std::vector<at::Tensor> tensors{one};
+  impl_->backend->allreduce(tensors)->wait();
 }
 
 std::shared_ptr<ProcessGroup> ProcessGroup::subgroup(const std::vector<int64_t>& ranks,

@@ -45,6 +45,14 @@ struct CollectiveBytes {
   int64_t reduce_scatter = 0;
   int64_t calls = 0;
   int64_t total() const { return all_reduce + broadcast + all_gather + reduce_scatter; }
+  CollectiveBytes& operator+=(const CollectiveBytes& other) {
+    all_reduce += other.all_reduce;
+    broadcast += other.broadcast;
+    all_gather += other.all_gather;
+    reduce_scatter += other.reduce_scatter;
+    calls += other.calls;
+    return *this;
+  }
 };
 
 class ProcessGroup {

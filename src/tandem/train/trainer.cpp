@@ -14,6 +14,7 @@
 
 #include "tandem/core/device.h"
 #include "tandem/core/error.h"
+#include "tandem/core/host_read.h"
 #include "tandem/core/run_context.h"
 #include "tandem/data/packing.h"
 #include "tandem/data/sampler.h"
@@ -383,7 +384,8 @@ bool TrainingRun::step() {
 // skip_step's test, before the update: whether the step's loss and gradient norm are finite on
 // every rank (one read from the device; several ranks agree through one all-reduce).
 bool TrainingRun::all_finite(const at::Tensor& loss, const at::Tensor& grad_norm) const {
-  at::Tensor values = at::stack({loss.reshape({}), grad_norm.reshape({})}).to(at::kDouble).cpu();
+  at::Tensor values = read_on_host(
+      at::stack({loss.reshape({}), grad_norm.reshape({})}).to(at::kDouble), HostRead::StepMetrics);
   if (world() > 1) group_->all_reduce_sum(values);  // a NaN or infinity on any rank survives
   return at::isfinite(values).all().item<bool>();
 }
@@ -438,12 +440,16 @@ MetricsRecord TrainingRun::step_record(const StepData& step,
   }
   if (world() > 1) {
     add("time/reduce", reduce_seconds);
-    int64_t bytes = group_->bytes().total();  // a group of one moves nothing
-    if (groups_.shard != group_ && groups_.shard->size() > 1)
-      bytes += groups_.shard->bytes().total();
-    if (groups_.replicate != group_ && groups_.replicate->size() > 1)
-      bytes += groups_.replicate->bytes().total();
-    add("collective_bytes", static_cast<double>(bytes));
+    // What this rank handed to the collectives this step, by kind (a group of one moves
+    // nothing): ddp all-reduces gradients, shard gathers weights and reduce-scatters gradients.
+    dist::CollectiveBytes bytes = group_->bytes();
+    for (const auto* part : {&groups_.shard, &groups_.replicate})
+      if (*part != group_ && (*part)->size() > 1) bytes += (*part)->bytes();
+    add("collective_bytes", static_cast<double>(bytes.total()));
+    add("collective_bytes/all_reduce", static_cast<double>(bytes.all_reduce));
+    add("collective_bytes/all_gather", static_cast<double>(bytes.all_gather));
+    add("collective_bytes/reduce_scatter", static_cast<double>(bytes.reduce_scatter));
+    add("collective_bytes/broadcast", static_cast<double>(bytes.broadcast));
   }
   add("peak_rss_mib", peak_rss_mib());
   if (run_.device.is_cuda()) {  // the caching allocator's figures for this step
