@@ -296,8 +296,9 @@ DFlashAnchors DFlashObjective::anchors(const PackedBatch& batch) const {
 StepTotals DFlashObjective::totals(const PackedBatch& batch, const DFlashBlocks& blocks) const {
   StepTotals totals;
   totals.documents = batch.total_documents();
-  totals.unroll_tokens =
-      to_vector(dflash_targets(batch.on_host(), on_host(blocks)).valid.sum({0, 1}));  // (bs)
+  // (An IntArrayRef: torch 2.11 also has a Dimname overload, which makes {0, 1} ambiguous.)
+  totals.unroll_tokens = to_vector(
+      dflash_targets(batch.on_host(), on_host(blocks)).valid.sum(at::IntArrayRef{0, 1}));  // (bs)
   for (int64_t count : totals.unroll_tokens) totals.loss_tokens += count;
   return totals;
 }
