@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <memory>
 
+#include "step_configs.h"
 #include "tandem/core/config.h"
 #include "tandem/core/fp32_gradients.h"
 #include "tandem/data/sampler.h"
@@ -19,7 +20,6 @@
 #include "tandem/objectives/objective.h"
 #include "tandem/train/optimizer.h"
 #include "tandem/train/training_data.h"
-#include "step_configs.h"
 
 namespace {
 
@@ -51,7 +51,8 @@ TEST(Fp32GradientSums, SevenUsesOfABf16WeightAreSummedInFp32) {
   // Autograd alone: one bf16 gradient, the uses summed in bf16.
   const at::Tensor plain = start.clone().requires_grad_(true);
   seven_uses(plain, inputs).backward();
-  const double bf16_error = (plain.grad().to(at::kDouble) - exact).abs().max().item<double>() / scale;
+  const double bf16_error =
+      (plain.grad().to(at::kDouble) - exact).abs().max().item<double>() / scale;
 
   // Registered: no bf16 gradient at all; the fp32 sum holds the seven gradients added in fp32.
   const at::Tensor weight = start.clone().requires_grad_(true);
@@ -64,10 +65,11 @@ TEST(Fp32GradientSums, SevenUsesOfABf16WeightAreSummedInFp32) {
   ASSERT_TRUE(sum->defined());
   EXPECT_EQ(sum->scalar_type(), at::kFloat);
   const double fp32_error = (sum->to(at::kDouble) - exact).abs().max().item<double>() / scale;
-  std::printf("[fp32 sums] 7 uses of a bf16 (64, 96) weight: max error vs the exact sum of the "
-              "uses' gradients, relative to its largest: bf16 sums %.3g, fp32 sums %.3g\n",
-              bf16_error, fp32_error);
-  EXPECT_LE(fp32_error, 1e-6);           // only fp32 rounding of seven terms
+  std::printf(
+      "[fp32 sums] 7 uses of a bf16 (64, 96) weight: max error vs the exact sum of the "
+      "uses' gradients, relative to its largest: bf16 sums %.3g, fp32 sums %.3g\n",
+      bf16_error, fp32_error);
+  EXPECT_LE(fp32_error, 1e-6);              // only fp32 rounding of seven terms
   EXPECT_GT(bf16_error, 100 * fp32_error);  // bf16: 8 significant bits per partial sum
 
   // Unregistered again, the weight takes ordinary gradients; without grad mode, no tap.
@@ -115,9 +117,10 @@ TEST(Fp32GradientSums, Bf16GradientsOfAnEagle3StepAgainstFp32) {
   const std::string target = tandem::testing::model_fixture("llama3");
   auto config_for = [&](const std::string& dtype) {
     return tandem::Config::parse(
-        "target: {path: " + target + ", dtype: fp32}\ndraft: {aux_layer_ids: [0, 1, 2], "
-        "ttt_length: 7, draft_vocab_size: 128, intermediate_size: 96, dtype: " + dtype + "}\n" +
-            configs.data() + "training: {objective: eagle3, seed: 0}\n",
+        "target: {path: " + target +
+            ", dtype: fp32}\ndraft: {aux_layer_ids: [0, 1, 2], "
+            "ttt_length: 7, draft_vocab_size: 128, intermediate_size: 96, dtype: " +
+            dtype + "}\n" + configs.data() + "training: {objective: eagle3, seed: 0}\n",
         "eagle3.yaml");
   };
   const tandem::Config bf16_config = config_for("bf16"), fp32_config = config_for("fp32");
@@ -171,8 +174,10 @@ TEST(Fp32GradientSums, Bf16GradientsOfAnEagle3StepAgainstFp32) {
   for (const auto& [name, parameter] : tandem::trainable_parameters(reference->trainable())) {
     const at::Tensor want = parameter.grad().to(at::kDouble);
     const double scale = std::max(want.abs().max().item<double>(), 1e-30);
-    const double error_before = (before.at(name).to(at::kDouble) - want).abs().max().item<double>() / scale;
-    const double error_after = (after.at(name).to(at::kDouble) - want).abs().max().item<double>() / scale;
+    const double error_before =
+        (before.at(name).to(at::kDouble) - want).abs().max().item<double>() / scale;
+    const double error_after =
+        (after.at(name).to(at::kDouble) - want).abs().max().item<double>() / scale;
     std::printf("[fp32 sums] eagle3 %-40s bf16 sums %.4f  fp32 sums %.4f\n", name.c_str(),
                 error_before, error_after);
     squares += want.pow(2).sum().item<double>();
@@ -184,10 +189,11 @@ TEST(Fp32GradientSums, Bf16GradientsOfAnEagle3StepAgainstFp32) {
   }
   const double norm_before = std::sqrt(squares_before / squares);
   const double norm_after = std::sqrt(squares_after / squares);
-  std::printf("[fp32 sums] EAGLE-3 step (TTT 7), bf16 draft vs fp32: largest relative gradient "
-              "error %.4f with bf16 sums (%s), %.4f with fp32 sums; over all draft gradients "
-              "|g - g_fp32| / |g_fp32| %.5f with bf16 sums, %.5f with fp32 sums\n",
-              worst_before, worst_name.c_str(), worst_after, norm_before, norm_after);
+  std::printf(
+      "[fp32 sums] EAGLE-3 step (TTT 7), bf16 draft vs fp32: largest relative gradient "
+      "error %.4f with bf16 sums (%s), %.4f with fp32 sums; over all draft gradients "
+      "|g - g_fp32| / |g_fp32| %.5f with bf16 sums, %.5f with fp32 sums\n",
+      worst_before, worst_name.c_str(), worst_after, norm_before, norm_after);
   // Here the bf16 forward and each use's own backward dominate the error (the sums' own share
   // is what the test above isolates): the fp32 sums must not make it worse, and a use lost or
   // counted twice (an error of 1/7 or more) would show far above bf16 rounding.

@@ -16,6 +16,7 @@
 #include <map>
 #include <string>
 
+#include "step_configs.h"
 #include "tandem/core/config.h"
 #include "tandem/core/host_read.h"
 #include "tandem/core/run_context.h"
@@ -30,7 +31,6 @@
 #include "tandem/train/optimizer.h"
 #include "tandem/train/step_metrics.h"
 #include "tandem/train/training_data.h"
-#include "step_configs.h"
 #include "test_util.h"
 
 // libtorch's C++ build lacks Meta kernels for a few ops that Python supplies itself
@@ -42,7 +42,8 @@ namespace meta_kernels {
 void require_meta(const char* op, std::initializer_list<const at::Tensor*> tensors) {
   for (const at::Tensor* tensor : tensors)
     TORCH_CHECK(!tensor->defined() || tensor->is_meta() || (tensor->is_cpu() && tensor->dim() == 0),
-                op, ": an operand on ", tensor->device(), " beside meta ones (on a GPU: a host "
+                op, ": an operand on ", tensor->device(),
+                " beside meta ones (on a GPU: a host "
                 "tensor used by a device op)");
 }
 
@@ -50,7 +51,8 @@ at::Tensor index_select_meta(const at::Tensor& self, int64_t dim, const at::Tens
   require_meta("index_select", {&self, &index});
   TORCH_CHECK(index.dim() <= 1, "index_select: index must be 0-D or 1-D");
   std::vector<int64_t> shape = self.sizes().vec();
-  if (!shape.empty()) shape[static_cast<size_t>(c10::maybe_wrap_dim(dim, self.dim()))] = index.numel();
+  if (!shape.empty())
+    shape[static_cast<size_t>(c10::maybe_wrap_dim(dim, self.dim()))] = index.numel();
   return at::empty(shape, self.options());
 }
 
@@ -74,7 +76,8 @@ at::Tensor& logical_not_out(const at::Tensor& self, at::Tensor& out) {
   return out;
 }
 
-at::Tensor where_self(const at::Tensor& condition, const at::Tensor& self, const at::Tensor& other) {
+at::Tensor where_self(const at::Tensor& condition, const at::Tensor& self,
+                      const at::Tensor& other) {
   require_meta("where", {&condition, &self, &other});
   const std::vector<int64_t> shape =
       at::infer_size(at::infer_size(condition.sizes(), self.sizes()), other.sizes());

@@ -17,12 +17,18 @@ std::map<std::string, int64_t>& counts() {
 
 const char* host_read_name(HostRead why) {
   switch (why) {
-    case HostRead::MoeExpertCounts: return "moe_expert_counts";
-    case HostRead::GradientFlags: return "gradient_flags";
-    case HostRead::StepMetrics: return "step_metrics";
-    case HostRead::DecodedTokens: return "decoded_tokens";
-    case HostRead::SaveChecks: return "save_checks";
-    case HostRead::DraftVocabMap: return "draft_vocab_map";
+    case HostRead::MoeExpertCounts:
+      return "moe_expert_counts";
+    case HostRead::GradientFlags:
+      return "gradient_flags";
+    case HostRead::StepMetrics:
+      return "step_metrics";
+    case HostRead::DecodedTokens:
+      return "decoded_tokens";
+    case HostRead::SaveChecks:
+      return "save_checks";
+    case HostRead::DraftVocabMap:
+      return "draft_vocab_map";
   }
   return "unknown";
 }

@@ -17,12 +17,12 @@ namespace tandem {
 
 /// The reasons, one per kind of intended wait.
 enum class HostRead {
-  MoeExpertCounts,     // tokens per expert, sizing each expert's matmuls (one per MoE layer)
-  GradientFlags,       // data parallel: which parameters any rank has a gradient for (one per step)
-  StepMetrics,         // the step's metrics, loss and gradient norm (one per step)
-  DecodedTokens,       // generation and speculative decoding: the chosen tokens (one per step)
-  SaveChecks,          // before a checkpoint: whether the trained state is finite
-  DraftVocabMap,       // speculative decoding: the draft vocabulary's target ids (once per decode)
+  MoeExpertCounts,  // tokens per expert, sizing each expert's matmuls (one per MoE layer)
+  GradientFlags,    // data parallel: which parameters any rank has a gradient for (one per step)
+  StepMetrics,      // the step's metrics, loss and gradient norm (one per step)
+  DecodedTokens,    // generation and speculative decoding: the chosen tokens (one per step)
+  SaveChecks,       // before a checkpoint: whether the trained state is finite
+  DraftVocabMap,    // speculative decoding: the draft vocabulary's target ids (once per decode)
 };
 
 const char* host_read_name(HostRead why);
