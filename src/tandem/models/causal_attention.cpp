@@ -6,6 +6,7 @@
 #include <iostream>
 #include <mutex>
 #include <set>
+#include <tuple>
 
 #include "tandem/core/error.h"
 #include "tandem/models/banded_attention.h"
@@ -22,26 +23,33 @@ bool sdpa_repeats_kv(const SdpaCall& call) {
 
 SdpaOperands sdpa_operands(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                            const at::Tensor& mask) {
-  const SdpaCall call{q.device().type(), q.scalar_type(), q.size(1), k.size(1), q.size(3),
-                      mask.defined()};
+  const SdpaCall call{q.device().type(), q.scalar_type(), q.size(1),
+                      k.size(1),         q.size(3),       mask.defined()};
   if (!sdpa_repeats_kv(call)) return {k, v, call.kv_heads != call.heads};
   const int64_t repeats = q.size(1) / k.size(1);
   return {k.repeat_interleave(repeats, 1), v.repeat_interleave(repeats, 1), false};
 }
 
-std::string sdpa_backend(const at::Tensor& q, const SdpaOperands& operands, const at::Tensor& mask) {
+std::string sdpa_backend(const at::Tensor& q, const SdpaOperands& operands,
+                         const at::Tensor& mask) {
   const int64_t choice = at::_fused_sdp_choice(
       q, operands.k, operands.v, mask.defined() ? std::optional<at::Tensor>(mask) : std::nullopt,
       /*dropout_p=*/0.0, /*is_causal=*/!mask.defined(), /*scale=*/std::nullopt,
       /*enable_gqa=*/operands.enable_gqa);
   // sdp::SDPBackend's values (ATen/native/transformers/sdp_utils_cpp.h).
   switch (choice) {
-    case 0: return "math";
-    case 1: return "flash";
-    case 2: return "efficient";
-    case 3: return "cudnn";
-    case 4: return "overrideable";
-    default: return "none (" + std::to_string(choice) + ")";
+    case 0:
+      return "math";
+    case 1:
+      return "flash";
+    case 2:
+      return "efficient";
+    case 3:
+      return "cudnn";
+    case 4:
+      return "overrideable";
+    default:
+      return "none (" + std::to_string(choice) + ")";
   }
 }
 
@@ -49,17 +57,26 @@ namespace {
 
 // On a GPU, the kernel of each kind of call is logged the first time it is made, so a run shows
 // whether flash or the memory-efficient kernel runs (and never math) without a profiler.
+// (Called for every SDPA call: the kind is a small key, its text is made only to log it.)
 void log_backend_once(const at::Tensor& q, const SdpaOperands& operands, const at::Tensor& mask) {
+  using Kind = std::tuple<int, int64_t, int64_t, int64_t, bool, bool>;
   static std::mutex mutex;
-  static std::set<std::string> logged;
-  const std::string kind = std::string(c10::toString(q.scalar_type())) + ", " +
-                           std::to_string(q.size(1)) + "/" + std::to_string(operands.k.size(1)) +
-                           " heads" + (operands.enable_gqa ? " (GQA)" : "") + ", head_dim " +
-                           std::to_string(q.size(3)) + (mask.defined() ? ", mask" : ", causal");
-  std::lock_guard<std::mutex> lock(mutex);
-  if (!logged.insert(kind).second) return;
-  std::cerr << "[attention] SDPA on " << q.device().str() << " (" << kind
-            << "): " << sdpa_backend(q, operands, mask) << " kernel\n";
+  static std::set<Kind> logged;
+  const Kind kind{static_cast<int>(q.scalar_type()),
+                  q.size(1),
+                  operands.k.size(1),
+                  q.size(3),
+                  operands.enable_gqa,
+                  mask.defined()};
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (!logged.insert(kind).second) return;
+  }
+  std::cerr << "[attention] SDPA on " << q.device().str() << " (" << c10::toString(q.scalar_type())
+            << ", " << q.size(1) << "/" << operands.k.size(1) << " heads"
+            << (operands.enable_gqa ? " (GQA)" : "") << ", head_dim " << q.size(3)
+            << (mask.defined() ? ", mask" : ", causal") << "): " << sdpa_backend(q, operands, mask)
+            << " kernel\n";
 }
 
 }  // namespace

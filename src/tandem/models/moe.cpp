@@ -102,7 +102,10 @@ at::Tensor run_experts(const at::Tensor& x, const at::Tensor& indices, const at:
   const at::Tensor per_expert =
       meta ? at::empty({experts}, flat.options()) : at::bincount(flat, {}, experts);
   at::Tensor stand_in;
-  if (meta) stand_in = at::zeros({experts}, at::kLong).index_fill_(0, at::zeros({1}, at::kLong), tokens * k);
+  if (meta) {
+    stand_in = at::zeros({experts}, at::kLong);
+    stand_in[0] = tokens * k;
+  }
   const at::Tensor counts = read_on_host(per_expert, HostRead::MoeExpertCounts, stand_in);
   const int64_t* count = counts.data_ptr<int64_t>();
   const at::Tensor rows = x.index_select(0, token_of);  // (N*k, H)

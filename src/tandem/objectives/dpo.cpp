@@ -159,17 +159,16 @@ ObjectiveOutput DpoObjective::compute(const PackedBatch& batch, const StepTotals
   at::Tensor loss;
   DpoPairLosses losses;
   if (options_.policy.loss.chunk_tokens > 0) {  // fused per pair (objectives/dpo_loss.h)
-    const NextTokenPositions targets = next_token_positions(batch);
     // The pair table and each position's document on the host: the fused loss finds each pair's
     // positions there, never reading the device.
-    const at::Tensor host_document = next_token_positions(batch.on_host()).document;
+    const NextTokenPositions targets = next_token_positions(batch);
     const DpoLossType type = options_.loss_type;
     const double beta = options_.beta;
     const FusedLossOptions loss_options = options_.policy.loss;
     const std::vector<at::Tensor> out = with_full_parameters(  // gathered here when sharded
         {policy_->lm_head_weight()},
         {gather_positions(hidden, targets.index), targets.labels,
-         host_document, host_chosen, host_rejected, reference, counts},
+         targets.host_document, host_chosen, host_rejected, reference, counts},
         [type, beta, scale, loss_options](const auto& in, const auto& head) {
           DpoPairLosses pairs;
           const at::Tensor pair_loss = fused_dpo_loss(

@@ -15,18 +15,18 @@ namespace tandem {
 namespace {
 
 // One pair's losses and dL/dsum for its two documents, through dpo_pair_losses (one formula),
-// on the device: `sums` (2,) fp64 are the policy's chosen and rejected sums.
+// on the device: `sums` (2,) fp64 are the policy's chosen and rejected sums; `reference` and
+// `counts` (D,) are the inputs' per-document tensors in fp64.
 struct PairCoefficients {
   DpoPairLosses losses;  // (1,) each
   at::Tensor coefficients;  // (2,) fp64 dL/dsum (chosen, rejected); undefined without gradients
 };
 
-PairCoefficients pair_coefficients(const at::Tensor& sums, const DpoHeadInputs& in, int64_t chosen,
-                                   int64_t rejected, DpoLossType type, double beta, bool want_grad) {
+PairCoefficients pair_coefficients(const at::Tensor& sums, const at::Tensor& reference,
+                                   const at::Tensor& counts, int64_t chosen, int64_t rejected,
+                                   DpoLossType type, double beta, bool want_grad) {
   at::AutoGradMode enable(true);
   const at::Tensor leaf = sums.detach().requires_grad_(want_grad);
-  const at::Tensor reference = in.reference.to(at::kDouble);
-  const at::Tensor counts = in.counts.to(at::kDouble);
   const DpoPairLogprobs pair{leaf.narrow(0, 0, 1),           leaf.narrow(0, 1, 1),
                              reference.narrow(0, chosen, 1), reference.narrow(0, rejected, 1),
                              counts.narrow(0, chosen, 1),    counts.narrow(0, rejected, 1)};
@@ -38,7 +38,8 @@ PairCoefficients pair_coefficients(const at::Tensor& sums, const DpoHeadInputs& 
 }
 
 // The labelled positions of each document, ascending, from the host's document ids (N,).
-std::vector<std::vector<int64_t>> positions_by_document(const at::Tensor& document, int64_t documents) {
+std::vector<std::vector<int64_t>> positions_by_document(const at::Tensor& document,
+                                                        int64_t documents) {
   std::vector<std::vector<int64_t>> positions(static_cast<size_t>(documents));
   const at::Tensor ids = document.contiguous();
   const int64_t* id = ids.data_ptr<int64_t>();
@@ -68,6 +69,7 @@ class FusedDpoLoss : public torch::autograd::Function<FusedDpoLoss> {
     const std::vector<std::vector<int64_t>> by_document =
         positions_by_document(in.document, in.reference.size(0));
     const at::Tensor chosen_ids = in.chosen.contiguous(), rejected_ids = in.rejected.contiguous();
+    const at::Tensor reference = in.reference.to(at::kDouble), counts = in.counts.to(at::kDouble);
     const int64_t pairs = chosen_ids.numel();
     std::vector<at::Tensor> pair_losses, rewards_chosen, rewards_rejected;
     at::Tensor total = at::zeros({}, hidden.options().dtype(at::kDouble));
@@ -103,7 +105,7 @@ class FusedDpoLoss : public torch::autograd::Function<FusedDpoLoss> {
         if (want_grad && n <= chunk_tokens) kept.push_back(logits.sub_(lse).exp_());  // softmax
       }
       const PairCoefficients pair =
-          pair_coefficients(sums, in, chosen, rejected, type, beta, want_grad);
+          pair_coefficients(sums, reference, counts, chosen, rejected, type, beta, want_grad);
       total = total + pair.losses.losses.sum();
       pair_losses.push_back(pair.losses.losses);
       rewards_chosen.push_back(pair.losses.rewards_chosen);

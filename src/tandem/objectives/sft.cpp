@@ -62,7 +62,8 @@ NextTokenPositions next_token_positions(const PackedBatch& batch) {
   NextTokenPositions out;
   out.index = to_device(index, device);
   out.labels = to_device(host.input_ids.reshape(-1).index_select(0, index + 1), device);
-  out.document = to_device(host.global_document_ids().reshape(-1).index_select(0, index), device);
+  out.host_document = host.global_document_ids().reshape(-1).index_select(0, index);
+  out.document = to_device(out.host_document, device);
   return out;
 }
 

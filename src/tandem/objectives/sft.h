@@ -46,9 +46,10 @@ StepTotals next_token_totals(const PackedBatch& batch);
 /// The positions of `batch` that predict a target, on the batch's device, found on its host
 /// copy (so the device is never waited for):
 struct NextTokenPositions {
-  at::Tensor index;     // (N,) int64: flat position b * T + t among the batch's B * T tokens
-  at::Tensor labels;    // (N,) int64: the target x_{t+1}
-  at::Tensor document;  // (N,) int64: global document index (PackedBatch::global_document_ids)
+  at::Tensor index;          // (N,) int64: flat position b * T + t among the batch's B * T tokens
+  at::Tensor labels;         // (N,) int64: the target x_{t+1}
+  at::Tensor document;       // (N,) int64: global document (PackedBatch::global_document_ids)
+  at::Tensor host_document;  // (N,) the same indices, on the host (where they were found)
 };
 NextTokenPositions next_token_positions(const PackedBatch& batch);
 /// The rows of `hidden` (B, T, H) at flat positions `index` (N,) -> (N, H).
