@@ -13,15 +13,16 @@
 //   lm_head (frozen) = 2 * labels * V * H forward + the same for the hidden-state gradient
 //   draft forward + backward = 3 x draft forward (two backward matmuls per forward matmul)
 // The blockwise attention kernel skips the context tiles after each anchor but still masks inside
-// the tiles it visits; the masked work is not counted, so MFU is the useful fraction. MFU = model FLOPs / time / the fp32 matmul peak
-// measured in the same run. Target weights are random (speed does not depend on them).
+// the tiles it visits; the masked work is not counted, so MFU is the useful fraction. MFU = model
+// FLOPs / time / the fp32 matmul peak measured in the same run. Target weights are random (speed
+// does not depend on them).
 #include <ATen/ATen.h>
-#include <CLI/CLI.hpp>
 #include <torch/autograd.h>
+#include <unistd.h>
 
+#include <CLI/CLI.hpp>
 #include <cstdio>
 #include <filesystem>
-#include <unistd.h>
 
 #include "bench_common.h"
 #include "bench_model.h"
@@ -83,17 +84,19 @@ void run_case(const Case& c, int64_t block_size, int64_t draft_layers, int repea
       3 * dflash_draft_forward_flops(objective.draft()->config(), batch, anchors.blocks);
   const double online_flops = target_flops + head_flops + draft_flops;
   const double offline_flops = head_flops + draft_flops;
-  std::printf("bench_dflash [%s]: target hidden %ld, layers %ld, heads %ld/%ld, intermediate %ld, "
-              "vocab %ld; draft %ld layers reading target layers %s, block %ld; %ld x %ld tokens, "
-              "%.0f anchors, %.0f labels, fp32\n",
-              c.name, target.hidden_size, target.num_hidden_layers, target.num_attention_heads,
-              target.num_key_value_heads, target.intermediate_size, target.vocab_size, draft_layers,
-              c10::str(at::IntArrayRef(objective.draft()->config().target_layer_ids)).c_str(),
-              block_size, c.rows, c.seq, anchors.blocks.anchor_valid.sum().item<double>(), labels);
-  std::printf("  online : step %.3f s, %.0f tokens/s, MFU %.1f%% | target forward %.3f s = %.0f%% "
-              "of the step\n",
-              online_seconds, tokens / online_seconds, 100 * online_flops / online_seconds / peak,
-              target_seconds, 100 * target_seconds / online_seconds);
+  std::printf(
+      "bench_dflash [%s]: target hidden %ld, layers %ld, heads %ld/%ld, intermediate %ld, "
+      "vocab %ld; draft %ld layers reading target layers %s, block %ld; %ld x %ld tokens, "
+      "%.0f anchors, %.0f labels, fp32\n",
+      c.name, target.hidden_size, target.num_hidden_layers, target.num_attention_heads,
+      target.num_key_value_heads, target.intermediate_size, target.vocab_size, draft_layers,
+      c10::str(at::IntArrayRef(objective.draft()->config().target_layer_ids)).c_str(), block_size,
+      c.rows, c.seq, anchors.blocks.anchor_valid.sum().item<double>(), labels);
+  std::printf(
+      "  online : step %.3f s, %.0f tokens/s, MFU %.1f%% | target forward %.3f s = %.0f%% "
+      "of the step\n",
+      online_seconds, tokens / online_seconds, 100 * online_flops / online_seconds / peak,
+      target_seconds, 100 * target_seconds / online_seconds);
   std::printf("  offline: step %.3f s, %.0f tokens/s, MFU %.1f%%\n", offline_seconds,
               tokens / offline_seconds, 100 * offline_flops / offline_seconds / peak);
   std::printf("  peak RSS during the steps %.0f MiB (process peak %.0f MiB)\n", rss,

@@ -10,7 +10,6 @@
 
 #include <CLI/CLI.hpp>
 #include <cstdio>
-
 #include <filesystem>
 
 #include "bench_common.h"
@@ -47,8 +46,9 @@ Measure measure(bool fused, int64_t tokens, int64_t hidden, int64_t teacher_hidd
 }
 
 // A whole distillation micro-batch step (student forward + backward, teacher forward).
-Measure measure_step(int64_t chunk_tokens, const DistillLossOptions& loss, const std::string& student,
-                     const std::string& teacher, int64_t rows, int64_t seq_len) {
+Measure measure_step(int64_t chunk_tokens, const DistillLossOptions& loss,
+                     const std::string& student, const std::string& teacher, int64_t rows,
+                     int64_t seq_len) {
   DistillOptions options;
   options.student.model_path = student;
   options.teacher_path = teacher;
@@ -81,7 +81,8 @@ int main(int argc, char** argv) {
   int64_t step_rows = 4, step_seq_len = 1024;
   bool skip_step = false;
   app.add_option("--step-rows", step_rows, "distillation step: rows")->capture_default_str();
-  app.add_option("--step-seq-len", step_seq_len, "distillation step: tokens per row")->capture_default_str();
+  app.add_option("--step-seq-len", step_seq_len, "distillation step: tokens per row")
+      ->capture_default_str();
   app.add_flag("--no-step", skip_step, "only the loss, not the whole distillation step");
   CLI11_PARSE(app, argc, argv);
   const int used = configure_threads(threads);
@@ -103,8 +104,10 @@ int main(int argc, char** argv) {
   const double peak_flops = bench::matmul_peak_flops(at::kFloat);
   const auto scratch = std::filesystem::temp_directory_path() / "tandem-bench-distill";
   std::filesystem::remove_all(scratch);
-  const std::string student = bench::write_random_llama(student_shape, (scratch / "student").string(), 1);
-  const std::string teacher = bench::write_random_llama(teacher_shape, (scratch / "teacher").string(), 2);
+  const std::string student =
+      bench::write_random_llama(student_shape, (scratch / "student").string(), 1);
+  const std::string teacher =
+      bench::write_random_llama(teacher_shape, (scratch / "teacher").string(), 2);
   const double step_flops =
       3.0 * bench::forward_flops(bench::llama_config(student_shape), step_seq_len, step_rows) +
       bench::forward_flops(bench::llama_config(teacher_shape), step_seq_len, step_rows);
@@ -112,9 +115,10 @@ int main(int argc, char** argv) {
   const Measure step_unfused = measure_step(0, options, student, teacher, step_rows, step_seq_len);
   const Measure step_fused = measure_step(1024, options, student, teacher, step_rows, step_seq_len);
   std::filesystem::remove_all(scratch);
-  std::printf("bench_distill step: student Llama hidden 512 x 4 layers, teacher hidden 1024 x 4 "
-              "layers, vocab %ld, %ld rows x %ld tokens, matmul peak %.1f GFLOP/s\n",
-              vocab, step_rows, step_seq_len, peak_flops / 1e9);
+  std::printf(
+      "bench_distill step: student Llama hidden 512 x 4 layers, teacher hidden 1024 x 4 "
+      "layers, vocab %ld, %ld rows x %ld tokens, matmul peak %.1f GFLOP/s\n",
+      vocab, step_rows, step_seq_len, peak_flops / 1e9);
   bench::print_step_comparison(step_unfused, step_fused, step_tokens, step_flops, peak_flops);
   return 0;
 }

@@ -8,11 +8,10 @@
 //    against the fp32 matmul peak measured in the same run (model FLOPs = 3 x policy forward +
 //    1 x reference forward).
 #include <ATen/ATen.h>
-#include <CLI/CLI.hpp>
 #include <torch/autograd.h>
 
+#include <CLI/CLI.hpp>
 #include <cstdio>
-
 #include <filesystem>
 
 #include "bench_common.h"
@@ -47,9 +46,11 @@ Measure measure(bool fused, int64_t tokens, int64_t hidden, int64_t vocab, int64
     at::Tensor reference_sums;
     {
       at::NoGradGuard no_grad;
-      reference_sums = at::zeros({2 * pairs}).index_add(
-          0, document, fused ? fused_token_logprobs(reference, reference_head, labels, options)
-                             : unfused_token_logprobs(reference, reference_head, labels));
+      reference_sums =
+          at::zeros({2 * pairs})
+              .index_add(0, document,
+                         fused ? fused_token_logprobs(reference, reference_head, labels, options)
+                               : unfused_token_logprobs(reference, reference_head, labels));
     }
     at::Tensor loss;
     if (fused) {  // what the objective runs: the pair-fused loss (objectives/dpo_loss.h)
@@ -57,11 +58,12 @@ Measure measure(bool fused, int64_t tokens, int64_t hidden, int64_t vocab, int64
                             DpoLossType::Sigmoid, 0.1, 1.0 / pairs, options);
     } else {
       const at::Tensor policy_sums =
-          at::zeros({2 * pairs}).index_add(0, document, unfused_token_logprobs(policy, head, labels));
-      loss = dpo_pair_losses({policy_sums.index({even}), policy_sums.index({odd}),
-                              reference_sums.index({even}), reference_sums.index({odd}),
-                              lengths.index({even}), lengths.index({odd})},
-                             DpoLossType::Sigmoid, 0.1)
+          at::zeros({2 * pairs})
+              .index_add(0, document, unfused_token_logprobs(policy, head, labels));
+      loss = dpo_pair_losses(
+                 {policy_sums.index({even}), policy_sums.index({odd}), reference_sums.index({even}),
+                  reference_sums.index({odd}), lengths.index({even}), lengths.index({odd})},
+                 DpoLossType::Sigmoid, 0.1)
                  .losses.mean();
     }
     loss.backward();
@@ -103,7 +105,8 @@ int main(int argc, char** argv) {
   app.add_option("--step-seq-len", step_seq_len, "DPO step: tokens per row")->capture_default_str();
   app.add_flag("--no-step", skip_step, "only the loss, not the whole DPO step");
   app.add_option("--tokens", tokens)->capture_default_str();
-  app.add_option("--pairs", pairs, "preference pairs (2 documents each) over the tokens")->capture_default_str();
+  app.add_option("--pairs", pairs, "preference pairs (2 documents each) over the tokens")
+      ->capture_default_str();
   app.add_option("--chunk-tokens", chunk)->capture_default_str();
   app.add_option("--threads", threads, "0: all usable cores")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
@@ -114,9 +117,10 @@ int main(int argc, char** argv) {
   vocab = shape.vocab;
   const Measure unfused = measure(false, tokens, hidden, vocab, pairs, options);
   const Measure fused = measure(true, tokens, hidden, vocab, pairs, options);
-  std::printf("bench_dpo: sigmoid, %ld tokens in %ld pairs, vocab %ld, hidden %ld, chunk %ld, fp32, "
-              "%d threads, policy forward + backward, reference forward\n",
-              tokens, pairs, vocab, hidden, chunk, used);
+  std::printf(
+      "bench_dpo: sigmoid, %ld tokens in %ld pairs, vocab %ld, hidden %ld, chunk %ld, fp32, "
+      "%d threads, policy forward + backward, reference forward\n",
+      tokens, pairs, vocab, hidden, chunk, used);
   bench::print_loss_comparison(unfused, fused, tokens);
   if (skip_step) return 0;
 
@@ -130,11 +134,12 @@ int main(int argc, char** argv) {
   const Measure step_unfused = measure_step(0, dir, step_rows, step_seq_len);
   const Measure step_fused = measure_step(chunk, dir, step_rows, step_seq_len);
   std::filesystem::remove_all(dir);
-  std::printf("bench_dpo step: policy = reference = random Llama (hidden %ld, %ld layers, %ld/%ld heads, "
-              "intermediate %ld, vocab %ld), %ld rows x %ld tokens (one pair per row), matmul peak "
-              "%.1f GFLOP/s\n",
-              shape.hidden, shape.layers, shape.heads, shape.kv_heads, shape.intermediate, shape.vocab,
-              step_rows, step_seq_len, peak_flops / 1e9);
+  std::printf(
+      "bench_dpo step: policy = reference = random Llama (hidden %ld, %ld layers, %ld/%ld heads, "
+      "intermediate %ld, vocab %ld), %ld rows x %ld tokens (one pair per row), matmul peak "
+      "%.1f GFLOP/s\n",
+      shape.hidden, shape.layers, shape.heads, shape.kv_heads, shape.intermediate, shape.vocab,
+      step_rows, step_seq_len, peak_flops / 1e9);
   bench::print_step_comparison(step_unfused, step_fused, step_tokens, step_flops, peak_flops);
   return 0;
 }

@@ -13,16 +13,16 @@
 // MFU = model FLOPs / time / the fp32 matmul peak measured in the same run.
 // Target weights are random (speed does not depend on them); pass --target DIR for a real one.
 #include <ATen/ATen.h>
-#include <CLI/CLI.hpp>
 #include <torch/autograd.h>
-
-#include <cstdio>
-#include <filesystem>
 #include <unistd.h>
 
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <filesystem>
+
 #include "bench_common.h"
-#include "bench_objective.h"
 #include "bench_model.h"
+#include "bench_objective.h"
 #include "tandem/core/threads.h"
 #include "tandem/data/packing.h"
 #include "tandem/objectives/eagle3.h"
@@ -41,8 +41,9 @@ struct Case {
 
 void run_case(const Case& c, const std::string& given_target, int64_t ttt_length, int repeats,
               double peak) {
-  const std::string scratch =
-      (std::filesystem::temp_directory_path() / ("tandem-bench-eagle3-" + std::to_string(::getpid()))).string();
+  const std::string scratch = (std::filesystem::temp_directory_path() /
+                               ("tandem-bench-eagle3-" + std::to_string(::getpid())))
+                                  .string();
   const std::string target_dir =
       given_target.empty() ? bench::write_random_llama(c.target, scratch) : given_target;
   Eagle3Options options;
@@ -55,7 +56,8 @@ void run_case(const Case& c, const std::string& given_target, int64_t ttt_length
 
   std::vector<TokenizedDocument> documents;
   for (int64_t r = 0; r < c.rows; ++r) {
-    TokenizedDocument document{std::vector<int32_t>(c.seq), std::vector<uint8_t>(c.seq, 1), "bench"};
+    TokenizedDocument document{std::vector<int32_t>(c.seq), std::vector<uint8_t>(c.seq, 1),
+                               "bench"};
     for (int64_t t = 0; t < c.seq; ++t)
       document.ids[t] = static_cast<int32_t>((t * 7919 + r * 104729) % target.vocab_size);
     documents.push_back(document);
@@ -74,7 +76,8 @@ void run_case(const Case& c, const std::string& given_target, int64_t ttt_length
   bench::reset_peak_rss();
   const double target_seconds = bench::best_seconds([&] { objective.features(batch); }, repeats);
   const double offline_seconds = bench::best_seconds([&] { draft_step(captured); }, repeats);
-  const double online_seconds = bench::best_seconds([&] { draft_step(objective.features(batch)); }, repeats);
+  const double online_seconds =
+      bench::best_seconds([&] { draft_step(objective.features(batch)); }, repeats);
   const double rss = bench::peak_rss_mark_mib();
 
   const double tokens = static_cast<double>(c.seq) * c.rows;
@@ -87,19 +90,22 @@ void run_case(const Case& c, const std::string& given_target, int64_t ttt_length
                                      static_cast<double>(c.rows) * c.seq * c.seq, ttt_length);
   const double online_flops = target_flops + teacher_flops + draft_flops;
   const double offline_flops = teacher_flops + draft_flops;
-  std::printf("bench_eagle3 [%s]: target hidden %ld, layers %ld, heads %ld/%ld, intermediate %ld, "
-              "vocab %ld; draft vocab %ld, TTT %ld; %ld x %ld tokens, fp32\n",
-              c.name, target.hidden_size, target.num_hidden_layers, target.num_attention_heads,
-              target.num_key_value_heads, target.intermediate_size, target.vocab_size, c.draft_vocab,
-              ttt_length, c.rows, c.seq);
-  std::printf("  online : step %.3f s, %.0f tokens/s, MFU %.1f%% | target forward %.3f s = %.0f%% of "
-              "the step, draft (teacher + unroll + backward + AdamW) %.0f%%\n",
-              online_seconds, tokens / online_seconds, 100 * online_flops / online_seconds / peak,
-              target_seconds, 100 * target_seconds / online_seconds,
-              100 * (online_seconds - target_seconds) / online_seconds);
+  std::printf(
+      "bench_eagle3 [%s]: target hidden %ld, layers %ld, heads %ld/%ld, intermediate %ld, "
+      "vocab %ld; draft vocab %ld, TTT %ld; %ld x %ld tokens, fp32\n",
+      c.name, target.hidden_size, target.num_hidden_layers, target.num_attention_heads,
+      target.num_key_value_heads, target.intermediate_size, target.vocab_size, c.draft_vocab,
+      ttt_length, c.rows, c.seq);
+  std::printf(
+      "  online : step %.3f s, %.0f tokens/s, MFU %.1f%% | target forward %.3f s = %.0f%% of "
+      "the step, draft (teacher + unroll + backward + AdamW) %.0f%%\n",
+      online_seconds, tokens / online_seconds, 100 * online_flops / online_seconds / peak,
+      target_seconds, 100 * target_seconds / online_seconds,
+      100 * (online_seconds - target_seconds) / online_seconds);
   std::printf("  offline: step %.3f s, %.0f tokens/s, MFU %.1f%%\n", offline_seconds,
               tokens / offline_seconds, 100 * offline_flops / offline_seconds / peak);
-  std::printf("  peak RSS during the steps %.0f MiB (process peak %.0f MiB)\n", rss, bench::peak_rss_mib());
+  std::printf("  peak RSS during the steps %.0f MiB (process peak %.0f MiB)\n", rss,
+              bench::peak_rss_mib());
   if (given_target.empty()) std::filesystem::remove_all(scratch);
 }
 
@@ -110,7 +116,8 @@ int main(int argc, char** argv) {
   std::string target, only;
   int64_t ttt_length = 7;
   int repeats = 3, threads = 0;
-  app.add_option("--target", target, "a real target checkpoint for the demo case (default: random weights)");
+  app.add_option("--target", target,
+                 "a real target checkpoint for the demo case (default: random weights)");
   app.add_option("--only", only, "run one case: demo | large");
   app.add_option("--ttt", ttt_length)->capture_default_str();
   app.add_option("--repeats", repeats)->capture_default_str();
@@ -118,11 +125,13 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   const int used_threads = configure_threads(threads);
   const double peak = bench::matmul_peak_flops(at::kFloat);
-  std::printf("bench_eagle3: fp32 matmul peak %.1f GFLOP/s, %d threads\n", peak / 1e9, used_threads);
+  std::printf("bench_eagle3: fp32 matmul peak %.1f GFLOP/s, %d threads\n", peak / 1e9,
+              used_threads);
   const bench::ModelShape demo = bench::demo_target_shape();
   bench::ModelShape large;  // hidden 1024, 8 layers, 16/8 heads, intermediate 2816, vocab 32000
   const Case cases[] = {{"demo", demo, 2048, 256, 8}, {"large", large, 8192, 1024, 2}};
   for (const Case& c : cases)
-    if (only.empty() || only == c.name) run_case(c, std::string(c.name) == "demo" ? target : "", ttt_length, repeats, peak);
+    if (only.empty() || only == c.name)
+      run_case(c, std::string(c.name) == "demo" ? target : "", ttt_length, repeats, peak);
   return 0;
 }

@@ -6,8 +6,8 @@
 // token, plus causal attention 2 * T^2 * heads * head_dim per layer (QK^T and PV, half the
 // square for causality).
 #include <ATen/ATen.h>
-#include <CLI/CLI.hpp>
 
+#include <CLI/CLI.hpp>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -41,7 +41,8 @@ int main(int argc, char** argv) {
   config.max_position_embeddings = seq;
 
   // Write a real checkpoint and load it the way a frozen target is loaded.
-  const std::string dir = (std::filesystem::temp_directory_path() / "tandem-bench-forward").string();
+  const std::string dir =
+      (std::filesystem::temp_directory_path() / "tandem-bench-forward").string();
   std::filesystem::create_directories(dir);
   {
     CausalLM model(config, at::TensorOptions().dtype(at::kFloat));
@@ -52,10 +53,11 @@ int main(int argc, char** argv) {
     std::ofstream(dir + "/config.json") << config.to_json().dump(2);
   }
 
-  std::printf("bench_forward: hidden %ld, layers %ld, heads %ld/%ld, intermediate %ld, vocab %ld, "
-              "batch %ld x seq %ld, %d threads\n",
-              shape.hidden, shape.layers, shape.heads, shape.kv_heads, shape.intermediate, shape.vocab,
-              batch, seq, used_threads);
+  std::printf(
+      "bench_forward: hidden %ld, layers %ld, heads %ld/%ld, intermediate %ld, vocab %ld, "
+      "batch %ld x seq %ld, %d threads\n",
+      shape.hidden, shape.layers, shape.heads, shape.kv_heads, shape.intermediate, shape.vocab,
+      batch, seq, used_threads);
   const double flops = bench::forward_flops(config, seq, batch);
   for (const std::string& name : {std::string("fp32"), std::string("bf16")}) {
     if (dtypes.find(name) == std::string::npos) continue;
@@ -66,10 +68,11 @@ int main(int argc, char** argv) {
     const auto layout = AttentionLayout::causal(batch, seq, at::kCPU);
     const double seconds = bench::best_seconds([&] { model.forward(ids, layout, {}); }, repeats);
     const double achieved = flops / seconds;
-    std::printf("  %s: matmul peak %.1f GFLOP/s | forward %.3f s, %.0f tokens/s, %.1f GFLOP/s, "
-                "MFU %.1f%% of the %s matmul peak | peak RSS %.0f MiB\n",
-                name.c_str(), peak / 1e9, seconds, batch * seq / seconds, achieved / 1e9,
-                100.0 * achieved / peak, name.c_str(), bench::peak_rss_mib());
+    std::printf(
+        "  %s: matmul peak %.1f GFLOP/s | forward %.3f s, %.0f tokens/s, %.1f GFLOP/s, "
+        "MFU %.1f%% of the %s matmul peak | peak RSS %.0f MiB\n",
+        name.c_str(), peak / 1e9, seconds, batch * seq / seconds, achieved / 1e9,
+        100.0 * achieved / peak, name.c_str(), bench::peak_rss_mib());
   }
   std::filesystem::remove_all(dir);
   return 0;

@@ -7,9 +7,9 @@
 //    (chunked, recomputed in backward) vs unfused (full fp32 logits), measured as the rise of
 //    the kernel's peak-RSS mark (VmHWM, reset before each measurement).
 #include <ATen/ATen.h>
-#include <CLI/CLI.hpp>
 #include <torch/autograd.h>
 
+#include <CLI/CLI.hpp>
 #include <cstdio>
 
 #include "bench_common.h"
@@ -51,7 +51,8 @@ int main(int argc, char** argv) {
   int repeats = 3, threads = 0;
   bench::add_shape_options(app, shape);
   app.add_option("--seq", seq)->capture_default_str();
-  app.add_option("--loss-tokens", loss_tokens, "tokens for the loss memory comparison")->capture_default_str();
+  app.add_option("--loss-tokens", loss_tokens, "tokens for the loss memory comparison")
+      ->capture_default_str();
   app.add_option("--repeats", repeats)->capture_default_str();
   app.add_option("--threads", threads, "0: all usable cores")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
@@ -60,9 +61,10 @@ int main(int argc, char** argv) {
   // Loss memory first, before the model's allocations raise the baseline.
   const double unfused_mib = loss_peak_mib(false, loss_tokens, shape.hidden, shape.vocab);
   const double fused_mib = loss_peak_mib(true, loss_tokens, shape.hidden, shape.vocab);
-  std::printf("bench_sft: loss head %ld tokens x vocab %ld x hidden %ld (fp32), forward+backward: "
-              "unfused peak +%.0f MiB, fused peak +%.0f MiB (fused/unfused = %.3f)\n",
-              loss_tokens, shape.vocab, shape.hidden, unfused_mib, fused_mib, fused_mib / unfused_mib);
+  std::printf(
+      "bench_sft: loss head %ld tokens x vocab %ld x hidden %ld (fp32), forward+backward: "
+      "unfused peak +%.0f MiB, fused peak +%.0f MiB (fused/unfused = %.3f)\n",
+      loss_tokens, shape.vocab, shape.hidden, unfused_mib, fused_mib, fused_mib / unfused_mib);
 
   const DecoderConfig config = bench::llama_config(shape);
   CausalLM model(config, at::TensorOptions().dtype(at::kFloat));
@@ -90,13 +92,15 @@ int main(int argc, char** argv) {
   const double peak = bench::matmul_peak_flops(at::kFloat);
   const double seconds = bench::best_seconds(step, repeats);
   const double flops = 3.0 * bench::forward_flops(config, seq);
-  std::printf("bench_sft: hidden %ld, layers %ld, heads %ld/%ld, intermediate %ld, vocab %ld, "
-              "seq %ld, fp32, %d threads\n",
-              shape.hidden, shape.layers, shape.heads, shape.kv_heads, shape.intermediate, shape.vocab,
-              seq, used_threads);
-  std::printf("  matmul peak %.1f GFLOP/s | train step %.3f s, %.0f tokens/s, %.1f GFLOP/s, MFU %.1f%% "
-              "| peak RSS %.0f MiB\n",
-              peak / 1e9, seconds, seq / seconds, flops / seconds / 1e9, 100.0 * flops / seconds / peak,
-              bench::peak_rss_mib());
+  std::printf(
+      "bench_sft: hidden %ld, layers %ld, heads %ld/%ld, intermediate %ld, vocab %ld, "
+      "seq %ld, fp32, %d threads\n",
+      shape.hidden, shape.layers, shape.heads, shape.kv_heads, shape.intermediate, shape.vocab, seq,
+      used_threads);
+  std::printf(
+      "  matmul peak %.1f GFLOP/s | train step %.3f s, %.0f tokens/s, %.1f GFLOP/s, MFU %.1f%% "
+      "| peak RSS %.0f MiB\n",
+      peak / 1e9, seconds, seq / seconds, flops / seconds / 1e9, 100.0 * flops / seconds / peak,
+      bench::peak_rss_mib());
   return 0;
 }

@@ -11,9 +11,9 @@
 #include <string>
 #include <vector>
 
+#include "demo_tokenizer.h"
 #include "tandem/core/error.h"
 #include "tandem/data/datasets.h"
-#include "demo_tokenizer.h"
 #include "tandem/text/tokenizer.h"
 
 namespace {
@@ -28,8 +28,9 @@ const std::string& scratch_path() {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
   using tandem::DataFormat;
-  const DataFormat formats[] = {DataFormat::conversations, DataFormat::text, DataFormat::pretokenized,
-                                DataFormat::preference, DataFormat::rollout};
+  const DataFormat formats[] = {DataFormat::conversations, DataFormat::text,
+                                DataFormat::pretokenized, DataFormat::preference,
+                                DataFormat::rollout};
   const DataFormat format = formats[data[0] % 5];
   {
     std::ofstream out(scratch_path(), std::ios::binary | std::ios::trunc);

@@ -9,9 +9,9 @@
 #include <optional>
 #include <string>
 
+#include "demo_tokenizer.h"
 #include "tandem/core/error.h"
 #include "tandem/core/json_parse.h"
-#include "demo_tokenizer.h"
 #include "tandem/text/tokenizer.h"
 
 namespace {

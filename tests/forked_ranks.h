@@ -13,8 +13,8 @@
 #include <cstdio>
 #include <exception>
 #include <functional>
-#include <thread>
 #include <memory>
+#include <thread>
 #include <vector>
 
 #include "tandem/dist/process_group.h"

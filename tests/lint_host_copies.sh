@@ -31,7 +31,7 @@ while IFS= read -r hit; do
     echo "lint_host_copies: $hit"
     found=$((found + 1))
   fi
-done < <(grep -rnE '\.to\([^;]*\b(device|kCUDA|kMeta)\b|\.cuda\(\)' \
+done < <(grep -rnE '\.to\([^;)]*\b(device|kCUDA|kMeta)\b|\.cuda\(\)' \
   src/tandem/models src/tandem/objectives src/tandem/eval src/tandem/data/capture.cpp |
   grep -v 'to_device(' || true)
 

@@ -12,8 +12,8 @@ namespace tandem::testing {
 
 struct OverfitSchedule {
   int max_steps = 600;
-  int hold_steps = 50;    // steps at full accuracy before stopping
-  int warm_steps = 200;   // lr 5e-3 for these, then 1e-3
+  int hold_steps = 50;   // steps at full accuracy before stopping
+  int warm_steps = 200;  // lr 5e-3 for these, then 1e-3
 };
 
 struct OverfitResult {

@@ -46,9 +46,8 @@ TEST(BadModelFiles, AnIntegerWeightIsRefused) {
     }
   }
   tandem::write_tensors(model + "/model.safetensors", tensors);
-  const std::string message = error_of([&] {
-    tandem::load_causal_lm(model, at::kFloat, tandem::RunContext{});
-  });
+  const std::string message =
+      error_of([&] { tandem::load_causal_lm(model, at::kFloat, tandem::RunContext{}); });
   EXPECT_NE(message.find("tensor 'model.norm.weight' is stored as I32; a model weight must be "
                          "F32, F16 or BF16"),
             std::string::npos)
@@ -66,9 +65,8 @@ TEST(BadModelFiles, SizesThatDisagreeWithTheWeightsFailBeforeAllocation) {
   config["head_dim"] = 64;
   std::ofstream(model + "/config.json") << config.dump();
   const auto start = std::chrono::steady_clock::now();
-  const std::string message = error_of([&] {
-    tandem::load_causal_lm(model, at::kFloat, tandem::RunContext{});
-  });
+  const std::string message =
+      error_of([&] { tandem::load_causal_lm(model, at::kFloat, tandem::RunContext{}); });
   EXPECT_NE(message.find("[checkpoint] " + model + ": tensor '"), std::string::npos) << message;
   EXPECT_NE(message.find("but the config implies"), std::string::npos) << message;
   EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 30.0);

@@ -48,7 +48,8 @@ TEST(Cli, HelpListsEverySubcommand) {
   const auto result = run_command(tandem_binary() + " --help");
   EXPECT_EQ(result.exit_code, 0) << result.output;
   for (const char* name : {"train", "export", "eval", "capture", "forward", "tokenize", "data"})
-    EXPECT_NE(result.output.find(name), std::string::npos) << name << " missing from:\n" << result.output;
+    EXPECT_NE(result.output.find(name), std::string::npos) << name << " missing from:\n"
+                                                           << result.output;
 }
 
 TEST(Cli, EvalNamesItsMissingOptions) {
@@ -59,9 +60,9 @@ TEST(Cli, EvalNamesItsMissingOptions) {
 
 TEST(Cli, ForwardRejectsOutOfRangeIds) {
   ScratchDir dir;
-  const auto result = run_command(tandem_binary() + " forward --model " +
-                                  tandem::testing::model_fixture("llama3") +
-                                  " --input-ids 1,2,99999 --out " + (dir / "x.safetensors"));
+  const auto result =
+      run_command(tandem_binary() + " forward --model " + tandem::testing::model_fixture("llama3") +
+                  " --input-ids 1,2,99999 --out " + (dir / "x.safetensors"));
   EXPECT_EQ(result.exit_code, 1) << result.output;
   EXPECT_NE(result.output.find("token id 99999 is outside the vocabulary"), std::string::npos)
       << result.output;
@@ -72,7 +73,8 @@ TEST(Cli, ForwardNamesAMissingCheckpoint) {
   const auto result = run_command(tandem_binary() + " forward --model " + (dir / "nowhere") +
                                   " --input-ids 1,2 --out " + (dir / "x.safetensors"));
   EXPECT_EQ(result.exit_code, 1) << result.output;
-  EXPECT_NE(result.output.find("nowhere/config.json: cannot open"), std::string::npos) << result.output;
+  EXPECT_NE(result.output.find("nowhere/config.json: cannot open"), std::string::npos)
+      << result.output;
 }
 
 }  // namespace

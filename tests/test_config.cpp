@@ -37,7 +37,7 @@ TEST(Config, TypedReadsDefaultsAndOverrides) {
   EXPECT_NO_THROW(config.check_all_used());
   const std::string resolved = config.resolved_yaml();
   EXPECT_NE(resolved.find("warmup: 5"), std::string::npos) << resolved;  // defaults recorded
-  EXPECT_NE(resolved.find("lr: 3e-4"), std::string::npos) << resolved;  // as overridden
+  EXPECT_NE(resolved.find("lr: 3e-4"), std::string::npos) << resolved;   // as overridden
 }
 
 TEST(Config, UnknownKeysAreErrorsWithTheirPath) {
@@ -55,12 +55,17 @@ TEST(Config, UnknownKeysAreErrorsWithTheirPath) {
 TEST(Config, TypeErrorsAndMissingValuesNameTheKey) {
   const Config config = Config::parse(kRun, "run.yaml", {"training.steps=many"});
   const Config training = config.section("training");
-  EXPECT_NE(error_of([&] { training.get_int("steps"); }).find("run.yaml: training.steps: expected an integer"),
+  EXPECT_NE(error_of([&] {
+              training.get_int("steps");
+            }).find("run.yaml: training.steps: expected an integer"),
             std::string::npos);
-  EXPECT_NE(error_of([&] { training.get_int("epochs"); }).find("training.epochs: required an integer is missing"),
+  EXPECT_NE(error_of([&] {
+              training.get_int("epochs");
+            }).find("training.epochs: required an integer is missing"),
             std::string::npos);
-  EXPECT_NE(error_of([&] { config.section("model").get_choice("dtype", {"fp32"}); })
-                .find("'bf16' is not one of: fp32"),
+  EXPECT_NE(error_of([&] {
+              config.section("model").get_choice("dtype", {"fp32"});
+            }).find("'bf16' is not one of: fp32"),
             std::string::npos);
   EXPECT_NE(error_of([&] { config.section("training").section("lr"); }).find("must be a section"),
             std::string::npos);
@@ -86,8 +91,9 @@ TEST(Config, DuplicateAndComplexKeysAndDeepNestingNameTheFileAndLine) {
       << duplicate;
   const std::string complex_key =
       error_of([] { Config::parse("training:\n  ? [a, b]\n  : 1\n", "complex.yaml"); });
-  EXPECT_NE(complex_key.find("complex.yaml:2: a key under 'training' must be a plain name, not a list"),
-            std::string::npos)
+  EXPECT_NE(
+      complex_key.find("complex.yaml:2: a key under 'training' must be a plain name, not a list"),
+      std::string::npos)
       << complex_key;
   std::string deep = "a: ";
   for (int i = 0; i < 40; ++i) deep += "{b: ";
@@ -98,5 +104,6 @@ TEST(Config, DuplicateAndComplexKeysAndDeepNestingNameTheFileAndLine) {
   EXPECT_NE(nested.find("nests deeper than 16 levels"), std::string::npos) << nested;
   const std::string override_key =
       error_of([] { Config::parse(kRun, "run.yaml", {"training.x={? [1]: 2}"}); });
-  EXPECT_NE(override_key.find("override 'training.x={? [1]: 2}'"), std::string::npos) << override_key;
+  EXPECT_NE(override_key.find("override 'training.x={? [1]: 2}'"), std::string::npos)
+      << override_key;
 }

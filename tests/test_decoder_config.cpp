@@ -58,10 +58,10 @@ TEST(DecoderConfig, Transformers5RopeParameters) {
   json config = llama31_config();
   config.erase("rope_scaling");
   config.erase("rope_theta");
-  config["rope_parameters"] = {{"rope_type", "llama3"}, {"rope_theta", 500000.0},
-                               {"factor", 8.0}, {"low_freq_factor", 1.0},
-                               {"high_freq_factor", 4.0},
-                               {"original_max_position_embeddings", 8192}};
+  config["rope_parameters"] = {
+      {"rope_type", "llama3"},   {"rope_theta", 500000.0},
+      {"factor", 8.0},           {"low_freq_factor", 1.0},
+      {"high_freq_factor", 4.0}, {"original_max_position_embeddings", 8192}};
   config["dtype"] = config["torch_dtype"];
   config.erase("torch_dtype");
   const auto c = DecoderConfig::from_json(config, "config.json");
@@ -78,7 +78,7 @@ TEST(DecoderConfig, Qwen2HasQkvBiasOnly) {
     "sliding_window": 32768, "use_sliding_window": false, "max_window_layers": 21,
     "tie_word_embeddings": true, "vocab_size": 151936, "max_position_embeddings": 32768,
     "hidden_act": "silu", "bos_token_id": 151643, "eos_token_id": 151643})"),
-                                           "config.json");
+                                          "config.json");
   EXPECT_TRUE(c.qkv_bias);
   EXPECT_FALSE(c.o_bias);
   EXPECT_EQ(c.head_dim, 64);
@@ -94,7 +94,7 @@ TEST(DecoderConfig, Qwen3ExplicitHeadDimAndQkNorm) {
     "attention_bias": false, "tie_word_embeddings": true, "vocab_size": 151936,
     "max_position_embeddings": 40960, "sliding_window": null, "use_sliding_window": false,
     "max_window_layers": 28})"),
-                                           "config.json");
+                                          "config.json");
   EXPECT_EQ(c.head_dim, 128);  // != 1024 / 16
   EXPECT_TRUE(c.qk_norm);
   EXPECT_FALSE(c.qkv_bias);
@@ -106,7 +106,7 @@ TEST(DecoderConfig, MistralSlidingWindow) {
     "intermediate_size": 14336, "num_hidden_layers": 32, "num_attention_heads": 32,
     "num_key_value_heads": 8, "rms_norm_eps": 1e-05, "rope_theta": 10000.0,
     "sliding_window": 4096, "vocab_size": 32000, "max_position_embeddings": 32768})"),
-                                           "config.json");
+                                          "config.json");
   EXPECT_EQ(c.sliding_window, std::vector<int64_t>(32, 4096));
 }
 
@@ -122,7 +122,8 @@ TEST(DecoderConfig, ErrorsNameTheFieldAndFile) {
   auto expect_error = [](json config, const std::string& phrase) {
     const std::string message = error_of(config);
     EXPECT_NE(message.find("/ckpt/config.json"), std::string::npos) << message;
-    EXPECT_NE(message.find(phrase), std::string::npos) << "wanted '" << phrase << "' in: " << message;
+    EXPECT_NE(message.find(phrase), std::string::npos)
+        << "wanted '" << phrase << "' in: " << message;
   };
   json config = llama31_config();
   config["quantization_config"] = {{"quant_method", "gptq"}};
@@ -165,8 +166,7 @@ TEST(DecoderConfig, ErrorsNameTheFieldAndFile) {
   expect_error(config, "pretraining_tp");
 
   // Sizes are bounded before anything is allocated or looped over (issue 19).
-  for (const auto& [field, value, phrase] :
-       std::vector<std::tuple<std::string, json, std::string>>{
+  for (const auto& [field, value, phrase] : std::vector<std::tuple<std::string, json, std::string>>{
            {"hidden_size", 1000000000, "hidden_size must be in 1..65536, got 1000000000"},
            {"vocab_size", int64_t{1000000000000}, "vocab_size must be in 1..16777216"},
            {"intermediate_size", int64_t{1000000000000}, "intermediate_size must be in 1..1048576"},

@@ -44,7 +44,8 @@ double max_abs_diff(const at::Tensor& a, const at::Tensor& b) {
 // layer and token, the k-th and (k+1)-th best expert scores of transformers' bf16 router logits
 // lie within 4 bf16 ulps. Scores as the family ranks them: the logits (softmax keeps their order),
 // or MiniMax-M2's sigmoid + e_score_correction_bias. Empty for dense models.
-std::vector<int64_t> rows_with_routing_near_ties(const Reference& reference, const FrozenModel& model) {
+std::vector<int64_t> rows_with_routing_near_ties(const Reference& reference,
+                                                 const FrozenModel& model) {
   const tandem::MoeConfig& moe = model.config().moe;
   std::vector<int64_t> rows;
   if (moe.num_experts == 0) return rows;
@@ -78,7 +79,8 @@ class DecoderParity : public ::testing::TestWithParam<std::tuple<std::string, st
  protected:
   void SetUp() override {
     if (std::get<1>(GetParam()) == "cuda" && tandem::cuda_device_count() == 0)
-      GTEST_SKIP() << "no CUDA device visible (CPU machine): scripts/gpu_check.sh runs this on a GPU";
+      GTEST_SKIP()
+          << "no CUDA device visible (CPU machine): scripts/gpu_check.sh runs this on a GPU";
   }
   std::string name() const { return std::get<0>(GetParam()); }
   at::Device device() const {
@@ -144,9 +146,10 @@ TEST_P(DecoderParity, Bf16WithinStatedTolerance) {
   const double diff = max_abs_diff(logits, expected);
   const double transformers_bf16_error =
       max_abs_diff(expected, reference["logits"].index_select(0, rows));
-  std::printf("[parity] %s bf16 on %s: logits max|diff| %.3g vs transformers bf16 (its own bf16 "
-              "error %.3g, max|logit| %.2f)\n",
-              name().c_str(), device().str().c_str(), diff, transformers_bf16_error, scale);
+  std::printf(
+      "[parity] %s bf16 on %s: logits max|diff| %.3g vs transformers bf16 (its own bf16 "
+      "error %.3g, max|logit| %.2f)\n",
+      name().c_str(), device().str().c_str(), diff, transformers_bf16_error, scale);
   EXPECT_LE(diff, 0.03 * scale) << name() << " scale " << scale;
   EXPECT_LE(diff, 2 * transformers_bf16_error + 1e-3)
       << name() << " transformers' own bf16 error " << transformers_bf16_error;
@@ -159,9 +162,9 @@ TEST_P(DecoderParity, PackedRowEqualsSeparateDocuments) {
   const FrozenModel model =
       FrozenModel::load(tandem::testing::model_fixture(name()), at::kFloat, device());
   const at::TensorOptions ids = at::TensorOptions().dtype(at::kLong).device(device());
-  const at::Tensor first = at::arange(5, 12, ids).unsqueeze(0);   // (1, 7)
+  const at::Tensor first = at::arange(5, 12, ids).unsqueeze(0);    // (1, 7)
   const at::Tensor second = at::arange(40, 49, ids).unsqueeze(0);  // (1, 9)
-  const at::Tensor packed = at::cat({first, second}, 1);          // (1, 16)
+  const at::Tensor packed = at::cat({first, second}, 1);           // (1, 16)
   AttentionLayout layout;
   layout.positions = at::cat({at::arange(7, ids), at::arange(9, ids)}).unsqueeze(0);
   layout.document_ids = at::cat({at::zeros({7}, ids), at::ones({9}, ids)}).unsqueeze(0);

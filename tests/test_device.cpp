@@ -14,6 +14,8 @@
 #include <iostream>
 #include <random>
 
+#include "forked_ranks.h"
+#include "step_configs.h"
 #include "tandem/core/config.h"
 #include "tandem/core/device.h"
 #include "tandem/data/sampler.h"
@@ -25,28 +27,27 @@
 #include "tandem/objectives/objective.h"
 #include "tandem/objectives/sft.h"
 #include "tandem/train/training_data.h"
-#include "forked_ranks.h"
-#include "step_configs.h"
 #include "test_util.h"
 
 namespace {
 
 using tandem::testing::error_of;
-using tandem::testing::ScratchDir;
 using tandem::testing::kObjectives;
+using tandem::testing::ScratchDir;
 using tandem::testing::StepConfigs;
 
 // Skips a CUDA test with the reason, where no GPU is visible.
-#define SKIP_WITHOUT_CUDA()                                                                   \
-  if (tandem::cuda_device_count() == 0)                                                       \
-  GTEST_SKIP() << "no CUDA device visible to this process (CPU machine): the CUDA path is "  \
+#define SKIP_WITHOUT_CUDA()                                                                 \
+  if (tandem::cuda_device_count() == 0)                                                     \
+  GTEST_SKIP() << "no CUDA device visible to this process (CPU machine): the CUDA path is " \
                   "checked by scripts/gpu_check.sh on a GPU"
 
 TEST(Device, SpecsResolveOnThisMachine) {
   EXPECT_EQ(tandem::resolve_device("cpu", 0, "training.device"), at::Device(at::kCPU));
   const at::Device automatic = tandem::resolve_device("auto", 0, "training.device");
   EXPECT_EQ(automatic.is_cuda(), tandem::cuda_device_count() > 0);
-  const std::string bad = error_of([] { tandem::resolve_device("gpu", 0, "run.yaml: training.device"); });
+  const std::string bad =
+      error_of([] { tandem::resolve_device("gpu", 0, "run.yaml: training.device"); });
   EXPECT_NE(bad.find("run.yaml: training.device: 'gpu' is not one of auto, cpu, cuda, cuda:N"),
             std::string::npos)
       << bad;
@@ -56,12 +57,14 @@ TEST(Device, SpecsResolveOnThisMachine) {
 
 TEST(Device, AGpuThatIsNotThereIsAClearError) {
   const int64_t gpus = tandem::cuda_device_count();
-  const std::string missing = error_of([&] { tandem::resolve_device("cuda:" + std::to_string(gpus), 0, "--device"); });
+  const std::string missing =
+      error_of([&] { tandem::resolve_device("cuda:" + std::to_string(gpus), 0, "--device"); });
   EXPECT_NE(missing.find("--device = cuda:" + std::to_string(gpus)), std::string::npos) << missing;
   if (gpus == 0) {
     EXPECT_NE(missing.find("no CUDA device is visible"), std::string::npos) << missing;
-    EXPECT_NE(error_of([] { tandem::resolve_device("cuda", 0, "training.device"); })
-                  .find("use cpu, or auto"),
+    EXPECT_NE(error_of([] {
+                tandem::resolve_device("cuda", 0, "training.device");
+              }).find("use cpu, or auto"),
               std::string::npos);
   } else {
     EXPECT_NE(missing.find("does not exist"), std::string::npos) << missing;
@@ -133,7 +136,6 @@ void expect_same_step(const StepResult& a, const StepResult& b, double tolerance
   }
 }
 
-
 // The harness itself, on the CPU: two runs of the same step are identical, for every objective
 // (the models start from the seed, the batch from the sampler): so what the CUDA test measures
 // is the device, not the harness.
@@ -180,14 +182,16 @@ TEST(CudaDryRun, TheStepTestsModelsGetTheCpuRunsDtypes) {
     SCOPED_TRACE(yaml);
     const std::vector<std::string> models = planned_models(yaml, planned);
     ASSERT_FALSE(models.empty());
-    for (const std::string& model : models) EXPECT_NE(model.find(" Float meta"), std::string::npos) << model;
+    for (const std::string& model : models)
+      EXPECT_NE(model.find(" Float meta"), std::string::npos) << model;
     // The same config with no dtype named: frozen models take the GPU default, bf16.
     std::string bare = yaml;
     for (const std::string named : {", dtype: fp32", "reference: {dtype: fp32}\n"})
       for (size_t at = bare.find(named); at != std::string::npos; at = bare.find(named))
         bare.erase(at, named.size());
     for (const std::string& model : planned_models(bare, planned))
-      EXPECT_EQ(model, model.rfind("frozen", 0) == 0 ? "frozen BFloat16 meta" : "trained Float meta");
+      EXPECT_EQ(model,
+                model.rfind("frozen", 0) == 0 ? "frozen BFloat16 meta" : "trained Float meta");
   }
 }
 
@@ -201,8 +205,7 @@ TEST(Cuda, OneTrainingStepEqualsTheCpuStep) {
   }
   SCOPED_TRACE("eagle3 offline");
   const std::string offline = configs.eagle3_offline();
-  expect_same_step(one_step(offline, at::Device(at::kCUDA, 0)), one_step(offline, at::kCPU),
-                   1e-5);
+  expect_same_step(one_step(offline, at::Device(at::kCUDA, 0)), one_step(offline, at::kCPU), 1e-5);
 }
 
 // The kernel SDPA picks on the GPU for each kind of call the models make (sdpa_repeats_kv is
@@ -224,14 +227,16 @@ TEST(Cuda, SdpaNeverFallsBackToTheMathKernel) {
     const at::Tensor q = at::randn({2, 32, length, c.head_dim}, options);
     const at::Tensor k = at::randn({2, c.kv_heads, length, c.head_dim}, options);
     const at::Tensor v = at::randn({2, c.kv_heads, length, c.head_dim}, options);
-    const at::Tensor mask =
-        c.masked ? at::ones({length, length}, options.dtype(at::kBool)).tril().view({1, 1, length, length})
-                 : at::Tensor();
+    const at::Tensor mask = c.masked ? at::ones({length, length}, options.dtype(at::kBool))
+                                           .tril()
+                                           .view({1, 1, length, length})
+                                     : at::Tensor();
     const std::string backend = tandem::sdpa_backend(q, tandem::sdpa_operands(q, k, v, mask), mask);
-    std::cout << "[ sdpa     ] " << c10::toString(c.dtype) << " 32/" << c.kv_heads << " heads, head_dim "
-              << c.head_dim << (c.masked ? ", mask" : ", causal") << ": " << backend << "\n";
-    EXPECT_NE(backend, "math") << c10::toString(c.dtype) << " kv_heads " << c.kv_heads << " head_dim "
-                               << c.head_dim << " masked " << c.masked;
+    std::cout << "[ sdpa     ] " << c10::toString(c.dtype) << " 32/" << c.kv_heads
+              << " heads, head_dim " << c.head_dim << (c.masked ? ", mask" : ", causal") << ": "
+              << backend << "\n";
+    EXPECT_NE(backend, "math") << c10::toString(c.dtype) << " kv_heads " << c.kv_heads
+                               << " head_dim " << c.head_dim << " masked " << c.masked;
   }
 }
 
@@ -239,7 +244,8 @@ TEST(Cuda, FrozenWeightsArriveOnTheGpuBitIdentical) {
   SKIP_WITHOUT_CUDA();
   const std::string dir = tandem::testing::model_fixture("qwen3");
   const tandem::HfCheckpoint file = tandem::HfCheckpoint::open(dir);
-  const tandem::FrozenModel model = tandem::FrozenModel::load(dir, at::kFloat, at::Device(at::kCUDA, 0));
+  const tandem::FrozenModel model =
+      tandem::FrozenModel::load(dir, at::kFloat, at::Device(at::kCUDA, 0));
   int compared = 0;
   for (const auto& [name, weight] : model.named_weights()) {
     EXPECT_TRUE(weight.is_cuda()) << name;
@@ -278,13 +284,13 @@ TEST(Cuda, NcclRunsEveryCollectiveInAGroupOfOneWithHostTensorsOverGloo) {
     const at::Tensor full = weight.clone();
     const at::Tensor slice = shards.shard(weight, /*trainable=*/true);
     const at::Tensor x = at::randn({2, 3}, at::TensorOptions().device(gpu));
-    const at::Tensor y = tandem::with_full_parameters({weight}, {x}, [](const auto& in, const auto& w) {
-      return std::vector<at::Tensor>{at::linear(in[0], w[0])};
-    })[0];
+    const at::Tensor y =
+        tandem::with_full_parameters({weight}, {x}, [](const auto& in, const auto& w) {
+          return std::vector<at::Tensor>{at::linear(in[0], w[0])};
+        })[0];
     EXPECT_TRUE(at::allclose(y, at::linear(x, full)));
     y.sum().backward();
-    EXPECT_TRUE(at::allclose(slice.grad().narrow(0, 0, 12).view({4, 3}),
-                             x.sum(0).expand({4, 3})));
+    EXPECT_TRUE(at::allclose(slice.grad().narrow(0, 0, 12).view({4, 3}), x.sum(0).expand({4, 3})));
   }
   // The group shuts its NCCL communicator down before it goes (no watchdog left waiting): its
   // destruction returns at once rather than after a timeout.

@@ -2,7 +2,8 @@
 // dense [context | blocks] mask, float64 cross-checks): target features, block inputs, the mask,
 // labels, draft logits, loss, per-slot accuracy and every gradient, for block sizes 4 and 8; the
 // two published bugs; the factored attention against a dense masked one; anchor sampling; mask
-// token resolution; offline from a capture equals online; a short training run against the frozen fixture target.
+// token resolution; offline from a capture equals online; a short training run against the frozen
+// fixture target.
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
@@ -14,6 +15,7 @@
 #include <set>
 
 #include "fixture_tensors.h"
+#include "pretokenized.h"
 #include "tandem/core/config.h"
 #include "tandem/core/hash.h"
 #include "tandem/data/capture.h"
@@ -26,7 +28,6 @@
 #include "tandem/text/byte_level.h"
 #include "tandem/train/optimizer.h"
 #include "tandem/train/training_data.h"
-#include "pretokenized.h"
 #include "test_util.h"
 
 namespace {
@@ -195,8 +196,8 @@ void expect_matches_reference(int64_t block_size, double gamma, const std::strin
     const int64_t hits = std::llround(ref.at(prefix + "acc_per_k")[k].item<double>() * counts[k]);
     EXPECT_EQ(result.correct[k].item<int64_t>(), hits) << prefix << "acc at slot " << k;
     if (counts[k] > 0) {
-      EXPECT_NEAR(result.loss_sums[k].item<double>() / counts[k], ref.at(prefix + "loss_per_k")[k].item<double>(),
-                  1e-5)
+      EXPECT_NEAR(result.loss_sums[k].item<double>() / counts[k],
+                  ref.at(prefix + "loss_per_k")[k].item<double>(), 1e-5)
           << prefix << k;
     }
   }
@@ -286,16 +287,18 @@ void expect_offline_equals_online(const tandem::DFlashOptions& options) {
   // The capture must match the draft's layers and the data.
   tandem::DFlashOptions other_layers = offline_options;
   other_layers.target_layer_ids = {0, 1};
-  EXPECT_NE(tandem::testing::error_of([&] { tandem::DFlashObjective bad(other_layers); })
-                .find("the capture holds target layers [0, 2] but the draft reads [0, 1]"),
+  EXPECT_NE(tandem::testing::error_of([&] {
+              tandem::DFlashObjective bad(other_layers);
+            }).find("the capture holds target layers [0, 2] but the draft reads [0, 1]"),
             std::string::npos);
   EXPECT_NE(tandem::testing::error_of([&] {
               offline.attach_data({&dataset, nullptr, dir / "cache", 32});
             }).find("captured with seq_len 24, training uses 32"),
             std::string::npos);
   if (!distill) {  // teacher target cannot train from a capture without the last hidden states
-    EXPECT_NE(tandem::testing::error_of([&] { tandem::DFlashObjective bad(distilled(offline_options)); })
-                  .find("last hidden"),
+    EXPECT_NE(tandem::testing::error_of([&] {
+                tandem::DFlashObjective bad(distilled(offline_options));
+              }).find("last hidden"),
               std::string::npos);
   }
 }
@@ -374,8 +377,8 @@ TEST(DFlashTeacher, TargetDistillationMatchesFullLogitsLossGradientsAndAccuracy)
 
 TEST(DFlashTeacher, DistillationKeysNeedTeacherTarget) {
   const std::string target = tandem::testing::model_fixture("llama3");
-  const std::string base = "target: {path: " + target +
-                           "}\ndraft: {num_layers: 1, block_size: 4, mask_token_id: 511}\n";
+  const std::string base =
+      "target: {path: " + target + "}\ndraft: {num_layers: 1, block_size: 4, mask_token_id: 511}\n";
   EXPECT_NE(tandem::testing::error_of([&] {
               tandem::dflash_options(
                   tandem::Config::parse(base + "loss: {divergence: reverse_kl}\n", "t.yaml"));
@@ -643,8 +646,7 @@ TEST(DFlashAnchors, EachEpochDrawsOtherAnchorsOfTheSameDocuments) {
 TEST(DFlashAnchors, TrainingBatchesCarryTheEpochEachDocumentWasDrawnIn) {
   ScratchDir dir;
   tandem::TrainingData data;
-  data.dataset.emplace(
-      tandem::testing::pretokenized_dataset(dir.path(), random_documents(5, 11)));
+  data.dataset.emplace(tandem::testing::pretokenized_dataset(dir.path(), random_documents(5, 11)));
   data.format = tandem::DataFormat::pretokenized;
   data.packing.seq_len = 64;
   data.rows = 2;  // two 20..40-token documents per row at most: several batches per epoch
@@ -720,8 +722,8 @@ TEST(DFlashObjective, ConfigKeysMaskTokenAndMetrics) {
               tandem::DFlashObjective o(bare);
             }).find("set draft.mask_token_id"),
             std::string::npos);
-  EXPECT_EQ(tandem::dflash_options(tandem::Config::parse(
-                "target: {path: x}\ndata: {capture: runs/c}\n", "run.yaml"))
+  EXPECT_EQ(tandem::dflash_options(
+                tandem::Config::parse("target: {path: x}\ndata: {capture: runs/c}\n", "run.yaml"))
                 .capture_dir,
             "runs/c");
 }

@@ -100,8 +100,10 @@ TEST(DFlashDecoding, TheExportedDraftDecodesLikeTheTrainedOne) {
   tandem::DecodeOptions decode;
   decode.max_new_tokens = 16;
   for (const auto& prompt : random_prompts(2, 5, 3)) {
-    const auto a = tandem::dflash_decode(target, *objective.draft(), at::Tensor(), prompt, 3, decode);
-    const auto b = tandem::dflash_decode(target, *loaded.draft, loaded.mask_embedding, prompt, 3, decode);
+    const auto a =
+        tandem::dflash_decode(target, *objective.draft(), at::Tensor(), prompt, 3, decode);
+    const auto b =
+        tandem::dflash_decode(target, *loaded.draft, loaded.mask_embedding, prompt, 3, decode);
     EXPECT_EQ(a.tokens, b.tokens);
     EXPECT_EQ(a.accepted, b.accepted);
   }
@@ -117,8 +119,8 @@ std::string sharpened_target(const std::string& dir) {
   const auto checkpoint = tandem::HfCheckpoint::open(source);
   std::vector<std::pair<std::string, at::Tensor>> weights;
   for (const std::string& name : checkpoint.names())
-    weights.emplace_back(name, name == "lm_head.weight" ? checkpoint.read(name) * kSharpen
-                                                        : checkpoint.read(name));
+    weights.emplace_back(
+        name, name == "lm_head.weight" ? checkpoint.read(name) * kSharpen : checkpoint.read(name));
   std::filesystem::create_directories(dir);
   tandem::write_hf_weights(dir, weights);
   std::filesystem::copy_file(source + "/config.json", dir + "/config.json");
@@ -158,8 +160,8 @@ void expect_overfit_reaches_block_size(int64_t block_size) {
   // Train until every slot of every block is right, then some more for margin.
   const tandem::testing::OverfitResult trained =
       tandem::testing::overfit_one_batch(objective, batch, {600, 50, 200});
-  ASSERT_EQ(trained.accuracy, 1.0) << "training accuracy did not converge in " << trained.steps
-                                   << " steps";
+  ASSERT_EQ(trained.accuracy, 1.0)
+      << "training accuracy did not converge in " << trained.steps << " steps";
 
   // Through the export, as `tandem eval` runs it.
   objective.export_model(scratch / "export");

@@ -42,8 +42,8 @@ at::Tensor draft_output(const tandem::DFlashDraftImpl& draft, int64_t seed) {
   at::NoGradGuard no_grad;
   at::manual_seed(seed);
   const int64_t bs = draft.config().block_size, n = 9, hidden = draft.config().layer.hidden_size;
-  const at::Tensor features = at::randn(
-      {1, n, static_cast<int64_t>(draft.config().target_layer_ids.size()) * 64});
+  const at::Tensor features =
+      at::randn({1, n, static_cast<int64_t>(draft.config().target_layer_ids.size()) * 64});
   return draft.forward(at::randn({1, bs, hidden}), draft.context(features),
                        at::arange(n, at::kLong).view({1, n}),
                        at::arange(n, n + bs, at::kLong).view({1, bs}),
@@ -60,10 +60,9 @@ TEST(DFlashExport, ExactlyTheKeysShapesAndConfigEnginesRead) {
   objective.export_model(dir);
 
   const int64_t hidden = 64, inter = 64, q = 6 * 16, kv = 2 * 16;
-  std::map<std::string, std::vector<int64_t>> expected = {
-      {"fc.weight", {hidden, 2 * hidden}},
-      {"hidden_norm.weight", {hidden}},
-      {"norm.weight", {hidden}}};
+  std::map<std::string, std::vector<int64_t>> expected = {{"fc.weight", {hidden, 2 * hidden}},
+                                                          {"hidden_norm.weight", {hidden}},
+                                                          {"norm.weight", {hidden}}};
   for (int i = 0; i < 2; ++i) {
     const std::string p = "layers." + std::to_string(i) + ".";
     expected[p + "self_attn.q_proj.weight"] = {q, hidden};
@@ -188,7 +187,8 @@ TEST(DFlashExport, AGrownMaskTokenShipsItsRowAndSaysHowToServeIt) {
   if (std::filesystem::exists(".venv-tools/bin/python")) {
     const auto loaded_pt = tandem::testing::run_command(
         ".venv-tools/bin/python -c \"import sys, torch; t = torch.load(sys.argv[1], "
-        "weights_only=True); print(tuple(t.shape), float(t[0]))\" " + dir + "/mask_embedding.pt");
+        "weights_only=True); print(tuple(t.shape), float(t[0]))\" " +
+        dir + "/mask_embedding.pt");
     if (loaded_pt.output.find("No module named") == std::string::npos) {
       EXPECT_EQ(loaded_pt.exit_code, 0) << loaded_pt.output;
       EXPECT_NE(loaded_pt.output.find("(64,)"), std::string::npos) << loaded_pt.output;
@@ -207,7 +207,8 @@ TEST(DFlashExport, AGrownMaskTokenShipsItsRowAndSaysHowToServeIt) {
     tandem::load_dflash_export(dir, at::kFloat);
     FAIL() << "expected an error";
   } catch (const tandem::Error& e) {
-    EXPECT_NE(std::string(e.what()).find("mask_embedding.safetensors"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("mask_embedding.safetensors"), std::string::npos)
+        << e.what();
   }
 }
 

@@ -65,7 +65,8 @@ TEST(Distill, FreshStudentLearnsAndTheTeacherNeverChanges) {
   options.loss.chunk_tokens = 16;
   tandem::DistillObjective objective(options);
   std::map<std::string, at::Tensor> teacher_before;
-  for (const auto& [name, weight] : objective.teacher().named_weights()) teacher_before[name] = weight.clone();
+  for (const auto& [name, weight] : objective.teacher().named_weights())
+    teacher_before[name] = weight.clone();
   const auto trainable = tandem::trainable_parameters(*objective.student());
   for (const auto& [name, tensor] : trainable) EXPECT_FALSE(tandem::is_frozen(tensor)) << name;
   tandem::MixedPrecisionAdamW optimizer(trainable, {});
@@ -86,14 +87,15 @@ TEST(Distill, FreshStudentLearnsAndTheTeacherNeverChanges) {
 
 TEST(Distill, VocabMismatchFailsAtStartUp) {
   tandem::testing::ScratchDir dir;
-  nlohmann::json config =
-      nlohmann::json::parse(std::ifstream(tandem::testing::model_fixture("llama3") + "/config.json"));
+  nlohmann::json config = nlohmann::json::parse(
+      std::ifstream(tandem::testing::model_fixture("llama3") + "/config.json"));
   config["vocab_size"] = 600;
   std::ofstream(dir / "config.json") << config.dump();
   tandem::DistillOptions options = options_for("");
   options.student.model_config = dir / "config.json";
-  EXPECT_NE(tandem::testing::error_of([&] { tandem::DistillObjective objective(options); })
-                .find("has a vocab of 512 tokens, the student (" + dir / "config.json" + ") 600"),
+  EXPECT_NE(tandem::testing::error_of([&] {
+              tandem::DistillObjective objective(options);
+            }).find("has a vocab of 512 tokens, the student (" + dir / "config.json" + ") 600"),
             std::string::npos);
 }
 
@@ -117,8 +119,7 @@ TEST(Distill, LossSettingsOutOfRangeNameTheKey) {
            {"  hard_label_weight: -0.1\n", "loss.hard_label_weight: must be in [0, 1]"},
            {"  chunk_tokens: -3\n", "loss.chunk_tokens: must be in 0..16777216"}}) {
     const tandem::Config config = tandem::Config::parse(base + line, "run.yaml");
-    const std::string message =
-        tandem::testing::error_of([&] { tandem::distill_options(config); });
+    const std::string message = tandem::testing::error_of([&] { tandem::distill_options(config); });
     EXPECT_NE(message.find(phrase), std::string::npos) << line << message;
   }
 }

@@ -151,8 +151,9 @@ TEST(DpoObjective, PrecomputedReferenceEqualsTheLiveOneAndTheReferenceNeverChang
             std::string::npos);
   tandem::DpoOptions wrong_reference = cached_options;
   wrong_reference.reference_path = tandem::testing::model_fixture("qwen3");
-  EXPECT_NE(tandem::testing::error_of([&] { tandem::DpoObjective objective(wrong_reference); })
-                .find("computed with the reference"),
+  EXPECT_NE(tandem::testing::error_of([&] {
+              tandem::DpoObjective objective(wrong_reference);
+            }).find("computed with the reference"),
             std::string::npos);
 }
 
@@ -197,8 +198,9 @@ TEST(DpoObjective, VocabMismatchFailsAtStartUp) {
   tandem::DpoOptions options = live_options();
   options.policy.model_path.clear();
   options.policy.model_config = dir / "config.json";
-  EXPECT_NE(tandem::testing::error_of([&] { tandem::DpoObjective objective(options); })
-                .find("DPO needs the same vocabulary"),
+  EXPECT_NE(tandem::testing::error_of([&] {
+              tandem::DpoObjective objective(options);
+            }).find("DPO needs the same vocabulary"),
             std::string::npos);
 }
 

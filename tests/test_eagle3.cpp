@@ -27,8 +27,8 @@ namespace {
 using tandem::testing::ScratchDir;
 
 std::map<std::string, at::Tensor> reference_tensors() {
-  const auto file =
-      tandem::safetensors::File::open(tandem::testing::source_path("tests/fixtures/eagle3/reference.safetensors"));
+  const auto file = tandem::safetensors::File::open(
+      tandem::testing::source_path("tests/fixtures/eagle3/reference.safetensors"));
   std::map<std::string, at::Tensor> out;
   for (const auto& info : file.header().tensors) out[info.name] = tandem::read_tensor(file, info);
   return out;
@@ -62,12 +62,14 @@ void load_fixture_draft(tandem::Eagle3Objective& objective) {
 std::vector<tandem::TokenizedDocument> fixture_documents() {
   const auto& ref = reference();
   std::vector<tandem::TokenizedDocument> documents;
-  const std::vector<std::tuple<int64_t, int64_t, int64_t>> spans = {{0, 0, 11}, {0, 11, 13}, {1, 0, 19}};
+  const std::vector<std::tuple<int64_t, int64_t, int64_t>> spans = {
+      {0, 0, 11}, {0, 11, 13}, {1, 0, 19}};
   for (const auto& [row, begin, length] : spans) {
     tandem::TokenizedDocument document;
     for (int64_t t = begin; t < begin + length; ++t) {
       document.ids.push_back(static_cast<int32_t>(ref.at("input_ids")[row][t].item<int64_t>()));
-      document.loss_mask.push_back(static_cast<uint8_t>(ref.at("loss_mask")[row][t].item<int64_t>()));
+      document.loss_mask.push_back(
+          static_cast<uint8_t>(ref.at("loss_mask")[row][t].item<int64_t>()));
     }
     documents.push_back(document);
   }
@@ -78,7 +80,8 @@ tandem::PackedBatch fixture_batch() {
   tandem::PackingOptions packing;
   packing.seq_len = 24;
   tandem::PackedBatch batch = tandem::pack_documents(fixture_documents(), packing);
-  for (size_t i = 0; i < batch.documents.size(); ++i) batch.documents[i].dataset_index = static_cast<int64_t>(i);
+  for (size_t i = 0; i < batch.documents.size(); ++i)
+    batch.documents[i].dataset_index = static_cast<int64_t>(i);
   return batch;
 }
 
@@ -104,7 +107,8 @@ TEST(Eagle3Fixture, StepTargetsAndCountsMatchTheReference) {
   ASSERT_EQ(totals.unroll_tokens.size(), 4u);
   for (int64_t i = 0; i < 4; ++i) {
     const std::string s = std::to_string(i);
-    EXPECT_TRUE(tandem::eagle3_step_targets(batch, i).equal(ref.at("valid." + s).to(at::kBool))) << i;
+    EXPECT_TRUE(tandem::eagle3_step_targets(batch, i).equal(ref.at("valid." + s).to(at::kBool)))
+        << i;
     EXPECT_EQ(totals.unroll_tokens[i], ref.at("count." + s).item<int64_t>()) << i;
   }
 }
@@ -126,11 +130,14 @@ TEST(Eagle3Fixture, OnlineFeaturesLogitsLossesAccuraciesAndGradientsMatchPyTorch
     const at::Tensor logits = objective.draft()->logits(result.step_outputs[i]).detach();
     EXPECT_LT(max_abs_diff(logits.index({real}), ref.at("logits." + s).index({real})), 1e-4)
         << "logits of step " << i;
-    EXPECT_NEAR(result.step_losses[i].item<double>(), ref.at("loss." + s).item<double>(), 1e-5) << i;
+    EXPECT_NEAR(result.step_losses[i].item<double>(), ref.at("loss." + s).item<double>(), 1e-5)
+        << i;
     EXPECT_NEAR(result.correct[i].item<int64_t>() / static_cast<double>(totals.unroll_tokens[i]),
                 ref.at("acc." + s).item<double>(), 1e-6)
         << "acc of step " << i;
-    EXPECT_EQ(result.loss_positions[i].item<int64_t>(), ref.at("loss_mask." + s).sum().item<int64_t>()) << i;
+    EXPECT_EQ(result.loss_positions[i].item<int64_t>(),
+              ref.at("loss_mask." + s).sum().item<int64_t>())
+        << i;
   }
   EXPECT_NEAR(result.loss.item<double>(), ref.at("loss_total").item<double>(), 1e-5);
 
@@ -140,7 +147,8 @@ TEST(Eagle3Fixture, OnlineFeaturesLogitsLossesAccuraciesAndGradientsMatchPyTorch
     const at::Tensor expected = ref.at("grad." + parameter.key());
     ASSERT_TRUE(parameter.value().grad().defined()) << parameter.key();
     const double scale = expected.abs().max().item<double>();
-    EXPECT_LT(max_abs_diff(parameter.value().grad(), expected), 1e-4 * scale + 1e-7) << parameter.key();
+    EXPECT_LT(max_abs_diff(parameter.value().grad(), expected), 1e-4 * scale + 1e-7)
+        << parameter.key();
     ++checked;
   }
   EXPECT_EQ(checked, 13);
@@ -149,8 +157,9 @@ TEST(Eagle3Fixture, OnlineFeaturesLogitsLossesAccuraciesAndGradientsMatchPyTorch
 TEST(Eagle3Options, RefusesAuxLayersNoServingEngineCanCapture) {
   tandem::Eagle3Options options = fixture_options(4);
   options.aux_layer_ids = {0, 1, 3};  // 3 = the last layer of 4: vLLM and SGLang never expose it
-  EXPECT_NE(tandem::testing::error_of([&] { tandem::Eagle3Objective objective(options); })
-                .find("aux layer 3 is the target's last layer"),
+  EXPECT_NE(tandem::testing::error_of([&] {
+              tandem::Eagle3Objective objective(options);
+            }).find("aux layer 3 is the target's last layer"),
             std::string::npos);
 }
 
@@ -164,7 +173,8 @@ TEST(Eagle3Fixture, SevenStepUnrollMatchesPyTorch) {
   for (int64_t i = 0; i < 7; ++i) {
     const std::string s = std::to_string(i);
     EXPECT_EQ(totals.unroll_tokens[i], ref.at("l7.count." + s).item<int64_t>()) << i;
-    EXPECT_NEAR(result.step_losses[i].item<double>(), ref.at("l7.loss." + s).item<double>(), 1e-5) << i;
+    EXPECT_NEAR(result.step_losses[i].item<double>(), ref.at("l7.loss." + s).item<double>(), 1e-5)
+        << i;
   }
   EXPECT_NEAR(result.loss.item<double>(), ref.at("l7.loss_total").item<double>(), 1e-5);
   result.loss.backward();
@@ -173,7 +183,8 @@ TEST(Eagle3Fixture, SevenStepUnrollMatchesPyTorch) {
   for (const auto& [name, expected] : ref) {
     if (name.rfind("l7.grad.", 0) != 0) continue;
     const at::Tensor grad = parameters[name.substr(8)].grad();
-    EXPECT_LT(max_abs_diff(grad, expected), 1e-4 * expected.abs().max().item<double>() + 1e-7) << name;
+    EXPECT_LT(max_abs_diff(grad, expected), 1e-4 * expected.abs().max().item<double>() + 1e-7)
+        << name;
     ++checked;
   }
   EXPECT_EQ(checked, 6);
@@ -204,11 +215,13 @@ TEST(Eagle3Fixture, OfflineFromACaptureGivesTheOnlineLoss) {
   {
     const tandem::FrozenModel target =
         tandem::FrozenModel::load(settings.target, at::kFloat, at::Device(at::kCPU));
-    const auto progress = tandem::capture_features(target, dataset, settings, dir / "capture", capture_options);
+    const auto progress =
+        tandem::capture_features(target, dataset, settings, dir / "capture", capture_options);
     EXPECT_EQ(progress.shards_written, 2);
     // A rerun finds it complete; a rerun with other settings is refused.
     EXPECT_EQ(tandem::capture_features(target, dataset, settings, dir / "capture", capture_options)
-                  .documents_written, 0);
+                  .documents_written,
+              0);
     tandem::CaptureSettings other = settings;
     other.seq_len = 16;
     EXPECT_NE(tandem::testing::error_of([&] {
@@ -221,14 +234,16 @@ TEST(Eagle3Fixture, OfflineFromACaptureGivesTheOnlineLoss) {
   offline_options.capture_dir = dir / "capture";
   tandem::Eagle3Objective offline(offline_options);
   EXPECT_TRUE(offline.offline());
-  offline.attach_data({&dataset, nullptr, dir / "cache", 24});  // checks the capture matches the data
+  offline.attach_data(
+      {&dataset, nullptr, dir / "cache", 24});  // checks the capture matches the data
   load_fixture_draft(offline);
   const double offline_loss = offline.compute(batch, totals).loss.item<double>();
   EXPECT_NEAR(offline_loss, online_loss, 1e-5 * std::abs(online_loss));
   EXPECT_NEAR(online_loss, reference().at("loss_total").item<double>(), 1e-5);
 
-  EXPECT_NE(tandem::testing::error_of([&] { offline.attach_data({&dataset, nullptr, dir / "cache", 32}); })
-                .find("captured with seq_len 24, training uses 32"),
+  EXPECT_NE(tandem::testing::error_of([&] {
+              offline.attach_data({&dataset, nullptr, dir / "cache", 32});
+            }).find("captured with seq_len 24, training uses 32"),
             std::string::npos);
 }
 
@@ -236,13 +251,20 @@ TEST(Eagle3Fixture, ResumingAnInterruptedCaptureContinuesWhereItStopped) {
   ScratchDir dir;
   {
     std::ofstream out(dir / "docs.jsonl");
-    for (const auto& document : fixture_documents()) out << nlohmann::json{{"input_ids", document.ids}}.dump() << "\n";
+    for (const auto& document : fixture_documents())
+      out << nlohmann::json{{"input_ids", document.ids}}.dump() << "\n";
   }
   tandem::CacheOptions cache;
   cache.dir = dir / "cache";
-  const auto dataset = tandem::TokenizedDataset::open(dir / "docs.jsonl", tandem::DataFormat::pretokenized, {}, cache);
-  tandem::CaptureSettings settings{tandem::testing::model_fixture("llama3"), {0, 1, 2}, "fp32", 8,
-                                   tandem::hex64(dataset.key()), dataset.size(), 64};
+  const auto dataset = tandem::TokenizedDataset::open(dir / "docs.jsonl",
+                                                      tandem::DataFormat::pretokenized, {}, cache);
+  tandem::CaptureSettings settings{tandem::testing::model_fixture("llama3"),
+                                   {0, 1, 2},
+                                   "fp32",
+                                   8,
+                                   tandem::hex64(dataset.key()),
+                                   dataset.size(),
+                                   64};
   const auto target = tandem::FrozenModel::load(settings.target, at::kFloat, at::Device(at::kCPU));
   tandem::CaptureOptions options;
   options.documents_per_shard = 1;
@@ -254,7 +276,9 @@ TEST(Eagle3Fixture, ResumingAnInterruptedCaptureContinuesWhereItStopped) {
   manifest["shards"] = nlohmann::json::array({manifest["shards"][0]});
   manifest["complete"] = false;
   std::ofstream(dir / "cut/manifest.json") << manifest.dump();
-  EXPECT_NE(tandem::testing::error_of([&] { tandem::CaptureStore::open(dir / "cut"); }).find("unfinished (1/3"),
+  EXPECT_NE(tandem::testing::error_of([&] {
+              tandem::CaptureStore::open(dir / "cut");
+            }).find("unfinished (1/3"),
             std::string::npos);
   const auto progress = tandem::capture_features(target, dataset, settings, dir / "cut", options);
   EXPECT_EQ(progress.documents_done, 1);
@@ -265,8 +289,9 @@ TEST(Eagle3Fixture, ResumingAnInterruptedCaptureContinuesWhereItStopped) {
   const std::vector<int32_t> document_ids = fixture_documents()[2].ids;
   const at::Tensor ids = at::tensor(std::vector<int64_t>(document_ids.begin(), document_ids.end()));
   EXPECT_TRUE(full.read(2, 0, 19, ids).aux.equal(resumed.read(2, 0, 19, ids).aux));
-  EXPECT_NE(tandem::testing::error_of([&] { full.read(2, 0, 19, ids + 1); }).find("holds other tokens"),
-            std::string::npos);
+  EXPECT_NE(
+      tandem::testing::error_of([&] { full.read(2, 0, 19, ids + 1); }).find("holds other tokens"),
+      std::string::npos);
   // A document longer than `rows` rows (19 tokens at seq_len 8, rows 1) is run alone, `rows`
   // rows at a time (it used to fail): the same features.
   tandem::CaptureOptions one_row = options;
@@ -289,14 +314,16 @@ TEST(TttAttention, EqualsADenseMaskedReference) {
     vs.push_back(at::randn({batch, kv_heads, length, dim}, at::kDouble));
   }
   // Two documents in row 0 (0..3, 4..8), one in row 1.
-  const at::Tensor documents = at::tensor({0, 0, 0, 0, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0}, at::kLong).view({2, 9});
+  const at::Tensor documents =
+      at::tensor({0, 0, 0, 0, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0}, at::kLong).view({2, 9});
   tandem::AttentionLayout layout{at::zeros({batch, length}, at::kLong), documents, documents};
   const tandem::KeyBands bands = tandem::causal_key_bands(layout);
   // Tiles smaller than a document, so several tiles and skipped tiles are exercised.
   const tandem::AttentionOptions tiles{tandem::AttentionKernel::Blockwise, 4, 3};
   const at::Tensor out = tandem::ttt_attention(q, k0, v0, bands, ks, vs, tiles);
 
-  const at::Tensor keys = at::cat({k0, at::cat(ks, 2)}, 2).repeat_interleave(2, 1);  // (B, h, 4T, d)
+  const at::Tensor keys =
+      at::cat({k0, at::cat(ks, 2)}, 2).repeat_interleave(2, 1);  // (B, h, 4T, d)
   const at::Tensor values = at::cat({v0, at::cat(vs, 2)}, 2).repeat_interleave(2, 1);
   at::Tensor mask = at::zeros({batch, 1, length, length * (steps + 1)}, at::kBool);
   for (int64_t b = 0; b < batch; ++b)
@@ -306,13 +333,15 @@ TEST(TttAttention, EqualsADenseMaskedReference) {
       for (int64_t j = 1; j <= steps; ++j) mask[b][0][t][j * length + t] = true;
     }
   const at::Tensor scores = at::matmul(q, keys.transpose(2, 3)) / std::sqrt(double(dim));
-  const at::Tensor dense = at::matmul(at::softmax(scores.masked_fill(mask.logical_not(), -INFINITY), -1), values);
+  const at::Tensor dense =
+      at::matmul(at::softmax(scores.masked_fill(mask.logical_not(), -INFINITY), -1), values);
   EXPECT_LT(max_abs_diff(out, dense), 1e-6);  // ttt_attention runs its softmax in fp32
 }
 
 TEST(Eagle3Teacher, MasksTargetsWhoseArgmaxIsOutsideTheDraftVocab) {
   // A hand-made vocab map: draft ids {1, 4, 6} of a vocab of 8.
-  const tandem::VocabMap map = tandem::build_vocab_map(at::tensor({0, 5, 0, 0, 9, 0, 7, 0}, at::kLong), 3);
+  const tandem::VocabMap map =
+      tandem::build_vocab_map(at::tensor({0, 5, 0, 0, 9, 0, 7, 0}, at::kLong), 3);
   EXPECT_TRUE(map.d2t.equal(at::tensor({1, 3, 4}, at::kLong)));
   EXPECT_TRUE(map.t2d.equal(at::tensor({0, 1, 0, 0, 1, 0, 1, 0}, at::kLong).to(at::kBool)));
   EXPECT_TRUE(map.draft_to_target().equal(at::tensor({1, 4, 6}, at::kLong)));
@@ -325,7 +354,8 @@ TEST(Eagle3Teacher, MasksTargetsWhoseArgmaxIsOutsideTheDraftVocab) {
   const at::Tensor full_argmax = ref.at("target_logits").argmax(-1);
   const at::Tensor real = batch.padding_mask.to(at::kBool);
   EXPECT_TRUE(teacher.argmax.index({real}).equal(full_argmax.index({real})));
-  EXPECT_TRUE(teacher.in_vocab.index({real}).equal(ref.at("t2d").index({full_argmax}).index({real})));
+  EXPECT_TRUE(
+      teacher.in_vocab.index({real}).equal(ref.at("t2d").index({full_argmax}).index({real})));
   EXPECT_GT(teacher.in_vocab.index({real}).logical_not().sum().item<int64_t>(), 0);  // some are out
   // The entropy of a distribution over the 96 draft ids: in [0, log 96], and not all peaked.
   EXPECT_GE(teacher.entropy.min().item<double>(), -1e-6);
@@ -361,7 +391,9 @@ TEST(Eagle3Export, BothFormatsHaveExactlyTheKeysShapesAndConfigEnginesRead) {
     for (const std::string& name : checkpoint.names()) found[name] = checkpoint.info(name).shape;
     std::map<std::string, std::vector<int64_t>> wanted;
     for (const auto& [name, shape] : expected)
-      wanted[format == "speculators" && name.rfind("midlayer.", 0) == 0 ? "layers.0." + name.substr(9) : name] = shape;
+      wanted[format == "speculators" && name.rfind("midlayer.", 0) == 0
+                 ? "layers.0." + name.substr(9)
+                 : name] = shape;
     EXPECT_EQ(found, wanted) << format;
     EXPECT_EQ(checkpoint.info("d2t").dtype, tandem::safetensors::Dtype::I64);
     EXPECT_EQ(checkpoint.info("t2d").dtype, tandem::safetensors::Dtype::BOOL);
@@ -375,7 +407,8 @@ TEST(Eagle3Export, BothFormatsHaveExactlyTheKeysShapesAndConfigEnginesRead) {
   EXPECT_EQ(sglang["target_hidden_size"], hidden);
   EXPECT_EQ(sglang["norm_before_residual"], false);
   EXPECT_EQ(sglang["eagle_aux_hidden_state_layer_ids"], nlohmann::json::array({1, 2, 3}));  // vLLM
-  EXPECT_EQ(sglang["eagle_config"]["eagle_aux_hidden_state_layer_ids"], nlohmann::json::array({0, 1, 2}));
+  EXPECT_EQ(sglang["eagle_config"]["eagle_aux_hidden_state_layer_ids"],
+            nlohmann::json::array({0, 1, 2}));
   const auto speculators = nlohmann::json::parse(std::ifstream(dir / "speculators/config.json"));
   EXPECT_EQ(speculators["architectures"], nlohmann::json::array({"Eagle3DraftModel"}));
   EXPECT_FALSE(speculators.contains("model_type"));
@@ -388,7 +421,8 @@ TEST(Eagle3Export, BothFormatsHaveExactlyTheKeysShapesAndConfigEnginesRead) {
   // Reading the SGLang export back gives the same draft.
   const tandem::Eagle3Draft loaded = tandem::load_eagle3_export(dir / "sglang", at::kFloat);
   for (const auto& parameter : objective.draft()->named_parameters())
-    EXPECT_TRUE(loaded->named_parameters()[parameter.key()].equal(parameter.value())) << parameter.key();
+    EXPECT_TRUE(loaded->named_parameters()[parameter.key()].equal(parameter.value()))
+        << parameter.key();
   EXPECT_TRUE(loaded->d2t.equal(objective.draft()->d2t));
   EXPECT_EQ(loaded->config().aux_layer_ids, (std::vector<int64_t>{0, 1, 2}));
 }
@@ -396,7 +430,8 @@ TEST(Eagle3Export, BothFormatsHaveExactlyTheKeysShapesAndConfigEnginesRead) {
 TEST(SpeculativeDecoding, OutputEqualsGreedyDecodingOfTheTarget) {
   tandem::Eagle3Objective objective(fixture_options(4));
   load_fixture_draft(objective);
-  const auto target = tandem::FrozenModel::load(tandem::testing::model_fixture("llama3"), at::kFloat, at::Device(at::kCPU));
+  const auto target = tandem::FrozenModel::load(tandem::testing::model_fixture("llama3"),
+                                                at::kFloat, at::Device(at::kCPU));
   tandem::DecodeOptions decode;
   decode.max_new_tokens = 20;
   tandem::AcceptanceStats stats(4);
@@ -419,7 +454,8 @@ TEST(SpeculativeDecoding, OutputEqualsGreedyDecodingOfTheTarget) {
 TEST(SpeculativeDecoding, StopsAtTheFirstStopToken) {
   tandem::Eagle3Objective objective(fixture_options(4));
   load_fixture_draft(objective);
-  const auto target = tandem::FrozenModel::load(tandem::testing::model_fixture("llama3"), at::kFloat, at::Device(at::kCPU));
+  const auto target = tandem::FrozenModel::load(tandem::testing::model_fixture("llama3"),
+                                                at::kFloat, at::Device(at::kCPU));
   const std::vector<int64_t> prompt = {5, 6, 7, 8};
   tandem::DecodeOptions decode;
   decode.max_new_tokens = 12;

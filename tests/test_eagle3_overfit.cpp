@@ -28,7 +28,8 @@ std::string sharpened_target(const std::string& dir) {
   const auto checkpoint = tandem::HfCheckpoint::open(source);
   std::vector<std::pair<std::string, at::Tensor>> weights;
   for (const std::string& name : checkpoint.names())
-    weights.emplace_back(name, name == "lm_head.weight" ? checkpoint.read(name) * kSharpen : checkpoint.read(name));
+    weights.emplace_back(
+        name, name == "lm_head.weight" ? checkpoint.read(name) * kSharpen : checkpoint.read(name));
   std::filesystem::create_directories(dir);
   tandem::write_hf_weights(dir, weights);
   std::filesystem::copy_file(source + "/config.json", dir + "/config.json");
@@ -50,7 +51,8 @@ TEST(Eagle3Overfit, DraftTrainedOnAFewSamplesReachesMaximumAcceptanceLength) {
     at::NoGradGuard no_grad;
     objective.draft()->lm_head->weight.div_(kSharpen);
   }
-  const auto target = tandem::FrozenModel::load(options.target_path, at::kFloat, at::Device(at::kCPU));
+  const auto target =
+      tandem::FrozenModel::load(options.target_path, at::kFloat, at::Device(at::kCPU));
 
   // Samples: random prompts followed by the target's own greedy continuation (the usual
   // self-distillation data for drafts), long enough for every drafted position to be trained.
@@ -63,11 +65,14 @@ TEST(Eagle3Overfit, DraftTrainedOnAFewSamplesReachesMaximumAcceptanceLength) {
   at::manual_seed(7);
   for (int i = 0; i < 4; ++i) {
     const at::Tensor random = at::randint(3, 512, {prompt_length}, at::kLong);
-    std::vector<int64_t> prompt(random.data_ptr<int64_t>(), random.data_ptr<int64_t>() + prompt_length);
+    std::vector<int64_t> prompt(random.data_ptr<int64_t>(),
+                                random.data_ptr<int64_t>() + prompt_length);
     const std::vector<int64_t> continuation = tandem::greedy_decode(target, prompt, longer);
     tandem::TokenizedDocument document;
-    for (int64_t id : prompt) document.ids.push_back(static_cast<int32_t>(id)), document.loss_mask.push_back(0);
-    for (int64_t id : continuation) document.ids.push_back(static_cast<int32_t>(id)), document.loss_mask.push_back(1);
+    for (int64_t id : prompt)
+      document.ids.push_back(static_cast<int32_t>(id)), document.loss_mask.push_back(0);
+    for (int64_t id : continuation)
+      document.ids.push_back(static_cast<int32_t>(id)), document.loss_mask.push_back(1);
     prompts.push_back(prompt);
     documents.push_back(document);
   }
@@ -79,8 +84,8 @@ TEST(Eagle3Overfit, DraftTrainedOnAFewSamplesReachesMaximumAcceptanceLength) {
   // Train until every position is right, then some more for margin.
   const tandem::testing::OverfitResult trained =
       tandem::testing::overfit_one_batch(objective, batch, {700, 100, 250});
-  ASSERT_EQ(trained.accuracy, 1.0) << "training accuracy did not converge in " << trained.steps
-                                   << " steps";
+  ASSERT_EQ(trained.accuracy, 1.0)
+      << "training accuracy did not converge in " << trained.steps << " steps";
 
   at::NoGradGuard no_grad;
   tandem::AcceptanceStats stats(ttt_length);

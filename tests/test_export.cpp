@@ -30,7 +30,8 @@ TEST_P(ExportParity, TransformersLogitsMatchTandem) {
   const at::Tensor expected = tandem::read_tensor(reference, reference.info("logits"));
   ASSERT_GT(expected.std().item<double>(), 0.3);
   const auto model = tandem::FrozenModel::load(dir, at::kFloat, at::kCPU);
-  const auto out = model.forward(ids, tandem::AttentionLayout::causal(ids.size(0), ids.size(1), at::kCPU), {});
+  const auto out =
+      model.forward(ids, tandem::AttentionLayout::causal(ids.size(0), ids.size(1), at::kCPU), {});
   EXPECT_LE((out.logits - expected).abs().max().item<double>(), 1e-4) << GetParam();
 }
 
@@ -43,7 +44,9 @@ TEST_P(ExportParity, FreshExportHasTheSameFormat) {
   tandem::testing::ScratchDir dir;
   objective.export_model(dir / "export");
 
-  auto config_of = [](const std::string& d) { return nlohmann::json::parse(std::ifstream(d + "/config.json")); };
+  auto config_of = [](const std::string& d) {
+    return nlohmann::json::parse(std::ifstream(d + "/config.json"));
+  };
   EXPECT_EQ(config_of(dir / "export"), config_of(fixture));
   const auto fresh = tandem::HfCheckpoint::open(dir / "export");
   const auto committed = tandem::HfCheckpoint::open(fixture);
@@ -57,14 +60,17 @@ TEST_P(ExportParity, FreshExportHasTheSameFormat) {
   const at::Tensor ids = at::arange(10, at::kLong).unsqueeze(0);
   const auto layout = tandem::AttentionLayout::causal(1, 10, at::kCPU);
   at::NoGradGuard no_grad;
-  const at::Tensor original = objective.model()->logits(objective.model()->forward_hidden(ids, layout));
+  const at::Tensor original =
+      objective.model()->logits(objective.model()->forward_hidden(ids, layout));
   EXPECT_TRUE(at::equal(reloaded.forward(ids, layout, {}).logits, original));
 }
 
-INSTANTIATE_TEST_SUITE_P(Exports, ExportParity, ::testing::Values("llama-fp32", "qwen3-bf16", "minimax-moe-fp32"),
+INSTANTIATE_TEST_SUITE_P(Exports, ExportParity,
+                         ::testing::Values("llama-fp32", "qwen3-bf16", "minimax-moe-fp32"),
                          [](const auto& info) {
                            std::string name = info.param;
-                           for (char& c : name) if (c == '-') c = '_';
+                           for (char& c : name)
+                             if (c == '-') c = '_';
                            return name;
                          });
 

@@ -9,7 +9,7 @@ TEST(ModelFlops, ADecoderForwardMatchesTheHandCount) {
   tandem::DecoderConfig config;
   config.hidden_size = 4;
   config.num_attention_heads = 2;
-  config.head_dim = 2;  // q width 4
+  config.head_dim = 2;             // q width 4
   config.num_key_value_heads = 1;  // kv width 2
   config.intermediate_size = 8;
   config.num_hidden_layers = 1;

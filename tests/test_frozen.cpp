@@ -28,7 +28,8 @@ void expect_bit_identical(const FrozenModel& model, const std::string& dir) {
     ASSERT_EQ(weight.scalar_type(), stored.scalar_type()) << name;
     ASSERT_EQ(weight.sizes(), stored.sizes()) << name;
     const at::Tensor contiguous = weight.contiguous();
-    EXPECT_EQ(std::memcmp(contiguous.data_ptr(), checkpoint.file_of(name).data(info), info.nbytes()), 0)
+    EXPECT_EQ(
+        std::memcmp(contiguous.data_ptr(), checkpoint.file_of(name).data(info), info.nbytes()), 0)
         << name << " differs from " << dir;
   }
 }

@@ -38,12 +38,14 @@ std::pair<at::Tensor, at::Tensor> grads_of(const at::Tensor& loss, const Case& c
 
 TEST(FusedVocabLoss, EqualsUnfusedForAnyChunking) {
   const Case c = make_case(37, 16, 101, at::kFloat, 1);
-  const at::Tensor reference = tandem::unfused_linear_cross_entropy(c.hidden, c.head, c.targets, c.weights);
+  const at::Tensor reference =
+      tandem::unfused_linear_cross_entropy(c.hidden, c.head, c.targets, c.weights);
   const auto [ref_hidden, ref_head] = grads_of(reference, c);
   for (int64_t chunk : {1, 7, 16, 37, 64}) {
     FusedLossOptions options;
     options.chunk_tokens = chunk;
-    const at::Tensor loss = tandem::fused_linear_cross_entropy(c.hidden, c.head, c.targets, c.weights, options);
+    const at::Tensor loss =
+        tandem::fused_linear_cross_entropy(c.hidden, c.head, c.targets, c.weights, options);
     EXPECT_NEAR(loss.item<double>(), reference.item<double>(), 1e-6 * reference.item<double>())
         << "chunk " << chunk;
     const auto [g_hidden, g_head] = grads_of(loss, c);
@@ -56,8 +58,8 @@ TEST(FusedVocabLoss, HandComputedValue) {
   // One token, H = 1, V = 2: logits = (h*w0, h*w1) = (1, 3); CE(target 0) = log(e + e^3) - 1.
   const at::Tensor hidden = at::ones({1, 1});
   const at::Tensor head = at::tensor({1.0f, 3.0f}).view({2, 1});
-  const at::Tensor loss = tandem::fused_linear_cross_entropy(
-      hidden, head, at::tensor({int64_t{0}}), at::tensor({0.5f}));
+  const at::Tensor loss = tandem::fused_linear_cross_entropy(hidden, head, at::tensor({int64_t{0}}),
+                                                             at::tensor({0.5f}));
   EXPECT_NEAR(loss.item<double>(), 0.5 * (std::log(std::exp(1.0) + std::exp(3.0)) - 1.0), 1e-6);
 }
 
@@ -68,9 +70,11 @@ TEST(FusedVocabLoss, GradientMatchesFiniteDifferences) {
   options.chunk_tokens = 4;
   auto loss_at = [&](const at::Tensor& hidden, const at::Tensor& head) {
     at::NoGradGuard no_grad;
-    return tandem::fused_linear_cross_entropy(hidden, head, c.targets, c.weights, options).item<double>();
+    return tandem::fused_linear_cross_entropy(hidden, head, c.targets, c.weights, options)
+        .item<double>();
   };
-  const at::Tensor loss = tandem::fused_linear_cross_entropy(c.hidden, c.head, c.targets, c.weights, options);
+  const at::Tensor loss =
+      tandem::fused_linear_cross_entropy(c.hidden, c.head, c.targets, c.weights, options);
   const auto [g_hidden, g_head] = grads_of(loss, c);
   const double eps = 1e-6;
   for (const auto& [input, grad, is_hidden] :
@@ -79,8 +83,9 @@ TEST(FusedVocabLoss, GradientMatchesFiniteDifferences) {
       at::Tensor plus = input.detach().clone(), minus = input.detach().clone();
       plus.view(-1)[flat] += eps;
       minus.view(-1)[flat] -= eps;
-      const double numeric = is_hidden ? (loss_at(plus, c.head) - loss_at(minus, c.head)) / (2 * eps)
-                                       : (loss_at(c.hidden, plus) - loss_at(c.hidden, minus)) / (2 * eps);
+      const double numeric = is_hidden
+                                 ? (loss_at(plus, c.head) - loss_at(minus, c.head)) / (2 * eps)
+                                 : (loss_at(c.hidden, plus) - loss_at(c.hidden, minus)) / (2 * eps);
       EXPECT_NEAR(grad.view(-1)[flat].item<double>(), numeric, 1e-7)
           << (is_hidden ? "hidden" : "head") << "[" << flat << "]";
     }
@@ -92,7 +97,8 @@ TEST(FusedVocabLoss, Fp32HeadMatchesFp32ReferenceWithBf16Weights) {
   FusedLossOptions options;
   options.chunk_tokens = 10;
   options.fp32_head = true;
-  const at::Tensor loss = tandem::fused_linear_cross_entropy(c.hidden, c.head, c.targets, c.weights, options);
+  const at::Tensor loss =
+      tandem::fused_linear_cross_entropy(c.hidden, c.head, c.targets, c.weights, options);
   const auto [g_hidden, g_head] = grads_of(loss, c);
   EXPECT_EQ(g_head.scalar_type(), at::kBFloat16);  // the stored weight's gradient stays bf16
   EXPECT_EQ(g_hidden.scalar_type(), at::kBFloat16);
@@ -102,7 +108,8 @@ TEST(FusedVocabLoss, Fp32HeadMatchesFp32ReferenceWithBf16Weights) {
   const at::Tensor head32 = c.head.detach().to(at::kFloat).requires_grad_();
   const at::Tensor reference =
       tandem::unfused_linear_cross_entropy(hidden32, head32, c.targets, c.weights);
-  EXPECT_NEAR(loss.item<double>(), reference.item<double>(), 1e-4 * std::abs(reference.item<double>()));
+  EXPECT_NEAR(loss.item<double>(), reference.item<double>(),
+              1e-4 * std::abs(reference.item<double>()));
   const auto ref = torch::autograd::grad({reference}, {hidden32, head32});
   // Equal up to the final rounding of the gradient to bf16 (8 mantissa bits).
   EXPECT_TRUE(at::allclose(g_head.to(at::kFloat), ref[1], 1e-2, 1e-4));
@@ -119,10 +126,10 @@ TEST(FusedVocabLoss, Fp32HeadMatchesFp32ReferenceWithBf16Weights) {
 
 TEST(FusedVocabLoss, RejectsMismatchedShapes) {
   const at::Tensor hidden = at::randn({4, 8});
-  EXPECT_ANY_THROW(tandem::fused_linear_cross_entropy(hidden, at::randn({10, 7}), at::zeros({4}, at::kLong),
-                                                      at::ones({4})));
-  EXPECT_ANY_THROW(tandem::fused_linear_cross_entropy(hidden, at::randn({10, 8}), at::zeros({3}, at::kLong),
-                                                      at::ones({4})));
+  EXPECT_ANY_THROW(tandem::fused_linear_cross_entropy(hidden, at::randn({10, 7}),
+                                                      at::zeros({4}, at::kLong), at::ones({4})));
+  EXPECT_ANY_THROW(tandem::fused_linear_cross_entropy(hidden, at::randn({10, 8}),
+                                                      at::zeros({3}, at::kLong), at::ones({4})));
 }
 
 }  // namespace

@@ -35,12 +35,15 @@ TEST(HfCheckpoint, WriteShardsAndReadBack) {
   ScratchDir dir;
   std::vector<std::pair<std::string, at::Tensor>> tensors;
   for (const char* name : {"w0", "w1", "w2", "w3", "w4"})
-    tensors.emplace_back(name, at::randn({16, 8}).to(tensors.size() % 2 ? at::kBFloat16 : at::kFloat));
-  tandem::write_hf_weights(dir.path(), tensors, /*max_shard_bytes=*/800);  // 512 | 256+512 | 256+512 bytes
+    tensors.emplace_back(name,
+                         at::randn({16, 8}).to(tensors.size() % 2 ? at::kBFloat16 : at::kFloat));
+  tandem::write_hf_weights(dir.path(), tensors,
+                           /*max_shard_bytes=*/800);  // 512 | 256+512 | 256+512 bytes
   EXPECT_TRUE(fs::exists(dir / "model.safetensors.index.json"));
   EXPECT_TRUE(fs::exists(dir / "model-00001-of-00003.safetensors"));
   const auto checkpoint = HfCheckpoint::open(dir.path());
-  for (const auto& [name, tensor] : tensors) EXPECT_TRUE(at::equal(checkpoint.read(name), tensor)) << name;
+  for (const auto& [name, tensor] : tensors)
+    EXPECT_TRUE(at::equal(checkpoint.read(name), tensor)) << name;
 }
 
 TEST(HfCheckpoint, IndexNamingMissingShard) {
@@ -48,7 +51,8 @@ TEST(HfCheckpoint, IndexNamingMissingShard) {
   copy_fixture("qwen2", dir / "m");
   fs::remove(dir / "m/model-00002-of-00002.safetensors");
   const std::string message = error_of([&] { HfCheckpoint::open(dir / "m"); });
-  EXPECT_NE(message.find("model-00002-of-00002.safetensors' listed for"), std::string::npos) << message;
+  EXPECT_NE(message.find("model-00002-of-00002.safetensors' listed for"), std::string::npos)
+      << message;
 }
 
 TEST(HfCheckpoint, IndexMappingTensorToWrongFile) {
@@ -58,8 +62,9 @@ TEST(HfCheckpoint, IndexMappingTensorToWrongFile) {
   auto index = nlohmann::json::parse(std::ifstream(index_path));
   auto& map = index["weight_map"];
   const std::string moved = "model.norm.weight";
-  map[moved] = map[moved] == "model-00001-of-00002.safetensors" ? "model-00002-of-00002.safetensors"
-                                                                  : "model-00001-of-00002.safetensors";
+  map[moved] = map[moved] == "model-00001-of-00002.safetensors"
+                   ? "model-00002-of-00002.safetensors"
+                   : "model-00001-of-00002.safetensors";
   std::ofstream(index_path) << index.dump();
   const std::string message = error_of([&] { HfCheckpoint::open(dir / "m"); });
   EXPECT_NE(message.find("'model.norm.weight' is mapped to"), std::string::npos) << message;
@@ -112,6 +117,7 @@ class Recording : public tandem::CheckpointBroadcast {
   void broadcast_text(std::string& text) override { channel_.texts.push_back(text); }
   void broadcast_tensor(at::Tensor& tensor) override { channel_.tensors.push_back(tensor.clone()); }
   void log(const std::string& line) override { channel_.log_lines.push_back("reader " + line); }
+
  private:
   Channel& channel_;
 };
@@ -131,6 +137,7 @@ class Replaying : public tandem::CheckpointBroadcast {
     tensor.copy_(sent);
   }
   void log(const std::string& line) override { channel_.log_lines.push_back("receiver " + line); }
+
  private:
   Channel& channel_;
 };

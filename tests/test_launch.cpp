@@ -8,9 +8,9 @@
 #include <chrono>
 #include <map>
 
+#include "forked_ranks.h"
 #include "tandem/dist/launch.h"
 #include "tandem/dist/process_group.h"
-#include "forked_ranks.h"
 #include "test_util.h"
 
 namespace {
@@ -38,9 +38,13 @@ TEST(LaunchEnv, NothingSetIsOneProcess) {
 }
 
 TEST(LaunchEnv, TorchrunVariables) {
-  const LaunchEnv env = read({{"RANK", "3"}, {"WORLD_SIZE", "4"}, {"LOCAL_RANK", "1"},
-                              {"LOCAL_WORLD_SIZE", "2"}, {"MASTER_ADDR", "10.0.0.7"},
-                              {"MASTER_PORT", "29511"}, {"TORCHELASTIC_USE_AGENT_STORE", "True"}});
+  const LaunchEnv env = read({{"RANK", "3"},
+                              {"WORLD_SIZE", "4"},
+                              {"LOCAL_RANK", "1"},
+                              {"LOCAL_WORLD_SIZE", "2"},
+                              {"MASTER_ADDR", "10.0.0.7"},
+                              {"MASTER_PORT", "29511"},
+                              {"TORCHELASTIC_USE_AGENT_STORE", "True"}});
   EXPECT_EQ(env.launcher, "torchrun");
   EXPECT_EQ(env.rank, 3);
   EXPECT_EQ(env.world_size, 4);
@@ -54,8 +58,8 @@ TEST(LaunchEnv, TorchrunVariables) {
 // A world of one still binds its rendezvous store when it connects a backend (NCCL on one
 // GPU): the port and address it was given are used, not the defaults.
 TEST(LaunchEnv, AWorldOfOneHonoursMasterAddrAndPort) {
-  const LaunchEnv env = read({{"RANK", "0"}, {"WORLD_SIZE", "1"}, {"MASTER_ADDR", "127.0.0.2"},
-                              {"MASTER_PORT", "41234"}});
+  const LaunchEnv env = read(
+      {{"RANK", "0"}, {"WORLD_SIZE", "1"}, {"MASTER_ADDR", "127.0.0.2"}, {"MASTER_PORT", "41234"}});
   EXPECT_EQ(env.world_size, 1);
   EXPECT_EQ(env.master_addr, "127.0.0.2");
   EXPECT_EQ(env.port, 41234);
@@ -71,8 +75,11 @@ TEST(LaunchEnv, AWorldOfOneHonoursMasterAddrAndPort) {
 }
 
 TEST(LaunchEnv, SlurmVariables) {
-  const LaunchEnv env = read({{"SLURM_PROCID", "5"}, {"SLURM_NTASKS", "8"}, {"SLURM_LOCALID", "1"},
-                              {"SLURM_NTASKS_PER_NODE", "4(x2)"}, {"MASTER_ADDR", "node1"},
+  const LaunchEnv env = read({{"SLURM_PROCID", "5"},
+                              {"SLURM_NTASKS", "8"},
+                              {"SLURM_LOCALID", "1"},
+                              {"SLURM_NTASKS_PER_NODE", "4(x2)"},
+                              {"MASTER_ADDR", "node1"},
                               {"MASTER_PORT", "12345"}});
   EXPECT_EQ(env.launcher, "slurm");
   EXPECT_EQ(env.rank, 5);
@@ -98,7 +105,8 @@ TEST(LaunchEnv, EachBadVariableIsNamed) {
     return error_for(vars);
   };
   EXPECT_NE(with("RANK", "2").find("RANK=2 is not below WORLD_SIZE=2"), std::string::npos);
-  EXPECT_NE(with("RANK", "one").find("RANK='one' is not a non-negative integer"), std::string::npos);
+  EXPECT_NE(with("RANK", "one").find("RANK='one' is not a non-negative integer"),
+            std::string::npos);
   EXPECT_NE(with("WORLD_SIZE", "0").find("WORLD_SIZE must be at least 1"), std::string::npos);
   EXPECT_NE(with("MASTER_PORT", "70000").find("MASTER_PORT=70000 is not a TCP port"),
             std::string::npos);
@@ -106,8 +114,9 @@ TEST(LaunchEnv, EachBadVariableIsNamed) {
   EXPECT_NE(without("MASTER_PORT").find("MASTER_PORT is not set"), std::string::npos);
   EXPECT_NE(without("WORLD_SIZE").find("RANK and WORLD_SIZE must be set together"),
             std::string::npos);
-  EXPECT_NE(error_for({{"SLURM_PROCID", "1"}, {"SLURM_NTASKS", "2"}}).find("MASTER_ADDR is not set"),
-            std::string::npos);
+  EXPECT_NE(
+      error_for({{"SLURM_PROCID", "1"}, {"SLURM_NTASKS", "2"}}).find("MASTER_ADDR is not set"),
+      std::string::npos);
 }
 
 TEST(ProcessGroup, OneProcessCollectivesAreLocal) {

@@ -234,7 +234,8 @@ TEST(SdpaPolicy, GroupedCallsFlashCannotTakeRepeatKeysAndValuesOnCuda) {
   EXPECT_FALSE(repeats(c10::kMeta, c10::kFloat, 8, 128, false));
 
   // The operands follow the policy; on the CPU the result is SDPA's either way.
-  const at::Tensor q = at::randn({1, 4, 6, 8}), k = at::randn({1, 2, 6, 8}), v = at::randn({1, 2, 6, 8});
+  const at::Tensor q = at::randn({1, 4, 6, 8}), k = at::randn({1, 2, 6, 8}),
+                   v = at::randn({1, 2, 6, 8});
   const tandem::SdpaOperands grouped = tandem::sdpa_operands(q, k, v, at::Tensor());
   EXPECT_TRUE(grouped.enable_gqa);
   EXPECT_TRUE(grouped.k.is_same(k));

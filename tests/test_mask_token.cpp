@@ -173,7 +173,8 @@ TEST(MaskToken, GrowthKeepsFrozenRowsBitIdentical) {
 TEST(MaskToken, DemoTokenizerUsesItsFirstReservedToken) {
   const tandem::Tokenizer tokenizer =
       tandem::Tokenizer::from_dir(tandem::testing::source_path("data/demo/tokenizer"));
-  const auto choice = tandem::resolve_mask_token(std::nullopt, 4096, tandem::tokenizer_vocab(tokenizer));
+  const auto choice =
+      tandem::resolve_mask_token(std::nullopt, 4096, tandem::tokenizer_vocab(tokenizer));
   EXPECT_EQ(choice.rule, tandem::MaskTokenRule::Reserved);
   EXPECT_EQ(choice.id, *tokenizer.token_to_id("<|reserved_special_token_0|>"));
   EXPECT_EQ(choice.content, "<|reserved_special_token_0|>");

@@ -41,12 +41,14 @@ TEST(Optimizer, MatchesTorchAdamWWithClippingAndDecayGroups) {
 
   // torch's AdamW with the same decay groups: matrices decay, the vector does not.
   std::vector<torch::optim::OptimizerParamGroup> groups;
-  groups.emplace_back(std::vector<at::Tensor>{theirs[0], theirs[2]},
-                      std::make_unique<torch::optim::AdamWOptions>(
-                          torch::optim::AdamWOptions(lr).betas({0.9, 0.95}).eps(1e-8).weight_decay(0.1)));
-  groups.emplace_back(std::vector<at::Tensor>{theirs[1]},
-                      std::make_unique<torch::optim::AdamWOptions>(
-                          torch::optim::AdamWOptions(lr).betas({0.9, 0.95}).eps(1e-8).weight_decay(0.0)));
+  groups.emplace_back(
+      std::vector<at::Tensor>{theirs[0], theirs[2]},
+      std::make_unique<torch::optim::AdamWOptions>(
+          torch::optim::AdamWOptions(lr).betas({0.9, 0.95}).eps(1e-8).weight_decay(0.1)));
+  groups.emplace_back(
+      std::vector<at::Tensor>{theirs[1]},
+      std::make_unique<torch::optim::AdamWOptions>(
+          torch::optim::AdamWOptions(lr).betas({0.9, 0.95}).eps(1e-8).weight_decay(0.0)));
   torch::optim::AdamW reference(groups, torch::optim::AdamWOptions(lr));
 
   for (int step = 0; step < 6; ++step) {
@@ -59,7 +61,8 @@ TEST(Optimizer, MatchesTorchAdamWWithClippingAndDecayGroups) {
     reference.step();
     EXPECT_NEAR(norm, reference_norm, 1e-5 * reference_norm) << "step " << step;
     for (size_t i = 0; i < ours.size(); ++i)
-      EXPECT_TRUE(at::allclose(ours[i], theirs[i], 1e-6, 1e-7)) << "step " << step << " param " << i;
+      EXPECT_TRUE(at::allclose(ours[i], theirs[i], 1e-6, 1e-7))
+          << "step " << step << " param " << i;
   }
 }
 
@@ -85,7 +88,8 @@ TEST(Optimizer, Bf16ParametersFollowFp32Masters) {
     const at::Tensor& master = state[3 * i].second;  // master.<name> comes first for bf16 params
     EXPECT_EQ(state[3 * i].first.rfind("master.", 0), 0u);
     EXPECT_TRUE(at::equal(master, fp32[i])) << "fp32 masters must evolve exactly like fp32 params";
-    EXPECT_TRUE(at::equal(bf16[i], master.to(at::kBFloat16))) << "bf16 params are the rounded masters";
+    EXPECT_TRUE(at::equal(bf16[i], master.to(at::kBFloat16)))
+        << "bf16 params are the rounded masters";
   }
 }
 
@@ -94,7 +98,8 @@ TEST(Optimizer, StateRoundTripContinuesIdentically) {
   auto second = make_parameters(at::kBFloat16);
   MixedPrecisionAdamW a({{"x", first[0]}, {"y", first[1]}, {"z", first[2]}}, {});
   for (int step = 0; step < 3; ++step) {
-    for (size_t i = 0; i < first.size(); ++i) first[i].mutable_grad() = gradient_for(first[i], step, i);
+    for (size_t i = 0; i < first.size(); ++i)
+      first[i].mutable_grad() = gradient_for(first[i], step, i);
     a.step(1e-2);
   }
   // Restore into a fresh optimizer over parameters holding the same values.
@@ -146,7 +151,8 @@ TEST(Optimizer, Bf16GradientsAccumulateInFp32AcrossMicroBatches) {
   // Plain autograd accumulation in bf16 loses every small addend.
   at::Tensor plain = at::zeros({1}, at::kBFloat16).requires_grad_();
   (plain.to(at::kFloat) * 1.0).sum().backward();
-  for (int micro = 0; micro < 64; ++micro) (plain.to(at::kFloat) * std::ldexp(1.0, -10)).sum().backward();
+  for (int micro = 0; micro < 64; ++micro)
+    (plain.to(at::kFloat) * std::ldexp(1.0, -10)).sum().backward();
   EXPECT_EQ(plain.grad().item<float>(), 1.0f);
   optimizer.zero_grad();
   EXPECT_DOUBLE_EQ(optimizer.step(0.0).item<double>(), 0.0);
@@ -187,7 +193,9 @@ TEST(Optimizer, ReducedGradientsStepLikeOneProcessWithAllMicroBatches) {
   for (int i = 0; i < 3; ++i) EXPECT_TRUE(rank0[i].equal(single[i])) << i;
   EXPECT_FALSE(rank0[2].grad().defined());
   for (const auto& [name, value] : zero.state())
-    if (name == "exp_avg.unused") { EXPECT_EQ(value.abs().sum().item<double>(), 0.0); }
+    if (name == "exp_avg.unused") {
+      EXPECT_EQ(value.abs().sum().item<double>(), 0.0);
+    }
 }
 
 }  // namespace

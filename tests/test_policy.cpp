@@ -133,8 +133,9 @@ TEST(PolicyObjective, MicroBatchesWithTheStepTotalsEqualOneBatch) {
     EXPECT_NEAR(ratio, metrics_of(one).at("ratio_mean"), 1e-6);
     const auto expected = whole.policy()->named_parameters();
     for (const auto& parameter : split.policy()->named_parameters())
-      EXPECT_LT((parameter.value().grad() - expected[parameter.key()].grad()).abs().max().item<double>(),
-                1e-5 * (expected[parameter.key()].grad().abs().max().item<double>() + 1e-12))
+      EXPECT_LT(
+          (parameter.value().grad() - expected[parameter.key()].grad()).abs().max().item<double>(),
+          1e-5 * (expected[parameter.key()].grad().abs().max().item<double>() + 1e-12))
           << parameter.key();
   }
 }
@@ -143,8 +144,9 @@ TEST(PolicyObjective, RolloutIdsOutsideTheVocabularyFailAtStartUp) {
   auto samples = sampled_rollouts();
   samples[2].completion_ids[1] = 700;
   tandem::PolicyObjective objective(options_for(true));
-  EXPECT_NE(tandem::testing::error_of([&] { objective.attach_data({nullptr, &samples, "", 24}); })
-                .find("rollouts.jsonl:3: token id 700 is outside the policy's vocabulary [0, 512)"),
+  EXPECT_NE(tandem::testing::error_of([&] {
+              objective.attach_data({nullptr, &samples, "", 24});
+            }).find("rollouts.jsonl:3: token id 700 is outside the policy's vocabulary [0, 512)"),
             std::string::npos);
 }
 

@@ -46,9 +46,9 @@ TEST(TokenLogprobs, FusedEqualsUnfusedInValueAndGradientForEveryChunking) {
 
 TEST(Dpo, EveryLossMatchesPyTorchInValueMetricsAndGradient) {
   const auto ref = fixture_tensors("tests/fixtures/losses/dpo.safetensors");
-  const at::Tensor mask = ref.at("completion_mask").to(at::kBool);      // (48,)
-  const at::Tensor segment = ref.at("segment_ids").index({mask});       // (N,)
-  const at::Tensor labels = ref.at("labels").index({mask});              // (N,)
+  const at::Tensor mask = ref.at("completion_mask").to(at::kBool);  // (48,)
+  const at::Tensor segment = ref.at("segment_ids").index({mask});   // (N,)
+  const at::Tensor labels = ref.at("labels").index({mask});         // (N,)
   const int64_t sequences = 6;
   auto per_sequence = [&](const at::Tensor& token_values) {  // (N,) -> (6,)
     return at::zeros({sequences}, token_values.options()).index_add(0, segment, token_values);
@@ -67,9 +67,9 @@ TEST(Dpo, EveryLossMatchesPyTorchInValueMetricsAndGradient) {
     at::Tensor head = ref.at("policy_lm_head").clone().requires_grad_(true);
     const at::Tensor policy =
         per_sequence(tandem::fused_token_logprobs(hidden.index({mask}), head, labels, chunked(5)));
-    tandem::DpoPairLogprobs pairs{policy.index({even}),         policy.index({odd}),
+    tandem::DpoPairLogprobs pairs{policy.index({even}),           policy.index({odd}),
                                   cached_reference.index({even}), cached_reference.index({odd}),
-                                  lengths.index({even}),        lengths.index({odd})};
+                                  lengths.index({even}),          lengths.index({odd})};
     const auto out = tandem::dpo_pair_losses(pairs, tandem::parse_dpo_loss_type(name), 0.1);
     const at::Tensor loss = out.losses.sum() / ref.at("num_pairs").item<int64_t>();
     loss.backward();
@@ -103,8 +103,9 @@ TEST(Dpo, PairFusedLossMatchesPyTorchInOneAndTwoPasses) {
       SCOPED_TRACE(std::string(name) + " chunk " + std::to_string(chunk));
       at::Tensor hidden = ref.at("policy_hidden").clone().requires_grad_(true);
       at::Tensor head = ref.at("policy_lm_head").clone().requires_grad_(true);
-      const tandem::DpoHeadInputs inputs{hidden.index({mask}), head, labels, segment,
-                                         at::arange(0, 6, 2), at::arange(1, 6, 2), reference, counts};
+      const tandem::DpoHeadInputs inputs{
+          hidden.index({mask}), head,      labels, segment, at::arange(0, 6, 2),
+          at::arange(1, 6, 2),  reference, counts};
       tandem::DpoPairLosses pairs;
       const at::Tensor loss = tandem::fused_dpo_loss(inputs, tandem::parse_dpo_loss_type(name), 0.1,
                                                      1.0 / 3.0, chunked(chunk), &pairs);
@@ -120,8 +121,9 @@ TEST(Dpo, PairFusedLossMatchesPyTorchInOneAndTwoPasses) {
 }
 
 TEST(Dpo, UnknownLossTypeNamesTheChoices) {
-  EXPECT_NE(tandem::testing::error_of([] { tandem::parse_dpo_loss_type("robust"); })
-                .find("(sigmoid, hinge, ipo)"),
+  EXPECT_NE(tandem::testing::error_of([] {
+              tandem::parse_dpo_loss_type("robust");
+            }).find("(sigmoid, hinge, ipo)"),
             std::string::npos);
 }
 
@@ -139,18 +141,18 @@ TEST(PolicyLoss, GrpoAndGspoMatchPyTorchInValueMetricsAndGradient) {
     SCOPED_TRACE(variant);
     const std::string key = variant;
     const bool sequence_level = key.rfind("gspo", 0) == 0;
-    const at::Tensor old = ref.at(key.find("onpolicy") != std::string::npos ? "old_logps_onpolicy"
-                                                                            : "old_logps")
-                               .index({mask});
+    const at::Tensor old =
+        ref.at(key.find("onpolicy") != std::string::npos ? "old_logps_onpolicy" : "old_logps")
+            .index({mask});
     at::Tensor hidden = ref.at("hidden").clone().requires_grad_(true);
     at::Tensor head = ref.at("lm_head").clone().requires_grad_(true);
     at::Tensor entropy;
     const at::Tensor logprobs =
         tandem::fused_token_logprobs(hidden.index({mask}), head, labels, chunked(3), &entropy);
     const tandem::PolicyLosses out =
-        sequence_level ? tandem::gspo_document_losses(logprobs, old, document,
-                                                      ref.at("advantages_doc"), clip)
-                       : tandem::grpo_token_losses(logprobs, old, advantages, clip);
+        sequence_level
+            ? tandem::gspo_document_losses(logprobs, old, document, ref.at("advantages_doc"), clip)
+            : tandem::grpo_token_losses(logprobs, old, advantages, clip);
     const at::Tensor loss = out.losses.sum() / (sequence_level ? documents : tokens);
     loss.backward();
     // The loss sums terms of order 1 that nearly cancel: an absolute tolerance.
@@ -160,12 +162,14 @@ TEST(PolicyLoss, GrpoAndGspoMatchPyTorchInValueMetricsAndGradient) {
     const at::Tensor expected_ratio =
         sequence_level ? ref.at(key + ".ratio") : ref.at(key + ".ratio").index({mask});
     EXPECT_LT(max_relative_error(out.ratio, expected_ratio), 1e-5);
-    EXPECT_NEAR(out.ratio.mean().item<double>(), ref.at(key + ".metrics.ratio_mean").item<double>(), 1e-5);
+    EXPECT_NEAR(out.ratio.mean().item<double>(), ref.at(key + ".metrics.ratio_mean").item<double>(),
+                1e-5);
     EXPECT_NEAR(out.clipped.to(at::kFloat).mean().item<double>(),
                 ref.at(key + ".metrics.clipped_fraction").item<double>(), 1e-7);
     EXPECT_NEAR(tandem::kl_k3(logprobs, old).mean().item<double>(),
                 ref.at(key + ".metrics.kl_new_old").item<double>(), 1e-6);
-    EXPECT_NEAR(entropy.mean().item<double>(), ref.at(key + ".metrics.entropy").item<double>(), 1e-5);
+    EXPECT_NEAR(entropy.mean().item<double>(), ref.at(key + ".metrics.entropy").item<double>(),
+                1e-5);
     EXPECT_LT(max_relative_error(entropy, ref.at("entropy_token").index({mask})), 1e-5);
   }
   // The fixture has both clipped and unclipped tokens, so the clip rule is exercised.
@@ -197,12 +201,13 @@ TEST(Fp32Head, LogprobsEqualTheFp32ComputationAndBf16GradientsAreRoundedOnce) {
     };
     EXPECT_TRUE(within_one_ulp(hidden.grad(), ref.at("grad_hidden_fp32")));
     EXPECT_TRUE(within_one_ulp(head.grad(), ref.at("grad_lm_head_fp32")));
-    const double exact = (head.grad() == ref.at("grad_lm_head")).to(at::kFloat).mean().item<double>();
+    const double exact =
+        (head.grad() == ref.at("grad_lm_head")).to(at::kFloat).mean().item<double>();
     EXPECT_GT(exact, 0.95) << "bf16 head gradient equal to the once-rounded fp32 one";
   }
   // Without the option the bf16 matmul's rounding shows: the test above can fail.
-  const at::Tensor bf16_path =
-      tandem::fused_token_logprobs(ref.at("hidden"), ref.at("lm_head"), ref.at("labels"), chunked(5));
+  const at::Tensor bf16_path = tandem::fused_token_logprobs(ref.at("hidden"), ref.at("lm_head"),
+                                                            ref.at("labels"), chunked(5));
   EXPECT_GT((bf16_path - ref.at("logps_fp32")).abs().max().item<double>(), 1e-3);
 }
 

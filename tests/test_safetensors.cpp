@@ -6,8 +6,8 @@
 
 #include <chrono>
 #include <cmath>
-#include <cstdio>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -507,8 +507,9 @@ TEST_F(SafetensorsTest, AHeaderOfManyEntriesParsesInLinearTime) {
   constexpr int kEntries = 200000;
   std::string header = "{";
   for (int i = 0; i < kEntries; ++i)
-    header += (i ? ",\"t" : "\"t") + std::to_string(i) + R"(":{"dtype":"U8","shape":[1],"data_offsets":[)" +
-              std::to_string(i) + "," + std::to_string(i + 1) + "]}";
+    header += (i ? ",\"t" : "\"t") + std::to_string(i) +
+              R"(":{"dtype":"U8","shape":[1],"data_offsets":[)" + std::to_string(i) + "," +
+              std::to_string(i + 1) + "]}";
   header += "}";
   const auto start = std::chrono::steady_clock::now();
   const st::File file = st::File::open(write_header("many.safetensors", header, kEntries));

@@ -16,7 +16,7 @@ TEST(Schedule, WarmupThenCosine) {
   s.total_steps = 14;
   EXPECT_DOUBLE_EQ(tandem::learning_rate(s, 0), 0.25);
   EXPECT_DOUBLE_EQ(tandem::learning_rate(s, 3), 1.0);
-  EXPECT_DOUBLE_EQ(tandem::learning_rate(s, 4), 1.0);  // decay starts at cos(0)
+  EXPECT_DOUBLE_EQ(tandem::learning_rate(s, 4), 1.0);    // decay starts at cos(0)
   EXPECT_NEAR(tandem::learning_rate(s, 9), 0.5, 1e-12);  // half way: (1 + cos(pi/2)) / 2
   EXPECT_NEAR(tandem::learning_rate(s, 14), 0.0, 1e-12);
   s.min_lr_ratio = 0.1;

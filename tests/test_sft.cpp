@@ -88,10 +88,10 @@ TEST(Sft, MicroBatchesGiveTheGradientOfOneBigBatch) {
       document({10, 11, 12, 13, 14, 15, 16, 17}, {0, 1, 1, 1, 1, 1, 1, 1}),
       document({18, 19, 20, 21}, {1, 0, 1, 1})};
   const auto big = gradients_of(objective, {tandem::pack_documents(documents, packing(24))});
-  const auto split = gradients_of(
-      objective, {tandem::pack_documents({documents[0], documents[1]}, packing(10)),
-                  tandem::pack_documents({documents[2]}, packing(8)),
-                  tandem::pack_documents({documents[3]}, packing(7))});
+  const auto split =
+      gradients_of(objective, {tandem::pack_documents({documents[0], documents[1]}, packing(10)),
+                               tandem::pack_documents({documents[2]}, packing(8)),
+                               tandem::pack_documents({documents[3]}, packing(7))});
   ASSERT_EQ(big.size(), split.size());
   for (size_t i = 0; i < big.size(); ++i)
     EXPECT_TRUE(at::allclose(big[i], split[i], 1e-5, 1e-6)) << "parameter " << i;
@@ -114,7 +114,8 @@ TEST(Sft, FrozenNeighbourUntouchedTrainableUpdated) {
   for (const auto& entry : trainable) before.push_back(entry.second.detach().clone());
 
   tandem::MixedPrecisionAdamW optimizer(trainable, {});
-  const PackedBatch batch = tandem::pack_documents({document({3, 1, 4, 1, 5, 9, 2, 6}, {1, 1, 1, 1, 1, 1, 1, 1})}, packing(8));
+  const PackedBatch batch = tandem::pack_documents(
+      {document({3, 1, 4, 1, 5, 9, 2, 6}, {1, 1, 1, 1, 1, 1, 1, 1})}, packing(8));
   for (int step = 0; step < 3; ++step) {
     objective.compute(batch, objective.count(batch)).loss.backward();
     frozen.forward(batch.input_ids, batch.layout(), {0});  // the frozen model in the loop
@@ -124,7 +125,8 @@ TEST(Sft, FrozenNeighbourUntouchedTrainableUpdated) {
   for (const auto& [name, weight] : frozen.named_weights())
     EXPECT_TRUE(at::equal(weight, frozen_before.at(name))) << name;
   for (size_t i = 0; i < trainable.size(); ++i)
-    EXPECT_FALSE(at::equal(trainable[i].second, before[i])) << trainable[i].first << " did not train";
+    EXPECT_FALSE(at::equal(trainable[i].second, before[i]))
+        << trainable[i].first << " did not train";
 }
 
 }  // namespace

@@ -40,15 +40,17 @@ struct TinyModel {
   tandem::RMSNorm norm{3, 1e-6, at::TensorOptions()};
 
   explicit TinyModel(uint64_t seed) {
-    for (auto* module : {static_cast<torch::nn::Module*>(embed.get()),
-                         static_cast<torch::nn::Module*>(proj.get()),
-                         static_cast<torch::nn::Module*>(norm.get())})
+    for (auto* module :
+         {static_cast<torch::nn::Module*>(embed.get()), static_cast<torch::nn::Module*>(proj.get()),
+          static_cast<torch::nn::Module*>(norm.get())})
       tandem::init_normal_(*module, 0.5, seed);
     at::NoGradGuard no_grad;
     norm->weight.uniform_(0.5, 1.5, at::make_generator<at::CPUGeneratorImpl>(seed));
     for (at::Tensor& parameter : parameters()) parameter.set_requires_grad(true);
   }
-  std::vector<at::Tensor> parameters() { return {embed->weight, proj->weight, proj->bias, norm->weight}; }
+  std::vector<at::Tensor> parameters() {
+    return {embed->weight, proj->weight, proj->bias, norm->weight};
+  }
 
   // ids (2, 5) -> a scalar loss; the embedding is also the output projection (tied, used twice).
   at::Tensor loss(const at::Tensor& ids) {
@@ -69,7 +71,8 @@ TEST(Sharding, OneProcessGivesTheUnshardedOutputsAndGradients) {
 
   ParameterShards shards(ProcessGroup::single());
   std::vector<at::Tensor> slices;
-  for (const at::Tensor& parameter : sharded.parameters()) slices.push_back(shards.shard(parameter, true));
+  for (const at::Tensor& parameter : sharded.parameters())
+    slices.push_back(shards.shard(parameter, true));
   for (const at::Tensor& parameter : sharded.parameters()) {
     EXPECT_TRUE(tandem::is_sharded(parameter));
     EXPECT_EQ(parameter.storage().nbytes(), 0u) << "full storage kept outside a call";
@@ -102,7 +105,9 @@ TEST(Sharding, TwoProcessesReduceScatterTheSumOfBothRanksGradients) {
   tandem::testing::run_forked_ranks(2, [](int64_t rank, int port) {
     auto group = tandem::testing::connect_loopback(rank, 2, port);
     int failures = 0;
-    auto input_of = [](int64_t r) { return at::randn({3, 5}, at::make_generator<at::CPUGeneratorImpl>(100 + r)); };
+    auto input_of = [](int64_t r) {
+      return at::randn({3, 5}, at::make_generator<at::CPUGeneratorImpl>(100 + r));
+    };
     // Unsharded reference: the gradient both ranks' inputs give together.
     tandem::Linear reference(5, 3, true, at::TensorOptions());
     tandem::init_normal_(*reference, 0.3, 7);
@@ -128,10 +133,15 @@ TEST(Sharding, TwoProcessesReduceScatterTheSumOfBothRanksGradients) {
     const at::Tensor w_expected =
         reference->weight.grad().reshape({-1}).narrow(0, w.begin(rank), w.count(rank));
     const at::Tensor b_expected = reference->bias.grad().narrow(0, b.begin(rank), b.count(rank));
-    failures += !at::allclose(weight.grad().narrow(0, 0, w_expected.numel()), w_expected, 1e-5, 1e-6);
+    failures +=
+        !at::allclose(weight.grad().narrow(0, 0, w_expected.numel()), w_expected, 1e-5, 1e-6);
     failures += !at::allclose(bias.grad().narrow(0, 0, b_expected.numel()), b_expected, 1e-5, 1e-6);
     // The padding's gradient stays zero.
-    failures += weight.grad().narrow(0, w_expected.numel(), 8 - w_expected.numel()).abs().sum().item<double>() != 0;
+    failures += weight.grad()
+                    .narrow(0, w_expected.numel(), 8 - w_expected.numel())
+                    .abs()
+                    .sum()
+                    .item<double>() != 0;
     failures += layer->weight.storage().nbytes() != 0;
     failures += tandem::held_bytes(layer->weight) + tandem::held_bytes(layer->bias) != (8 + 2) * 4;
     return failures;

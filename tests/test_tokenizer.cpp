@@ -255,8 +255,8 @@ TEST(TokenizerErrors, DeepNestingIsAnErrorNotACrash) {
   for (int i = 0; i < 50000; ++i) nested += R"({"type": "Sequence", "pretokenizers": [)";
   nested += "{}";
   for (int i = 0; i < 50000; ++i) nested += "]}";
-  std::ofstream(dir / "tokenizer.json") << R"({"model": {"type": "BPE"}, "pre_tokenizer": )"
-                                        << nested << "}";
+  std::ofstream(dir / "tokenizer.json")
+      << R"({"model": {"type": "BPE"}, "pre_tokenizer": )" << nested << "}";
   const std::string message = error_of([&] { Tokenizer::from_dir(dir.path()); });
   EXPECT_NE(message.find("[tokenizer] " + (dir / "tokenizer.json") +
                          ": not valid JSON: nests deeper than 64 levels"),

@@ -13,10 +13,10 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "forked_ranks.h"
 #include "tandem/core/config.h"
 #include "tandem/train/checkpoint.h"
 #include "tandem/train/training_data.h"
-#include "forked_ranks.h"
 #include "test_util.h"
 #include "tiny_train_job.h"
 
@@ -37,7 +37,8 @@ void expect_checkpoints_finite(const std::string& run_dir) {
     for (const char* file : {"model.safetensors", "optimizer.safetensors"})
       for (const auto& [name, tensor] : reader.read_tensors(file))
         if (tensor.is_floating_point())
-          EXPECT_TRUE(at::isfinite(tensor).all().item<bool>()) << path << "/" << file << ": " << name;
+          EXPECT_TRUE(at::isfinite(tensor).all().item<bool>())
+              << path << "/" << file << ": " << name;
   }
 }
 
@@ -57,7 +58,8 @@ std::vector<nlohmann::json> step_records(const std::string& run_dir) {
 TEST(TrainNonFinite, StopKeepsTheLastFiniteCheckpointAndExits3) {
   ScratchDir dir;
   const std::string config = write_job(dir, dir / "run", 6, 2);
-  const auto result = run_command(train_command(config) + " training.lr=1e30 training.warmup_steps=0");
+  const auto result =
+      run_command(train_command(config) + " training.lr=1e30 training.warmup_steps=0");
   EXPECT_EQ(result.exit_code, 3) << result.output;
   EXPECT_NE(result.output.find("[train] step 2: the "), std::string::npos) << result.output;
   EXPECT_NE(result.output.find("not finite (training.on_nonfinite: stop): stopped without saving"),
@@ -80,9 +82,10 @@ TEST(TrainNonFinite, StopKeepsTheLastFiniteCheckpointAndExits3) {
 TEST(TrainNonFinite, SkipStepDropsTheUpdateAndStopsAfterTooManyInARow) {
   ScratchDir dir;
   const std::string config = write_job(dir, dir / "run", 8, 0);
-  const auto result = run_command(train_command(config) +
-                                  " training.lr=1e30 training.warmup_steps=0 "
-                                  "training.on_nonfinite=skip_step training.max_consecutive_skips=3");
+  const auto result =
+      run_command(train_command(config) +
+                  " training.lr=1e30 training.warmup_steps=0 "
+                  "training.on_nonfinite=skip_step training.max_consecutive_skips=3");
   EXPECT_EQ(result.exit_code, 3) << result.output;
   EXPECT_NE(result.output.find("[train] step 4: 3 steps in a row had a non-finite loss"),
             std::string::npos)
@@ -115,8 +118,10 @@ TEST(TrainNonFinite, SkipStepOnAFiniteRunEqualsStop) {
   const auto skip = run_command(train_command(write_job(dir, dir / "skip", 3, 1)) +
                                 " training.on_nonfinite=skip_step");
   ASSERT_EQ(skip.exit_code, 0) << skip.output;
-  const auto a = tandem::find_latest_valid(dir / "stop").checkpoint->read_tensors("model.safetensors");
-  const auto b = tandem::find_latest_valid(dir / "skip").checkpoint->read_tensors("model.safetensors");
+  const auto a =
+      tandem::find_latest_valid(dir / "stop").checkpoint->read_tensors("model.safetensors");
+  const auto b =
+      tandem::find_latest_valid(dir / "skip").checkpoint->read_tensors("model.safetensors");
   ASSERT_EQ(a.size(), b.size());
   for (const auto& [name, tensor] : a) EXPECT_TRUE(tensor.equal(b.at(name))) << name;
 }
@@ -138,8 +143,9 @@ TEST(TrainRunDir, OneWriterPerRunDirectory) {
   int status = 0;
   waitpid(first, &status, 0);
   ASSERT_TRUE(WIFSIGNALED(status)) << "the first run ended on its own";
-  const auto third = run_command(train_command(config) + " training.steps=" +
-                                 std::to_string(tandem::find_latest_valid(dir / "run").checkpoint->step() + 1));
+  const auto third =
+      run_command(train_command(config) + " training.steps=" +
+                  std::to_string(tandem::find_latest_valid(dir / "run").checkpoint->step() + 1));
   EXPECT_EQ(third.exit_code, 0) << third.output;
   EXPECT_NE(third.output.find("resuming from"), std::string::npos) << third.output;
 }
@@ -198,12 +204,10 @@ TEST(TrainCheckpoints, OneThatCannotBeLoadedIsSkipped) {
   }
   const auto result = run_command(train_command(config) + " training.steps=3");
   EXPECT_EQ(result.exit_code, 0) << result.output;
-  EXPECT_NE(result.output.find("skipping " + (dir / "run/step-00000005") +
-                               ": cannot be loaded"),
+  EXPECT_NE(result.output.find("skipping " + (dir / "run/step-00000005") + ": cannot be loaded"),
             std::string::npos)
       << result.output;
-  EXPECT_NE(result.output.find("resuming from " + (dir / "run/step-00000002")),
-            std::string::npos)
+  EXPECT_NE(result.output.find("resuming from " + (dir / "run/step-00000002")), std::string::npos)
       << result.output;
 }
 
@@ -267,7 +271,8 @@ TEST(TrainData, ADocumentLongerThanAMicroBatchIsSplitWhenRead) {
       if (document.dataset_index == 40) {
         EXPECT_TRUE(covered.emplace(document.source_begin, document.length).second);
         // The piece holds the document's own tokens from its offset on (ids 1 + t % 90).
-        const at::Tensor ids = batch.input_ids[document.row].narrow(0, document.begin, document.length);
+        const at::Tensor ids =
+            batch.input_ids[document.row].narrow(0, document.begin, document.length);
         EXPECT_EQ(ids[0].item<int64_t>(), 1 + document.source_begin % 90);
       }
   }
@@ -305,9 +310,11 @@ TEST(TrainData, OverlongErrorFailsBeforeStepOneOrSkipsWhenAsked) {
             std::string::npos)
       << refused.output;
   EXPECT_FALSE(fs::exists(dir / "run"));
-  const auto skipped = run_command(train_command(config) + " data.overlong=error data.on_error=skip");
+  const auto skipped =
+      run_command(train_command(config) + " data.overlong=error data.on_error=skip");
   EXPECT_EQ(skipped.exit_code, 0) << skipped.output;
-  EXPECT_NE(skipped.output.find("1 record(s) that fit in no micro-batch skipped"), std::string::npos)
+  EXPECT_NE(skipped.output.find("1 record(s) that fit in no micro-batch skipped"),
+            std::string::npos)
       << skipped.output;
 }
 

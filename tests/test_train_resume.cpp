@@ -2,8 +2,8 @@
 // SIGTERM, then resumed, ends bit-identical to an uninterrupted run (weights, optimizer state,
 // sampler position, metrics); unknown config keys fail before any work.
 #include <ATen/ATen.h>
-#include <gtest/gtest.h>
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
@@ -32,7 +32,7 @@ namespace fs = std::filesystem;
 using tandem::testing::run_command;
 using tandem::testing::ScratchDir;
 
-constexpr int kLongSteps = 80;    // SIGTERM test: long enough that the signal lands mid-run
+constexpr int kLongSteps = 80;  // SIGTERM test: long enough that the signal lands mid-run
 using tandem::testing::kSteps;
 using tandem::testing::start_training;
 using tandem::testing::train_command;
@@ -45,7 +45,8 @@ std::map<std::string, at::Tensor> final_tensors(const std::string& run_dir, int 
   EXPECT_EQ(search.checkpoint->step(), steps);
   std::map<std::string, at::Tensor> out;
   for (const char* file : {"model.safetensors", "optimizer.safetensors", "rng.safetensors"})
-    for (auto& [name, tensor] : search.checkpoint->read_tensors(file)) out[std::string(file) + ":" + name] = tensor;
+    for (auto& [name, tensor] : search.checkpoint->read_tensors(file))
+      out[std::string(file) + ":" + name] = tensor;
   return out;
 }
 
@@ -68,7 +69,8 @@ void expect_identical_runs(const std::string& a, const std::string& b, int steps
   ASSERT_EQ(first.size(), second.size());
   for (const auto& [name, tensor] : first) {
     ASSERT_TRUE(second.count(name)) << name;
-    EXPECT_TRUE(tensor.sizes() == second.at(name).sizes() && tensor.scalar_type() == second.at(name).scalar_type() &&
+    EXPECT_TRUE(tensor.sizes() == second.at(name).sizes() &&
+                tensor.scalar_type() == second.at(name).scalar_type() &&
                 std::memcmp(tensor.data_ptr(), second.at(name).data_ptr(), tensor.nbytes()) == 0)
         << name << " differs after resume";
   }
@@ -141,7 +143,8 @@ TEST(TrainResume, SigtermSavesExitsWithCode75AndResumesBitIdentical) {
 TEST(TrainResume, DocsPerStepDrawsMicroBatchesUntilTheTarget) {
   ScratchDir dir;
   const std::string config = write_job(dir, dir / "docs");
-  const auto result = run_command(train_command(config) + " training.docs_per_step=9 training.steps=4");
+  const auto result =
+      run_command(train_command(config) + " training.docs_per_step=9 training.steps=4");
   ASSERT_EQ(result.exit_code, 0) << result.output;
   std::ifstream in(dir / "docs/metrics.jsonl");
   int steps = 0;
@@ -160,8 +163,7 @@ TEST(TrainResume, DocsPerStepDrawsMicroBatchesUntilTheTarget) {
 TEST(TrainResume, OutOfRangeSettingsFailBeforeAnyWork) {
   ScratchDir dir;
   const std::string config = write_job(dir, dir / "run");
-  for (const auto& [setting, message] :
-       std::vector<std::pair<std::string, std::string>>{
+  for (const auto& [setting, message] : std::vector<std::pair<std::string, std::string>>{
            {"optimizer.beta1=2", "optimizer.beta1: must be in [0, 1), got 2"},
            {"optimizer.beta2=1", "optimizer.beta2: must be in [0, 1), got 1"},
            {"optimizer.eps=0", "optimizer.eps: must be a finite number > 0"},
@@ -180,7 +182,8 @@ TEST(TrainResume, UnknownConfigKeyFailsBeforeAnyWork) {
   const std::string config = write_job(dir, dir / "run");
   const auto result = run_command(train_command(config) + " training.learning_rate=1");
   EXPECT_EQ(result.exit_code, 1) << result.output;
-  EXPECT_NE(result.output.find("unknown key training.learning_rate"), std::string::npos) << result.output;
+  EXPECT_NE(result.output.find("unknown key training.learning_rate"), std::string::npos)
+      << result.output;
   EXPECT_FALSE(fs::exists(dir / "run"));
 }
 
@@ -224,10 +227,10 @@ TEST(TrainDryRun, PrintsThePlanAndTrainsNothing) {
   const std::string config = write_job(dir, dir / "run");
   const auto result = run_command(train_command(config) + " --dry-run training.device=cpu");
   ASSERT_EQ(result.exit_code, 0) << result.output;
-  for (const char* line : {"trained model: 24,800 parameters (24,800 trainable), Float",
-                           "frozen: none, 0 parameters", "memory per rank: trained 0.38 MiB",
-                           "data: ", "40 records", "device cpu, 1 rank (ddp: 1 replica x 1 shard)",
-                           "nothing was trained"})
+  for (const char* line :
+       {"trained model: 24,800 parameters (24,800 trainable), Float", "frozen: none, 0 parameters",
+        "memory per rank: trained 0.38 MiB", "data: ", "40 records",
+        "device cpu, 1 rank (ddp: 1 replica x 1 shard)", "nothing was trained"})
     EXPECT_NE(result.output.find(line), std::string::npos) << line << "\n" << result.output;
   EXPECT_FALSE(fs::exists(dir / "run"));
 }
@@ -304,7 +307,8 @@ TEST(TrainExport, DtypeCastsTheTrainedWeightsBeforeWriting) {
   ScratchDir dir;
   const std::string run = dir / "run";
   ASSERT_EQ(run_command(train_command(write_job(dir, run, 2))).exit_code, 0);
-  const std::string export_command = tandem::testing::tandem_binary() + " --threads 1 export " + run;
+  const std::string export_command =
+      tandem::testing::tandem_binary() + " --threads 1 export " + run;
   ASSERT_EQ(run_command(export_command + " --out " + (dir / "fp32")).exit_code, 0);
   ASSERT_EQ(run_command(export_command + " --dtype bf16 --out " + (dir / "bf16")).exit_code, 0);
   const auto fp32 = tandem::HfCheckpoint::open(dir / "fp32");

@@ -28,8 +28,9 @@ std::vector<int64_t> parse_int_list(const std::string& text, const std::string& 
 }
 
 void add_device_option(CLI::App& command, std::string& device) {
-  command.add_option("--device", device,
-                     "auto | cpu | cuda | cuda:N (auto: a GPU when one is visible, else the CPU)")
+  command
+      .add_option("--device", device,
+                  "auto | cpu | cuda | cuda:N (auto: a GPU when one is visible, else the CPU)")
       ->capture_default_str();
 }
 

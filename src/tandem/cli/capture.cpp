@@ -1,6 +1,8 @@
 // tandem capture CONFIG.yaml --out DIR: run the frozen target once over a run's training data
 // and store the hidden states its draft reads (what the objective's description asks for,
 // objectives/description.h), for offline training (data.capture).
+#include "tandem/data/capture.h"
+
 #include <iostream>
 
 #include "tandem/cli/commands.h"
@@ -8,7 +10,6 @@
 #include "tandem/core/dtype.h"
 #include "tandem/core/error.h"
 #include "tandem/core/hash.h"
-#include "tandem/data/capture.h"
 #include "tandem/models/frozen.h"
 #include "tandem/objectives/description.h"
 #include "tandem/train/training_data.h"
@@ -45,10 +46,9 @@ Runner add_capture_command(CLI::App& root) {
     const at::Device device = device_from_option(options->device);
     const Config training = config.section("training");
     const std::string objective = training.get_string("objective", "sft");
-    const ObjectiveDescription& described =
-        find_objective(objective, training.where("objective"));
-    check(bool(described.capture), "[capture] ", options->config_path,
-          ": training.objective is '", objective, "'; capture serves ",
+    const ObjectiveDescription& described = find_objective(objective, training.where("objective"));
+    check(bool(described.capture), "[capture] ", options->config_path, ": training.objective is '",
+          objective, "'; capture serves ",
           objective_names([](const auto& d) { return bool(d.capture); }));
     const CaptureRequest request = described.capture(config, device);
     const TrainingData data = read_training_data(config);
@@ -59,9 +59,9 @@ Runner add_capture_command(CLI::App& root) {
     settings.target = request.target_path;
     settings.layer_ids = request.layer_ids;
     settings.last_hidden = request.last_hidden;
-    settings.dtype = options->dtype.empty() ? compute_dtype_name(request.target_dtype)
-                                            : compute_dtype_name(parse_compute_dtype(
-                                                  options->dtype, "--dtype"));
+    settings.dtype = options->dtype.empty()
+                         ? compute_dtype_name(request.target_dtype)
+                         : compute_dtype_name(parse_compute_dtype(options->dtype, "--dtype"));
     settings.seq_len = data.packing.seq_len;
     settings.dataset_key = hex64(data.dataset->key());
     settings.num_documents = data.dataset->size();
@@ -71,10 +71,9 @@ Runner add_capture_command(CLI::App& root) {
     capture.rows = options->rows > 0 ? options->rows : data.rows;
     const CaptureProgress progress =
         capture_features(target, *data.dataset, settings, options->out, capture);
-    std::cout << "[capture] " << options->out << ": " << settings.num_documents
-              << " documents (" << progress.documents_done << " already there, "
-              << progress.documents_written << " written now in " << progress.shards_written
-              << " shards)\n";
+    std::cout << "[capture] " << options->out << ": " << settings.num_documents << " documents ("
+              << progress.documents_done << " already there, " << progress.documents_written
+              << " written now in " << progress.shards_written << " shards)\n";
     return 0;
   };
 }

@@ -1,9 +1,9 @@
 #pragma once
 // One function per subcommand: it registers its options on the root app and returns the code
 // that runs it after parsing. main.cpp only dispatches.
-#include <CLI/CLI.hpp>
 #include <c10/core/Device.h>
 
+#include <CLI/CLI.hpp>
 #include <functional>
 
 namespace tandem::cli {

@@ -170,8 +170,9 @@ Runner add_eval_command(CLI::App& root) {
               << generated << " tokens, " << draft->type() << " draft, k = " << draft_tokens
               << " draft tokens per step\n"
               << "[eval] tau = " << stats.tau() << " tokens per target forward (95% interval "
-              << report["tau_ci95"][0].get<double>() << " to " << report["tau_ci95"][1].get<double>()
-              << ", bootstrap over the " << prompts << " prompts; " << stats.steps()
+              << report["tau_ci95"][0].get<double>() << " to "
+              << report["tau_ci95"][1].get<double>() << ", bootstrap over the " << prompts
+              << " prompts; " << stats.steps()
               << " verify steps)\n[eval] acceptance by draft position "
               << "(conditional):";
     for (double rate : stats.conditional_acceptance()) std::cout << " " << rate;

@@ -33,8 +33,8 @@ at::Tensor parse_id_rows(const std::string& text) {
   for (const auto& r : rows)
     check(r.size() == rows[0].size(), "[forward] --input-ids: rows separated by ';' must have ",
           "equal lengths (", rows[0].size(), " vs ", r.size(), ")");
-  at::Tensor ids = at::empty({static_cast<int64_t>(rows.size()), static_cast<int64_t>(rows[0].size())},
-                             at::kLong);
+  at::Tensor ids = at::empty(
+      {static_cast<int64_t>(rows.size()), static_cast<int64_t>(rows[0].size())}, at::kLong);
   for (size_t b = 0; b < rows.size(); ++b)
     for (size_t t = 0; t < rows[b].size(); ++t) ids[b][t] = rows[b][t];
   return ids;
@@ -80,8 +80,9 @@ Runner add_forward_command(CLI::App& root) {
   CLI::App* command = root.add_subcommand(
       "forward", "run a checkpoint on token ids; write logits and hidden states to safetensors");
   command->add_option("--model", options->model_dir, "HF checkpoint directory")->required();
-  command->add_option("--input-ids", options->input_ids,
-                      "token ids, comma-separated; ';' separates rows of a batch")
+  command
+      ->add_option("--input-ids", options->input_ids,
+                   "token ids, comma-separated; ';' separates rows of a batch")
       ->required();
   command->add_option("--layers", options->layers,
                       "decoder layers whose raw outputs to write as hidden.{i} (0-based)");

@@ -28,7 +28,8 @@ Runner add_reference_logprobs_command(CLI::App& root) {
       "document's summed completion log-probability (safetensors) for training with "
       "reference.logprobs=FILE");
   command->add_option("config", options->config_path, "the DPO training config (YAML)")->required();
-  command->add_option("overrides", options->overrides, "dotted overrides, e.g. reference.dtype=bf16");
+  command->add_option("overrides", options->overrides,
+                      "dotted overrides, e.g. reference.dtype=bf16");
   command->add_option("--out", options->out, "output file (.safetensors)")->required();
   add_device_option(*command, options->device);
   return [options]() {
@@ -40,7 +41,8 @@ Runner add_reference_logprobs_command(CLI::App& root) {
     const TrainingData data = read_training_data(config);
     check(data.format == DataFormat::preference, "[reference-logprobs] ", data.path,
           ": DPO data must be preference pairs (data.format: preference)");
-    const FrozenModel reference = FrozenModel::load(dpo.reference_path, dpo.reference_dtype, device);
+    const FrozenModel reference =
+        FrozenModel::load(dpo.reference_path, dpo.reference_dtype, device);
     const int64_t documents = data.dataset->size();
     at::Tensor logprobs = at::zeros({documents}, at::kFloat);
     at::Tensor counts = at::full({documents}, -1, at::kLong);
@@ -48,9 +50,11 @@ Runner add_reference_logprobs_command(CLI::App& root) {
     for (int64_t record = 0; record < data.num_records();) {
       const PackedBatch batch = next_micro_batch_in_order(record, data).to(device);
       const at::Tensor hidden =
-          reference.forward(batch.input_ids, batch.layout(), {}, /*with_logits=*/false).final_hidden;
+          reference.forward(batch.input_ids, batch.layout(), {}, /*with_logits=*/false)
+              .final_hidden;
       std::vector<int64_t> indices;
-      for (const PackedDocument& document : batch.documents) indices.push_back(document.dataset_index);
+      for (const PackedDocument& document : batch.documents)
+        indices.push_back(document.dataset_index);
       const at::Tensor index = at::tensor(indices, at::kLong);
       logprobs.index_copy_(
           0, index,

@@ -36,17 +36,21 @@ Runner add_rollout_command(CLI::App& root) {
       "sample completions of prompts from a model (temperature 1) and write rollout JSONL with "
       "old_logprobs, a regex-count reward and group ids, for grpo/gspo training");
   command->add_option("--model", o->model, "HF checkpoint directory to sample from")->required();
-  command->add_option("--data", o->data, "prompts: a conversations/text/pretokenized JSONL")->required();
-  command->add_option("--format", o->format, "conversations | text | pretokenized (default conversations)");
+  command->add_option("--data", o->data, "prompts: a conversations/text/pretokenized JSONL")
+      ->required();
+  command->add_option("--format", o->format,
+                      "conversations | text | pretokenized (default conversations)");
   command->add_option("--tokenizer", o->tokenizer, "tokenizer directory (default: --model)");
   command->add_option("--chat-template", o->chat_template, "chat template (default llama3)");
   command->add_option("--num-prompts", o->num_prompts, "prompts to use, from the top (default 16)");
   command->add_option("--prompt-tokens", o->prompt_tokens,
                       "prompt length for documents without a loss mask boundary (default 32)");
-  command->add_option("--samples-per-prompt", o->samples, "completions per prompt: one group (default 4)");
+  command->add_option("--samples-per-prompt", o->samples,
+                      "completions per prompt: one group (default 4)");
   command->add_option("--max-new-tokens", o->max_new_tokens, "tokens per completion (default 32)");
-  command->add_option("--reward-regex", o->reward_regex,
-                      "reward = number of matches of this regex in the decoded completion")
+  command
+      ->add_option("--reward-regex", o->reward_regex,
+                   "reward = number of matches of this regex in the decoded completion")
       ->required();
   command->add_option("--seed", o->seed, "sampling seed (default 0)");
   command->add_option("--dtype", o->dtype, "compute dtype (default fp32)");
@@ -54,11 +58,11 @@ Runner add_rollout_command(CLI::App& root) {
   command->add_option("--cache-dir", o->cache_dir, "token cache directory");
   command->add_option("--out", o->out, "output rollout JSONL")->required();
   return [o]() {
-    check(o->samples >= 1 && o->num_prompts >= 1, "[rollout] --samples-per-prompt and "
+    check(o->samples >= 1 && o->num_prompts >= 1,
+          "[rollout] --samples-per-prompt and "
           "--num-prompts must be positive");
-    const FrozenModel model =
-        FrozenModel::load(o->model, parse_compute_dtype(o->dtype, "--dtype"),
-                          device_from_option(o->device));
+    const FrozenModel model = FrozenModel::load(o->model, parse_compute_dtype(o->dtype, "--dtype"),
+                                                device_from_option(o->device));
     const Tokenizer tokenizer = Tokenizer::from_dir(o->tokenizer.empty() ? o->model : o->tokenizer);
     const Regex reward(o->reward_regex, /*literal=*/false, "--reward-regex");
     DatasetOptions dataset_options;
@@ -88,7 +92,8 @@ Runner add_rollout_command(CLI::App& root) {
           generate(model, std::vector<std::vector<int64_t>>(o->samples, prompt), decode, sampling,
                    &generator);
       for (const Generation& completion : group) {
-        const std::vector<int32_t> completion_ids(completion.tokens.begin(), completion.tokens.end());
+        const std::vector<int32_t> completion_ids(completion.tokens.begin(),
+                                                  completion.tokens.end());
         std::vector<Match> matches;
         reward.find_all(tokenizer.decode(completion_ids, /*skip_special_tokens=*/true), matches);
         nlohmann::json line;

@@ -33,8 +33,8 @@ Runner add_train_command(CLI::App& root) {
   // The objectives' part of the help comes from their descriptions (objectives/description.h).
   std::string objectives;
   for (const ObjectiveDescription& objective : objective_descriptions())
-    objectives += "\n  " + objective.name + ": " + objective.summary + ". Keys: " +
-                  objective.keys + ".";
+    objectives +=
+        "\n  " + objective.name + ": " + objective.summary + ". Keys: " + objective.keys + ".";
   command->footer(
       "Config sections of every objective: data (path, format: conversations | text | "
       "pretokenized | preference | rollout, tokenizer, chat_template, seq_len, "

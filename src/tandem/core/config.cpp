@@ -58,7 +58,8 @@ void assign(YAML::Node& root, const std::vector<std::string>& parts, const YAML:
   for (size_t i = 0; i + 1 < parts.size(); ++i) {
     const YAML::Node& parent = node;
     const YAML::Node existing = parent[parts[i]];
-    if (!existing.IsDefined() || existing.IsNull()) node[parts[i]] = YAML::Node(YAML::NodeType::Map);
+    if (!existing.IsDefined() || existing.IsNull())
+      node[parts[i]] = YAML::Node(YAML::NodeType::Map);
     YAML::Node child = node[parts[i]];
     check(child.IsMap(), "[config] ", where, ": '", parts[i], "' is not a section");
     node.reset(child);
@@ -69,7 +70,8 @@ void assign(YAML::Node& root, const std::vector<std::string>& parts, const YAML:
 void collect_leaves(const YAML::Node& node, const std::string& prefix,
                     std::vector<std::string>& out) {
   if (node.IsMap() && node.size() > 0) {
-    for (const auto& item : node) collect_leaves(item.second, join(prefix, item.first.as<std::string>()), out);
+    for (const auto& item : node)
+      collect_leaves(item.second, join(prefix, item.first.as<std::string>()), out);
   } else {
     out.push_back(prefix);
   }
@@ -98,7 +100,9 @@ void check_tree(const YAML::Node& node, const std::string& source, const std::st
   for (const auto& item : node) {
     check(item.first.IsScalar(), "[config] ", source, line_of(item.first), ": a key under '",
           path.empty() ? "(top level)" : path, "' must be a plain name, not a ",
-          item.first.IsSequence() ? "list" : item.first.IsMap() ? "mapping" : "null");
+          item.first.IsSequence() ? "list"
+          : item.first.IsMap()    ? "mapping"
+                                  : "null");
     const std::string key = item.first.Scalar();
     const std::string here = line_of(item.first);
     const auto [previous, inserted] = seen.emplace(key, here);
@@ -122,7 +126,8 @@ Config Config::parse(const std::string& yaml, const std::string& source,
   } catch (const YAML::Exception& e) {
     throw Error("[config] ", source, ": invalid YAML: ", e.what());
   }
-  if (!state->root.IsDefined() || state->root.IsNull()) state->root = YAML::Node(YAML::NodeType::Map);
+  if (!state->root.IsDefined() || state->root.IsNull())
+    state->root = YAML::Node(YAML::NodeType::Map);
   check(state->root.IsMap(), "[config] ", source, ": the top level must be a mapping");
   check_tree(state->root, source, "", 0);
   for (const std::string& item : overrides) {
@@ -206,20 +211,16 @@ T read_value(Config::State& state, const std::string& path, std::optional<T> fal
 }  // namespace
 
 int64_t Config::get_int(const std::string& key, std::optional<int64_t> fallback) const {
-  return read_value<int64_t>(*state_, join(prefix_, key), fallback, "an integer",
-                             where(key));
+  return read_value<int64_t>(*state_, join(prefix_, key), fallback, "an integer", where(key));
 }
 double Config::get_double(const std::string& key, std::optional<double> fallback) const {
-  return read_value<double>(*state_, join(prefix_, key), fallback, "a number",
-                            where(key));
+  return read_value<double>(*state_, join(prefix_, key), fallback, "a number", where(key));
 }
 bool Config::get_bool(const std::string& key, std::optional<bool> fallback) const {
-  return read_value<bool>(*state_, join(prefix_, key), fallback, "true or false",
-                          where(key));
+  return read_value<bool>(*state_, join(prefix_, key), fallback, "true or false", where(key));
 }
 std::string Config::get_string(const std::string& key, std::optional<std::string> fallback) const {
-  return read_value<std::string>(*state_, join(prefix_, key), fallback, "a string",
-                                 where(key));
+  return read_value<std::string>(*state_, join(prefix_, key), fallback, "a string", where(key));
 }
 std::vector<int64_t> Config::get_int_list(const std::string& key,
                                           std::optional<std::vector<int64_t>> fallback) const {
@@ -248,8 +249,8 @@ void Config::check_all_used() const {
   if (unknown.empty()) return;
   std::string listed;
   for (const std::string& key : unknown) listed += (listed.empty() ? "" : ", ") + key;
-  throw Error("[config] ", state_->source, ": unknown key", unknown.size() > 1 ? "s " : " ",
-              listed, " (check the spelling; `tandem train --help` lists the sections)");
+  throw Error("[config] ", state_->source, ": unknown key", unknown.size() > 1 ? "s " : " ", listed,
+              " (check the spelling; `tandem train --help` lists the sections)");
 }
 
 std::string Config::resolved_yaml() const {

@@ -28,8 +28,8 @@ class Config {
   bool get_bool(const std::string& key, std::optional<bool> fallback = std::nullopt) const;
   std::string get_string(const std::string& key,
                          std::optional<std::string> fallback = std::nullopt) const;
-  std::vector<int64_t> get_int_list(const std::string& key,
-                                    std::optional<std::vector<int64_t>> fallback = std::nullopt) const;
+  std::vector<int64_t> get_int_list(
+      const std::string& key, std::optional<std::vector<int64_t>> fallback = std::nullopt) const;
   /// `get_string` restricted to `choices`.
   std::string get_choice(const std::string& key, const std::vector<std::string>& choices,
                          std::optional<std::string> fallback = std::nullopt) const;

@@ -87,7 +87,8 @@ double measure_matmul_peak(const c10::Device& device, c10::ScalarType dtype, int
     const auto start = std::chrono::steady_clock::now();
     at::mm_out(c, a, b);
     synchronize(device);
-    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    best = std::min(
+        best, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   }
   return 2.0 * static_cast<double>(n) * n * n / best;
 }

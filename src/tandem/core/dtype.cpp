@@ -13,10 +13,14 @@ c10::ScalarType parse_compute_dtype(const std::string& name, const std::string& 
 
 std::string compute_dtype_name(c10::ScalarType dtype) {
   switch (dtype) {
-    case c10::ScalarType::Float: return "fp32";
-    case c10::ScalarType::BFloat16: return "bf16";
-    case c10::ScalarType::Half: return "fp16";
-    default: throw Error("[dtype] ", c10::toString(dtype), " is not a compute dtype");
+    case c10::ScalarType::Float:
+      return "fp32";
+    case c10::ScalarType::BFloat16:
+      return "bf16";
+    case c10::ScalarType::Half:
+      return "fp16";
+    default:
+      throw Error("[dtype] ", c10::toString(dtype), " is not a compute dtype");
   }
 }
 

@@ -6,7 +6,8 @@
 
 namespace tandem {
 
-/// Parses "fp32"/"float32", "bf16"/"bfloat16", "fp16"/"float16"; `what` names the setting in errors.
+/// Parses "fp32"/"float32", "bf16"/"bfloat16", "fp16"/"float16"; `what` names the setting in
+/// errors.
 c10::ScalarType parse_compute_dtype(const std::string& name, const std::string& what);
 
 /// The short name ("fp32", "bf16", "fp16") of a floating compute dtype.

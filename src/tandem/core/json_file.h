@@ -1,7 +1,6 @@
 #pragma once
 // Reading a JSON file with errors that name the component and the file.
 #include <nlohmann/json.hpp>
-
 #include <string>
 
 namespace tandem {

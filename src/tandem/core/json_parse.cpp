@@ -46,11 +46,13 @@ class StructureCheck : public nlohmann::json_sax<json> {
     --depth_;
     return true;
   }
-  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception& error) override {
+  bool parse_error(std::size_t, const std::string&,
+                   const nlohmann::detail::exception& error) override {
     // nlohmann's message starts "[json.exception.parse_error.101] parse error at line 1, ...".
     const std::string what = error.what();
     const size_t start = what.find("] ");
-    problem(JsonTextError::Kind::invalid, start == std::string::npos ? what : what.substr(start + 2));
+    problem(JsonTextError::Kind::invalid,
+            start == std::string::npos ? what : what.substr(start + 2));
     return false;
   }
 

@@ -5,7 +5,6 @@
 // no key repeated within an object. nlohmann's own callback parser, the obvious tool for such
 // checks, rescans an object's members after each of them: quadratic in the number of entries.
 #include <nlohmann/json.hpp>
-
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -21,8 +20,8 @@ struct JsonLimits {
 class JsonTextError : public std::runtime_error {
  public:
   enum class Kind { invalid, too_deep, duplicate_key };
-  JsonTextError(Kind kind, const std::string& message, std::string key = "",
-                std::string entry = "", int depth = 0);
+  JsonTextError(Kind kind, const std::string& message, std::string key = "", std::string entry = "",
+                int depth = 0);
   Kind kind;
   std::string key;    // duplicate_key: the repeated key
   std::string entry;  // duplicate_key: the top-level key it sits under ("" at the top level)

@@ -15,7 +15,7 @@ class ParameterShards;      // dist/sharding.h
 
 struct RunContext {
   c10::Device device{c10::kCPU};  // where the run computes (and what dtype defaults follow)
-  bool deterministic = false;  // training.deterministic: deterministic kernels (core/device.h)
+  bool deterministic = false;     // training.deterministic: deterministic kernels (core/device.h)
   // `tandem train --dry-run`: models are built on the meta device (shapes and dtypes, no memory)
   // and checked against the checkpoints' headers; no weight is read.
   bool dry_run = false;

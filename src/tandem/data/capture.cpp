@@ -48,7 +48,9 @@ struct Manifest {
     nlohmann::json list = nlohmann::json::array();
     for (const Shard& shard : shards)
       list.push_back({{"file", shard.file}, {"first", shard.first}, {"count", shard.count}});
-    return {{"format", kFormat}, {"settings", settings.to_json()}, {"shards", list},
+    return {{"format", kFormat},
+            {"settings", settings.to_json()},
+            {"shards", list},
             {"complete", complete}};
   }
   static Manifest read(const std::string& path) {
@@ -82,9 +84,10 @@ struct Manifest {
 }  // namespace
 
 nlohmann::json CaptureSettings::to_json() const {
-  return {{"target", target},       {"layer_ids", layer_ids},         {"dtype", dtype},
-          {"seq_len", seq_len},     {"dataset_key", dataset_key},     {"num_documents", num_documents},
-          {"hidden_size", hidden_size}, {"last_hidden", last_hidden}};
+  return {
+      {"target", target},           {"layer_ids", layer_ids},     {"dtype", dtype},
+      {"seq_len", seq_len},         {"dataset_key", dataset_key}, {"num_documents", num_documents},
+      {"hidden_size", hidden_size}, {"last_hidden", last_hidden}};
 }
 
 CaptureSettings CaptureSettings::from_json(const nlohmann::json& json, const std::string& where) {
@@ -158,10 +161,10 @@ CaptureProgress capture_features(const FrozenModel& target, const TokenizedDatas
       alone.max_rows = 0;
       const bool too_long =
           static_cast<int64_t>(
-              plan_packing({static_cast<int64_t>(documents.front().ids.size())}, alone).rows.size()) >
-          options.rows;
-      const PackedBatch batch =
-          too_long ? pack_documents({documents.front()}, alone) : pack_documents(documents, packing);
+              plan_packing({static_cast<int64_t>(documents.front().ids.size())}, alone)
+                  .rows.size()) > options.rows;
+      const PackedBatch batch = too_long ? pack_documents({documents.front()}, alone)
+                                         : pack_documents(documents, packing);
       const PackedBatch on_device = batch.to(target.device());
       for (int64_t first_row = 0; first_row < batch.rows(); first_row += options.rows) {
         const int64_t rows = std::min(options.rows, batch.rows() - first_row);
@@ -173,9 +176,8 @@ CaptureProgress capture_features(const FrozenModel& target, const TokenizedDatas
         std::vector<at::Tensor> aux_parts;
         for (int64_t layer : settings.layer_ids) aux_parts.push_back(out.hidden.at(layer));
         const at::Tensor aux = at::cat(aux_parts, -1).to(at::kCPU, dtype);  // (rows, T, k*H)
-        const at::Tensor last = settings.last_hidden
-                                    ? out.hidden.at(last_layer).to(at::kCPU, dtype)
-                                    : at::Tensor();  // (rows, T, H)
+        const at::Tensor last = settings.last_hidden ? out.hidden.at(last_layer).to(at::kCPU, dtype)
+                                                     : at::Tensor();  // (rows, T, H)
         for (const PackedDocument& piece : batch.documents) {
           if (piece.row < first_row || piece.row >= first_row + rows) continue;
           const int64_t row = piece.row - first_row;
@@ -198,12 +200,13 @@ CaptureProgress capture_features(const FrozenModel& target, const TokenizedDatas
       const int64_t length = static_cast<int64_t>(document.ids.size());
       tensors.emplace_back("aux." + j, at::cat(aux, 0));
       if (settings.last_hidden) tensors.emplace_back("last." + j, at::cat(last, 0));
-      tensors.emplace_back("input_ids." + j,
-                           at::from_blob(const_cast<int32_t*>(document.ids.data()), {length},
-                                         at::kInt).clone());
-      tensors.emplace_back("loss_mask." + j,
-                           at::from_blob(const_cast<uint8_t*>(document.loss_mask.data()), {length},
-                                         at::kByte).clone());
+      tensors.emplace_back(
+          "input_ids." + j,
+          at::from_blob(const_cast<int32_t*>(document.ids.data()), {length}, at::kInt).clone());
+      tensors.emplace_back(
+          "loss_mask." + j,
+          at::from_blob(const_cast<uint8_t*>(document.loss_mask.data()), {length}, at::kByte)
+              .clone());
     }
     const std::string file = shard_name(static_cast<int64_t>(manifest.shards.size()));
     write_tensors(dir + "/" + file, tensors, {{"format", kFormat}});
@@ -212,8 +215,8 @@ CaptureProgress capture_features(const FrozenModel& target, const TokenizedDatas
     progress.documents_written += count;
     progress.shards_written += 1;
     if (!options.quiet)
-      std::cerr << "[capture] " << first + count << "/" << settings.num_documents
-                << " documents (" << file << ")\n";
+      std::cerr << "[capture] " << first + count << "/" << settings.num_documents << " documents ("
+                << file << ")\n";
   }
   manifest.complete = true;
   replace_file(manifest_path, manifest.to_json().dump(2) + "\n", "[capture]");

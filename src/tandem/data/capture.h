@@ -19,10 +19,9 @@
 
 #include <cstdint>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "tandem/io/safetensors.h"
 
@@ -40,7 +39,7 @@ struct CaptureSettings {
   std::string dataset_key;         // TokenizedDataset::key() as 16 hex digits
   int64_t num_documents = 0;
   int64_t hidden_size = 0;
-  bool last_hidden = true;         // last.{j} stored too (EAGLE-3's teacher; DFlash needs none)
+  bool last_hidden = true;  // last.{j} stored too (EAGLE-3's teacher; DFlash needs none)
 
   nlohmann::json to_json() const;
   static CaptureSettings from_json(const nlohmann::json& json, const std::string& where);

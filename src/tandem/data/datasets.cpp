@@ -1,7 +1,6 @@
 #include "tandem/data/datasets.h"
 
 #include <algorithm>
-
 #include <cmath>
 #include <limits>
 #include <map>

@@ -222,7 +222,8 @@ const PackedBatch& PackedBatch::on_host() const {
 
 PackedBatch PackedBatch::to(const at::Device& device) const {
   PackedBatch moved = *this;
-  if (!device.is_cpu() && !host_batch) moved.host_batch = std::make_shared<const PackedBatch>(*this);
+  if (!device.is_cpu() && !host_batch)
+    moved.host_batch = std::make_shared<const PackedBatch>(*this);
   if (device.is_cpu()) moved.host_batch.reset();
   for (at::Tensor* tensor :
        {&moved.input_ids, &moved.position_ids, &moved.document_ids, &moved.loss_mask,

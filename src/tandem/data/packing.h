@@ -60,12 +60,12 @@ struct PackingOptions {
 
 /// One document (or chunk of one) placed in a batch, in global document order.
 struct PackedDocument {
-  int64_t source_index;  // index of the input document it came from
-  int64_t chunk;         // 0 unless the input was split (OverlongPolicy::Split)
-  int64_t source_begin;  // first token of the input document it holds
-  int64_t row;           // b
-  int64_t begin;         // first column in the row
-  int64_t length;        // real tokens
+  int64_t source_index;        // index of the input document it came from
+  int64_t chunk;               // 0 unless the input was split (OverlongPolicy::Split)
+  int64_t source_begin;        // first token of the input document it holds
+  int64_t row;                 // b
+  int64_t begin;               // first column in the row
+  int64_t length;              // real tokens
   int64_t dataset_index = -1;  // the document's index in its dataset, when the batch came from
                                // one (set by the trainer; offline features are looked up by it)
   int64_t epoch = 0;  // the sampler epoch it was drawn in (set by the trainer; 0 otherwise):

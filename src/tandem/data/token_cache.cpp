@@ -13,8 +13,8 @@
 #include <random>
 
 #include "tandem/core/error.h"
-#include "tandem/core/json_parse.h"
 #include "tandem/core/hash.h"
+#include "tandem/core/json_parse.h"
 #include "tandem/text/tokenizer.h"
 
 namespace tandem {

@@ -2,11 +2,10 @@
 // Internal to dist/: the c10d backends, each built in its own translation unit so only that one
 // needs its library's headers (gloo_backend.cpp: Debian's libgloo-dev; nccl_backend.cpp: the
 // wheel's nccl.h and CUDA runtime headers, CUDA builds only).
-#include <torch/csrc/distributed/c10d/Backend.hpp>
-#include <torch/csrc/distributed/c10d/Store.hpp>
-
 #include <chrono>
 #include <string>
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+#include <torch/csrc/distributed/c10d/Store.hpp>
 
 namespace tandem::dist {
 

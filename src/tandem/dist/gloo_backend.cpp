@@ -13,9 +13,8 @@ c10::intrusive_ptr<c10d::Backend> make_gloo_backend(const c10::intrusive_ptr<c10
                                                     std::chrono::milliseconds timeout,
                                                     const std::string& host) {
   auto options = c10d::ProcessGroupGloo::Options::create(timeout);
-  options->devices.push_back(host.empty()
-                                 ? c10d::ProcessGroupGloo::createDefaultDevice()
-                                 : c10d::ProcessGroupGloo::createDeviceForHostname(host));
+  options->devices.push_back(host.empty() ? c10d::ProcessGroupGloo::createDefaultDevice()
+                                          : c10d::ProcessGroupGloo::createDeviceForHostname(host));
   return c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, size, options);
 }
 

@@ -1,12 +1,12 @@
 // The NCCL backend, compiled with USE_C10D_NCCL and TANDEM_WITH_NCCL in CUDA builds (the wheel's
 // libtorch_cuda carries ProcessGroupNCCL; nccl.h and the CUDA runtime headers come from its
 // nvidia/ packages). Without them this file only says NCCL is not built.
-#include "tandem/dist/backends.h"
-
 #include "tandem/core/error.h"
+#include "tandem/dist/backends.h"
 
 #ifdef TANDEM_WITH_NCCL
 #include <c10/cuda/CUDAFunctions.h>
+
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #endif
 

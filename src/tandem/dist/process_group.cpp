@@ -1,13 +1,13 @@
 #include "tandem/dist/process_group.h"
 
 #include <ATen/ATen.h>
-#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
-#include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include <algorithm>
 #include <cstring>
 #include <exception>
 #include <iostream>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include "tandem/core/error.h"
 #include "tandem/dist/backends.h"
@@ -141,8 +141,8 @@ std::shared_ptr<ProcessGroup> ProcessGroup::subgroup(const std::vector<int64_t>&
     group->connect_backend(group->impl_->store);
   } catch (const std::exception& error) {
     throw Error("[dist] rank ", rank_, ": could not form the ", name, " group of ranks ",
-                ranks.front(), "..", ranks.back(), " within ", timeout_.count(), " s: ",
-                error.what());
+                ranks.front(), "..", ranks.back(), " within ", timeout_.count(),
+                " s: ", error.what());
   }
   return group;
 }
@@ -199,7 +199,8 @@ at::Tensor ProcessGroup::all_gather(const at::Tensor& local) {
   shape[0] *= size_;
   at::Tensor out = at::empty(shape, local.options());
   at::Tensor input = local.contiguous();
-  guarded(*this, "all_gather", [&] { impl_->for_tensor(input)._allgather_base(out, input)->wait(); });
+  guarded(*this, "all_gather",
+          [&] { impl_->for_tensor(input)._allgather_base(out, input)->wait(); });
   return out;
 }
 

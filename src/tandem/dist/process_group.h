@@ -9,15 +9,14 @@
 // the operation and the timeout, so a run ends with a clear message instead of hanging.
 // ProcessGroup::single() is a group of one process where every operation is local.
 #include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
+#include <c10/util/intrusive_ptr.h>
 
 #include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
-
-#include <c10/core/Device.h>
-#include <c10/util/intrusive_ptr.h>
 
 #include "tandem/dist/launch.h"
 

@@ -3,8 +3,8 @@
 #include <ATen/ATen.h>
 #include <c10/core/CPUAllocator.h>
 #include <c10/core/DeviceGuard.h>
-#include <torch/csrc/autograd/custom_function.h>
 #include <torch/csrc/autograd/autograd.h>
+#include <torch/csrc/autograd/custom_function.h>
 
 #include <unordered_map>
 
@@ -98,9 +98,9 @@ class GatherScope {
 // (undefined: this rank's call did not reach it, which counts as zeros), in fp32.
 at::Tensor slice_gradient(const ShardedTensor& sharded, const at::Tensor& full_gradient) {
   const ShardLayout& layout = sharded.layout;
-  at::Tensor flat = at::zeros({layout.ranks * layout.chunk()}, sharded.shard.options().dtype(at::kFloat));
-  if (full_gradient.defined())
-    flat.narrow(0, 0, layout.numel).copy_(full_gradient.reshape({-1}));
+  at::Tensor flat =
+      at::zeros({layout.ranks * layout.chunk()}, sharded.shard.options().dtype(at::kFloat));
+  if (full_gradient.defined()) flat.narrow(0, 0, layout.numel).copy_(full_gradient.reshape({-1}));
   return sharded.group->reduce_scatter_sum(flat);
 }
 
@@ -139,8 +139,8 @@ struct ShardedCall : torch::autograd::Function<ShardedCall> {
 
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grad_outputs) {
-    const auto state = c10::static_intrusive_pointer_cast<ShardedCallState>(
-        ctx->saved_data["state"].toCapsule());
+    const auto state =
+        c10::static_intrusive_pointer_cast<ShardedCallState>(ctx->saved_data["state"].toCapsule());
     const std::vector<at::Tensor> saved = ctx->get_saved_variables();
     const size_t num_inputs = state->num_inputs, num_parameters = state->parameters.size();
     GatherScope gathered(state->sharded);
@@ -287,7 +287,8 @@ std::vector<at::Tensor> with_full_parameters(const std::vector<at::Tensor>& para
   if (!any_sharded) {
     // Each call is one use of its weights: their gradients go to fp32 sums where registered.
     std::vector<at::Tensor> used;
-    for (const at::Tensor& parameter : parameters) used.push_back(use_with_fp32_gradient(parameter));
+    for (const at::Tensor& parameter : parameters)
+      used.push_back(use_with_fp32_gradient(parameter));
     return body(inputs, used);
   }
 

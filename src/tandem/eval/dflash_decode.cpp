@@ -14,8 +14,9 @@ DFlashProposer::DFlashProposer(const FrozenModel& target, const DFlashDraftImpl&
     : draft_(draft), draft_tokens_(draft_tokens), dtype_(draft.fc->weight.scalar_type()) {
   const DFlashConfig& config = draft.config();
   const int64_t block_size = config.block_size;
-  check(draft_tokens >= 1 && draft_tokens <= block_size - 1, "[eval] a DFlash draft with blocks of ",
-        block_size, " proposes 1..", block_size - 1, " tokens per step, not ", draft_tokens);
+  check(draft_tokens >= 1 && draft_tokens <= block_size - 1,
+        "[eval] a DFlash draft with blocks of ", block_size, " proposes 1..", block_size - 1,
+        " tokens per step, not ", draft_tokens);
   embed_tokens_ = target.embed_tokens();
   const int64_t vocab = embed_tokens_.size(0);
   check(config.mask_token_id < vocab || mask_embedding.defined(), "[eval] the draft's mask token ",

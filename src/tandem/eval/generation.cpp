@@ -72,10 +72,10 @@ std::vector<Generation> generate(const FrozenModel& model,
   }
   const at::Device device = model.device();
   KvCache cache = model.new_cache(batch, longest + options.max_new_tokens);
-  at::Tensor last =
-      model.forward_cached(to_device(ids, device), to_device(positions, device),
-                           to_device(valid, device), cache)
-          .select(1, longest - 1);  // (B, H)
+  at::Tensor last = model
+                        .forward_cached(to_device(ids, device), to_device(positions, device),
+                                        to_device(valid, device), cache)
+                        .select(1, longest - 1);  // (B, H)
   std::vector<Generation> out(batch);
   std::vector<bool> done(batch, false);
   while (true) {

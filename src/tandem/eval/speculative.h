@@ -5,10 +5,9 @@
 // mean number of tokens each verifying target forward yields. Greedy verification means the
 // output must equal plain greedy decoding of the target; eval checks it token for token.
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <utility>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "tandem/models/eagle3.h"
 #include "tandem/models/frozen.h"
@@ -57,7 +56,8 @@ class Eagle3Proposer {
 /// Acceptance statistics over many prompts.
 class AcceptanceStats {
  public:
-  explicit AcceptanceStats(int64_t draft_tokens) : reached_(draft_tokens + 1, 0), accepted_at_(draft_tokens + 1, 0) {}
+  explicit AcceptanceStats(int64_t draft_tokens)
+      : reached_(draft_tokens + 1, 0), accepted_at_(draft_tokens + 1, 0) {}
   void add(const SpeculativeOutput& output);
   /// τ: mean tokens per verifying target forward (accepted + 1).
   double tau() const;

@@ -101,19 +101,19 @@ HfCheckpoint HfCheckpoint::open_files(const std::string& dir) {
       check(file.is_string(), "[checkpoint] ", index_path, ": weight_map['", name,
             "'] must be a file name");
       const std::string shard = file.get<std::string>();
-      check(shard.find('/') == std::string::npos, "[checkpoint] ", index_path, ": shard '",
-            shard, "' must be a file name inside the directory");
+      check(shard.find('/') == std::string::npos, "[checkpoint] ", index_path, ": shard '", shard,
+            "' must be a file name inside the directory");
       auto slot = file_slot.find(shard);
       if (slot == file_slot.end()) {
         const std::string path = dir + "/" + shard;
-        check(file_exists(path), "[checkpoint] ", index_path, ": shard '", shard,
-              "' listed for '", name, "' does not exist");
+        check(file_exists(path), "[checkpoint] ", index_path, ": shard '", shard, "' listed for '",
+              name, "' does not exist");
         checkpoint.files_.push_back(
             std::make_unique<safetensors::File>(safetensors::File::open(path)));
         slot = file_slot.emplace(shard, checkpoint.files_.size() - 1).first;
       }
-      check(checkpoint.files_[slot->second]->contains(name), "[checkpoint] ", index_path,
-            ": '", name, "' is mapped to ", shard, " but that file does not contain it");
+      check(checkpoint.files_[slot->second]->contains(name), "[checkpoint] ", index_path, ": '",
+            name, "' is mapped to ", shard, " but that file does not contain it");
       checkpoint.location_[name] = slot->second;
     }
     // Every tensor in a shard must be in the index; otherwise the index and files disagree.
@@ -166,7 +166,8 @@ at::Tensor HfCheckpoint::read(const std::string& name) const {
     return tensor;
   }
   const safetensors::TensorInfo& stored = info(name);
-  at::Tensor tensor = at::empty(stored.shape, at::TensorOptions().dtype(to_scalar_type(stored.dtype, dir_)));
+  at::Tensor tensor =
+      at::empty(stored.shape, at::TensorOptions().dtype(to_scalar_type(stored.dtype, dir_)));
   broadcast_->broadcast_tensor(tensor);
   return tensor;
 }
@@ -175,7 +176,8 @@ at::Tensor HfCheckpoint::read_weight(const std::string& name) const {
   const safetensors::Dtype dtype = info(name).dtype;
   using safetensors::Dtype;
   check(dtype == Dtype::F32 || dtype == Dtype::F16 || dtype == Dtype::BF16 || dtype == Dtype::F64,
-        "[checkpoint] ", dir_, ": tensor '", name, "' is stored as ", safetensors::dtype_name(dtype),
+        "[checkpoint] ", dir_, ": tensor '", name, "' is stored as ",
+        safetensors::dtype_name(dtype),
         "; a model weight must be F32, F16 or BF16 (quantized checkpoints are not supported)");
   return read(name);
 }

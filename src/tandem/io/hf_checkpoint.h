@@ -64,7 +64,7 @@ class HfCheckpoint {
 
   std::string dir_;
   std::vector<std::unique_ptr<safetensors::File>> files_;
-  std::map<std::string, size_t> location_;  // tensor name -> index into files_
+  std::map<std::string, size_t> location_;                   // tensor name -> index into files_
   std::map<std::string, safetensors::TensorInfo> received_;  // receiving ranks: the header
   std::vector<std::string> paths_;                           // receiving ranks: the reader's files
   CheckpointBroadcast* broadcast_ = nullptr;                 // set when opened under one

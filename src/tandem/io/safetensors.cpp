@@ -12,8 +12,6 @@
 #include <cstring>
 #include <limits>
 #include <nlohmann/json.hpp>
-
-#include "tandem/core/json_parse.h"
 #include <sstream>
 #include <tuple>
 #include <unordered_set>
@@ -21,6 +19,7 @@
 
 #include "tandem/core/error.h"
 #include "tandem/core/file_io.h"
+#include "tandem/core/json_parse.h"
 
 namespace tandem::safetensors {
 namespace {

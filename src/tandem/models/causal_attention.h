@@ -8,7 +8,6 @@
 //   - a sliding window: the blockwise kernel over per-query key bands (models/banded_attention.h);
 //   - AttentionKernel::Dense: the earlier path, one (B, 1, T, T) boolean mask through SDPA.
 #include <ATen/core/Tensor.h>
-
 #include <c10/core/DeviceType.h>
 #include <c10/core/ScalarType.h>
 

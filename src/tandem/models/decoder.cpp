@@ -91,8 +91,8 @@ DecoderLayerImpl::DecoderLayerImpl(const DecoderConfig& config, int64_t layer_in
   else
     mlp = register_module(
         "mlp", Mlp(config.hidden_size, config.intermediate_size, config.mlp_bias, options));
-  input_layernorm = register_module(
-      "input_layernorm", RMSNorm(config.hidden_size, config.rms_norm_eps, options));
+  input_layernorm =
+      register_module("input_layernorm", RMSNorm(config.hidden_size, config.rms_norm_eps, options));
   post_attention_layernorm = register_module(
       "post_attention_layernorm", RMSNorm(config.hidden_size, config.rms_norm_eps, options));
 }
@@ -122,8 +122,8 @@ CausalLMImpl::CausalLMImpl(const DecoderConfig& config, const at::TensorOptions&
   config_.validate("model config");
   model = register_module("model", DecoderModel(config, options));
   if (!config.tie_word_embeddings)
-    lm_head = register_module("lm_head",
-                              Linear(config.hidden_size, config.vocab_size, false, options));
+    lm_head =
+        register_module("lm_head", Linear(config.hidden_size, config.vocab_size, false, options));
   inverse_frequencies_ = RopeFrequencies(
       rope_inverse_frequencies(config.rotated_dims(), config.rope_theta, config.rope_scaling));
 }
@@ -151,7 +151,8 @@ at::Tensor CausalLMImpl::forward_hidden(const at::Tensor& ids, const AttentionLa
                           plan_causal_attention(layout, layer.sliding_window, attention_options))
                  .first;
     hidden = layer.forward(hidden, rope, plan->second, router_load);
-    if (captured && std::find(capture_layers.begin(), capture_layers.end(), i) != capture_layers.end())
+    if (captured &&
+        std::find(capture_layers.begin(), capture_layers.end(), i) != capture_layers.end())
       (*captured)[i] = hidden;
   }
   return model->norm->forward(hidden);

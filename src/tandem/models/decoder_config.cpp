@@ -13,10 +13,14 @@ using nlohmann::json;
 
 const char* family_name(DecoderFamily family) {
   switch (family) {
-    case DecoderFamily::Llama: return "llama";
-    case DecoderFamily::Mistral: return "mistral";
-    case DecoderFamily::Qwen2: return "qwen2";
-    case DecoderFamily::Qwen3: return "qwen3";
+    case DecoderFamily::Llama:
+      return "llama";
+    case DecoderFamily::Mistral:
+      return "mistral";
+    case DecoderFamily::Qwen2:
+      return "qwen2";
+    case DecoderFamily::Qwen3:
+      return "qwen3";
     case DecoderFamily::Qwen3Moe:
       return "qwen3_moe";
     case DecoderFamily::Mixtral:
@@ -31,10 +35,14 @@ namespace {
 
 const char* architecture_name(DecoderFamily family) {
   switch (family) {
-    case DecoderFamily::Llama: return "LlamaForCausalLM";
-    case DecoderFamily::Mistral: return "MistralForCausalLM";
-    case DecoderFamily::Qwen2: return "Qwen2ForCausalLM";
-    case DecoderFamily::Qwen3: return "Qwen3ForCausalLM";
+    case DecoderFamily::Llama:
+      return "LlamaForCausalLM";
+    case DecoderFamily::Mistral:
+      return "MistralForCausalLM";
+    case DecoderFamily::Qwen2:
+      return "Qwen2ForCausalLM";
+    case DecoderFamily::Qwen3:
+      return "Qwen3ForCausalLM";
     case DecoderFamily::Qwen3Moe:
       return "Qwen3MoeForCausalLM";
     case DecoderFamily::Mixtral:
@@ -46,17 +54,54 @@ const char* architecture_name(DecoderFamily family) {
 }
 
 // Fields that describe how the model was trained, cached or tokenised, never what it computes.
-const std::set<std::string> kMetadataFields = {
-    "_name_or_path", "architectures", "model_type", "transformers_version", "initializer_range",
-    "use_cache", "torch_dtype", "dtype", "bos_token_id", "eos_token_id", "pad_token_id",
-    "output_attentions", "output_hidden_states", "return_dict", "tie_word_embeddings",
-    "use_sliding_window", "max_window_layers", "sliding_window", "layer_types", "head_dim",
-    "rope_theta", "rope_scaling", "rope_parameters", "attention_bias", "mlp_bias",
-    "attention_dropout", "hidden_act", "pretraining_tp", "rms_norm_eps", "vocab_size",
-    "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
-    "num_key_value_heads", "max_position_embeddings", "is_decoder", "chunk_size_feed_forward",
-    "id2label", "label2id", "problem_type", "tokenizer_class", "prefix", "task_specific_params",
-    "finetuning_task", "bad_words_ids", "decoder_start_token_id", "sep_token_id"};
+const std::set<std::string> kMetadataFields = {"_name_or_path",
+                                               "architectures",
+                                               "model_type",
+                                               "transformers_version",
+                                               "initializer_range",
+                                               "use_cache",
+                                               "torch_dtype",
+                                               "dtype",
+                                               "bos_token_id",
+                                               "eos_token_id",
+                                               "pad_token_id",
+                                               "output_attentions",
+                                               "output_hidden_states",
+                                               "return_dict",
+                                               "tie_word_embeddings",
+                                               "use_sliding_window",
+                                               "max_window_layers",
+                                               "sliding_window",
+                                               "layer_types",
+                                               "head_dim",
+                                               "rope_theta",
+                                               "rope_scaling",
+                                               "rope_parameters",
+                                               "attention_bias",
+                                               "mlp_bias",
+                                               "attention_dropout",
+                                               "hidden_act",
+                                               "pretraining_tp",
+                                               "rms_norm_eps",
+                                               "vocab_size",
+                                               "hidden_size",
+                                               "intermediate_size",
+                                               "num_hidden_layers",
+                                               "num_attention_heads",
+                                               "num_key_value_heads",
+                                               "max_position_embeddings",
+                                               "is_decoder",
+                                               "chunk_size_feed_forward",
+                                               "id2label",
+                                               "label2id",
+                                               "problem_type",
+                                               "tokenizer_class",
+                                               "prefix",
+                                               "task_specific_params",
+                                               "finetuning_task",
+                                               "bad_words_ids",
+                                               "decoder_start_token_id",
+                                               "sep_token_id"};
 
 // The mixture-of-experts fields, read by parse_moe (allowed for the MoE families only).
 const std::set<std::string> kMoeFields = {
@@ -143,10 +188,14 @@ DecoderFamily parse_family(const json& config, const std::string& path) {
         "minimax_m2)");
   const std::string type = config["model_type"];
   DecoderFamily family;
-  if (type == "llama") family = DecoderFamily::Llama;
-  else if (type == "mistral") family = DecoderFamily::Mistral;
-  else if (type == "qwen2") family = DecoderFamily::Qwen2;
-  else if (type == "qwen3") family = DecoderFamily::Qwen3;
+  if (type == "llama")
+    family = DecoderFamily::Llama;
+  else if (type == "mistral")
+    family = DecoderFamily::Mistral;
+  else if (type == "qwen2")
+    family = DecoderFamily::Qwen2;
+  else if (type == "qwen3")
+    family = DecoderFamily::Qwen3;
   else if (type == "qwen3_moe")
     family = DecoderFamily::Qwen3Moe;
   else if (type == "mixtral")
@@ -180,8 +229,8 @@ void parse_rope(const json& config, const std::string& path, DecoderConfig& out)
     scaling = config["rope_scaling"];
   }
   Reader rope(scaling, path);
-  out.rope_theta = rope.has("rope_theta") ? rope.number("rope_theta")
-                                          : top.number_or("rope_theta", 10000.0);
+  out.rope_theta =
+      rope.has("rope_theta") ? rope.number("rope_theta") : top.number_or("rope_theta", 10000.0);
   std::string type = rope.string_or("rope_type", rope.string_or("type", "default"));
   if (rope.has("partial_rotary_factor")) {
     check(out.family == DecoderFamily::MiniMaxM2, "[config] ", path,
@@ -206,8 +255,8 @@ void parse_rope(const json& config, const std::string& path, DecoderConfig& out)
                                                 "low_freq_factor",
                                                 "high_freq_factor",
                                                 "original_max_position_embeddings"};
-    check(known.count(item.key()) > 0, "[config] ", path, ": unsupported RoPE field '",
-          item.key(), "' for llama3 scaling");
+    check(known.count(item.key()) > 0, "[config] ", path, ": unsupported RoPE field '", item.key(),
+          "' for llama3 scaling");
   }
 }
 
@@ -253,8 +302,7 @@ void parse_sliding_window(const json& config, const std::string& path, DecoderCo
   }
 }
 
-std::vector<int64_t> parse_token_ids(const json& value, const std::string& path,
-                                     const char* key) {
+std::vector<int64_t> parse_token_ids(const json& value, const std::string& path, const char* key) {
   std::vector<int64_t> ids;
   if (value.is_null()) return ids;
   if (value.is_number_integer()) return {value.get<int64_t>()};
@@ -336,8 +384,7 @@ void parse_minimax_m2(const json& config, const std::string& path, DecoderConfig
   out.qk_norm = true;
   out.qk_norm_across_heads = true;
   int64_t rotary = out.rotary_dim;  // from rope_parameters.partial_rotary_factor, if given
-  if (reader.has("partial_rotary_factor"))
-    rotary = partial_rotary_dims(reader, out.head_dim, path);
+  if (reader.has("partial_rotary_factor")) rotary = partial_rotary_dims(reader, out.head_dim, path);
   if (reader.has("rotary_dim")) {
     const int64_t dim = reader.integer("rotary_dim");
     check(rotary == 0 || rotary == dim, "[config] ", path, ": rotary_dim ", dim,
@@ -456,12 +503,13 @@ void DecoderConfig::validate_sizes(const std::string& where) const {
 void DecoderConfig::validate(const std::string& where) const {
   validate_sizes(where);
   check(max_position_embeddings >= 0 && max_position_embeddings <= (int64_t{1} << 30), "[config] ",
-        where, ": max_position_embeddings must be in 0..", int64_t{1} << 30, " (0: not given), got ",
-        max_position_embeddings);
-  for (const auto& [name, id] : {std::pair{"bos_token_id", bos_token_id},
-                                 std::pair{"pad_token_id", pad_token_id}})
-    if (id) check(*id >= 0 && *id < vocab_size, "[config] ", where, ": ", name, " ", *id,
-                  " is outside the vocabulary [0, ", vocab_size, ")");
+        where, ": max_position_embeddings must be in 0..", int64_t{1} << 30,
+        " (0: not given), got ", max_position_embeddings);
+  for (const auto& [name, id] :
+       {std::pair{"bos_token_id", bos_token_id}, std::pair{"pad_token_id", pad_token_id}})
+    if (id)
+      check(*id >= 0 && *id < vocab_size, "[config] ", where, ": ", name, " ", *id,
+            " is outside the vocabulary [0, ", vocab_size, ")");
   check(head_dim % 2 == 0, "[config] ", where, ": head_dim must be even for RoPE, got ", head_dim);
   check(num_attention_heads % num_key_value_heads == 0, "[config] ", where,
         ": num_attention_heads (", num_attention_heads, ") is not a multiple of ",
@@ -522,12 +570,12 @@ json DecoderConfig::to_json() const {
   out["rms_norm_eps"] = rms_norm_eps;
   out["rope_theta"] = rope_theta;
   if (rope_scaling.type == "llama3") {
-    out["rope_scaling"] = {{"rope_type", "llama3"},
-                           {"factor", rope_scaling.factor},
-                           {"low_freq_factor", rope_scaling.low_freq_factor},
-                           {"high_freq_factor", rope_scaling.high_freq_factor},
-                           {"original_max_position_embeddings",
-                            rope_scaling.original_max_position_embeddings}};
+    out["rope_scaling"] = {
+        {"rope_type", "llama3"},
+        {"factor", rope_scaling.factor},
+        {"low_freq_factor", rope_scaling.low_freq_factor},
+        {"high_freq_factor", rope_scaling.high_freq_factor},
+        {"original_max_position_embeddings", rope_scaling.original_max_position_embeddings}};
   } else {
     out["rope_scaling"] = nullptr;
   }
@@ -565,7 +613,8 @@ json DecoderConfig::to_json() const {
     out["sliding_window"] = window > 0 ? json(window) : json(nullptr);
   } else if (family != DecoderFamily::Llama && family != DecoderFamily::MiniMaxM2 && window > 0) {
     std::vector<std::string> types;
-    for (int64_t w : sliding_window) types.push_back(w > 0 ? "sliding_attention" : "full_attention");
+    for (int64_t w : sliding_window)
+      types.push_back(w > 0 ? "sliding_attention" : "full_attention");
     out["use_sliding_window"] = true;
     out["sliding_window"] = window;
     out["layer_types"] = types;

@@ -4,9 +4,8 @@
 // HF config.json. Both transformers 4 (`rope_theta`, `rope_scaling`, `torch_dtype`) and
 // transformers 5 (`rope_parameters`, `dtype`, `layer_types`) spellings are understood; any field
 // that would change the model and is not implemented is an error naming it.
-#include <nlohmann/json_fwd.hpp>
-
 #include <cstdint>
+#include <nlohmann/json_fwd.hpp>
 #include <optional>
 #include <string>
 #include <vector>

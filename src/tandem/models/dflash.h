@@ -28,9 +28,9 @@
 #include "tandem/models/attention_options.h"
 #include "tandem/models/decoder.h"
 #include "tandem/models/decoder_config.h"
-#include "tandem/models/rope.h"
 #include "tandem/models/key_bands.h"
 #include "tandem/models/layers.h"
+#include "tandem/models/rope.h"
 
 namespace tandem {
 

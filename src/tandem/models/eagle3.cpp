@@ -14,13 +14,14 @@ std::vector<int64_t> Eagle3Config::default_aux_layers(int64_t num_layers) {
 }
 
 Eagle3Config Eagle3Config::for_target(const DecoderConfig& target,
-                                      std::vector<int64_t> aux_layer_ids,
-                                      int64_t draft_vocab_size, int64_t intermediate_size) {
+                                      std::vector<int64_t> aux_layer_ids, int64_t draft_vocab_size,
+                                      int64_t intermediate_size) {
   Eagle3Config config;
   config.layer = target.dense_layer_base();    // no experts, full RoPE, per-head norms
   config.layer.family = DecoderFamily::Llama;  // the draft layer is a Llama layer in every engine
   config.layer.num_hidden_layers = 1;
-  config.layer.intermediate_size = intermediate_size > 0 ? intermediate_size : target.intermediate_size;
+  config.layer.intermediate_size =
+      intermediate_size > 0 ? intermediate_size : target.intermediate_size;
   config.layer.qkv_bias = config.layer.o_bias = config.layer.mlp_bias = false;
   config.layer.qk_norm = false;
   config.layer.sliding_window = {0};
@@ -76,8 +77,7 @@ at::Tensor Eagle3DraftImpl::run_layer(
   const Eagle3LayerImpl& layer = *midlayer;
   const at::Tensor input = at::cat(
       {layer.input_layernorm->forward(embeds), layer.hidden_norm->forward(hidden)}, -1);  // 2H
-  const RopeTables rope =
-      rope_tables(inverse_frequencies_, positions, hidden.scalar_type());
+  const RopeTables rope = rope_tables(inverse_frequencies_, positions, hidden.scalar_type());
   const at::Tensor attended = attend(layer.self_attn->project(input, rope));
   // The residual is the raw hidden state, not its norm (norm_before_residual: false).
   const at::Tensor residual = hidden + layer.self_attn->output(attended);
@@ -101,7 +101,8 @@ at::Tensor Eagle3DraftImpl::step(const at::Tensor& embeds, const at::Tensor& hid
 }
 
 at::Tensor Eagle3DraftImpl::extend_context(const at::Tensor& embeds, const at::Tensor& hidden,
-                                           const at::Tensor& host_positions, TttState& state) const {
+                                           const at::Tensor& host_positions,
+                                           TttState& state) const {
   check(state.step_k.empty(), "[eagle3] extend_context after a later unroll step");
   check(host_positions.is_cpu(), "[eagle3] extend_context reads its positions on the host");
   const int64_t before = state.context_k.defined() ? state.context_k.size(2) : 0;

@@ -17,9 +17,9 @@
 #include "tandem/models/attention_options.h"
 #include "tandem/models/decoder.h"
 #include "tandem/models/decoder_config.h"
-#include "tandem/models/rope.h"
 #include "tandem/models/key_bands.h"
 #include "tandem/models/layers.h"
+#include "tandem/models/rope.h"
 
 namespace tandem {
 
@@ -83,9 +83,9 @@ class Eagle3DraftImpl : public torch::nn::Module {
   RMSNorm norm{nullptr};
   Linear lm_head{nullptr};  // (D, H)
   AttentionOptions
-      attention_options;    // the run's kernel and chunk sizes (config section `attention`)
-  at::Tensor d2t;           // (D,) int64 buffer: target id = i + d2t[i]
-  at::Tensor t2d;           // (V,) bool buffer
+      attention_options;  // the run's kernel and chunk sizes (config section `attention`)
+  at::Tensor d2t;         // (D,) int64 buffer: target id = i + d2t[i]
+  at::Tensor t2d;         // (V,) bool buffer
 
  private:
   /// The layer around its attention: `attend` maps the projected q/k/v to the attention output.

@@ -78,8 +78,7 @@ FrozenHead FrozenHead::load(const std::string& dir, c10::ScalarType dtype, const
   };
   const int64_t vocab = config.vocab_size, hidden = config.hidden_size;
   at::Tensor embed = read("model.embed_tokens.weight", {vocab, hidden});
-  at::Tensor lm_head =
-      config.tie_word_embeddings ? embed : read("lm_head.weight", {vocab, hidden});
+  at::Tensor lm_head = config.tie_word_embeddings ? embed : read("lm_head.weight", {vocab, hidden});
   at::Tensor final_norm = read("model.norm.weight", {hidden});
   for (const at::Tensor& weight : {embed, lm_head, final_norm})  // before they are registered
     shard_on_load(run.shard_on_load, weight);

@@ -47,8 +47,7 @@ at::Tensor EmbeddingImpl::forward(const at::Tensor& ids) const {
   return apply_embedding(weight, ids);
 }
 
-RMSNormImpl::RMSNormImpl(int64_t size, double eps_, const at::TensorOptions& options)
-    : eps(eps_) {
+RMSNormImpl::RMSNormImpl(int64_t size, double eps_, const at::TensorOptions& options) : eps(eps_) {
   weight = register_parameter("weight", at::empty({size}, options));
 }
 
@@ -56,7 +55,9 @@ at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
   return lean_rms_norm(x, weight, eps);  // keeps x and the inverse RMS only (models/lean_layers.h)
 }
 
-at::Tensor RMSNormImpl::forward(const at::Tensor& x) const { return apply_rms_norm(x, weight, eps); }
+at::Tensor RMSNormImpl::forward(const at::Tensor& x) const {
+  return apply_rms_norm(x, weight, eps);
+}
 
 void init_normal_(torch::nn::Module& module, double std, uint64_t seed) {
   at::NoGradGuard no_grad;

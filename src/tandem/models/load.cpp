@@ -93,8 +93,10 @@ CausalLM allocate_causal_lm(const DecoderConfig& config, const at::TensorOptions
   if (checkpoint) check_checkpoint_matches(*shapes, *checkpoint, config);
   int64_t count = 0;
   for (const at::Tensor& parameter : shapes->parameters()) count += parameter.numel();
-  const double gib = static_cast<double>(count) * static_cast<double>(c10::elementSize(
-                         c10::typeMetaToScalarType(options.dtype()))) / double(int64_t{1} << 30);
+  const double gib =
+      static_cast<double>(count) *
+      static_cast<double>(c10::elementSize(c10::typeMetaToScalarType(options.dtype()))) /
+      double(int64_t{1} << 30);
   if (options.device().is_cpu()) {  // untouched pages would be granted, then fail when filled
     const double host_gib = static_cast<double>(sysconf(_SC_PHYS_PAGES)) *
                             static_cast<double>(sysconf(_SC_PAGE_SIZE)) / double(int64_t{1} << 30);

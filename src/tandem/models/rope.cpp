@@ -19,7 +19,8 @@ at::Tensor rope_inverse_frequencies(int64_t head_dim, double theta, const RopeSc
   const double low_freq_wavelength = old_context / scaling.low_freq_factor;
   const double high_freq_wavelength = old_context / scaling.high_freq_factor;
   const at::Tensor wavelength = 2 * M_PI / inverse;
-  at::Tensor scaled = at::where(wavelength > low_freq_wavelength, inverse / scaling.factor, inverse);
+  at::Tensor scaled =
+      at::where(wavelength > low_freq_wavelength, inverse / scaling.factor, inverse);
   const at::Tensor smooth = (old_context / wavelength - scaling.low_freq_factor) /
                             (scaling.high_freq_factor - scaling.low_freq_factor);
   const at::Tensor smoothed = (1 - smooth) * scaled / scaling.factor + smooth * scaled;
@@ -35,8 +36,8 @@ const at::Tensor& RopeFrequencies::on(const c10::Device& device) const {
 
 RopeTables rope_tables(const RopeFrequencies& frequencies, const at::Tensor& positions,
                        c10::ScalarType dtype) {
-  const at::Tensor freqs = positions.to(at::kFloat).unsqueeze(-1) *
-                           frequencies.on(positions.device()).view({1, 1, -1});
+  const at::Tensor freqs =
+      positions.to(at::kFloat).unsqueeze(-1) * frequencies.on(positions.device()).view({1, 1, -1});
   const at::Tensor angles = at::cat({freqs, freqs}, -1).unsqueeze(1);  // (B, 1, T, head_dim)
   return {angles.cos().to(dtype), angles.sin().to(dtype)};
 }

@@ -34,8 +34,8 @@ at::Tensor dense_ttt_attention(const at::Tensor& q, const at::Tensor& context_k,
     scores.push_back((q32 * expand_kv(key, heads).to(at::kFloat)).sum(-1, true).mul_(scale));
   const at::Tensor probabilities = at::softmax(at::cat(scores, -1), -1);  // (B, h, Tq, Tk + i)
 
-  at::Tensor out = at::matmul(probabilities.narrow(-1, 0, length),
-                              expand_kv(context_v, heads).to(at::kFloat));
+  at::Tensor out =
+      at::matmul(probabilities.narrow(-1, 0, length), expand_kv(context_v, heads).to(at::kFloat));
   for (size_t j = 0; j < step_v.size(); ++j)
     out = out + probabilities.narrow(-1, length + static_cast<int64_t>(j), 1) *
                     expand_kv(step_v[j], heads).to(at::kFloat);

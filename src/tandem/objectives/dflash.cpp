@@ -111,9 +111,8 @@ DFlashOptions dflash_options(const Config& config, const RunContext& run) {
   options.run = run;
   const Config target = config.section("target");
   options.target_path = target.get_string("path");
-  options.target_dtype =
-      parse_compute_dtype(target.get_string("dtype", frozen_dtype_default(run.device)),
-                          target.where("dtype"));
+  options.target_dtype = parse_compute_dtype(
+      target.get_string("dtype", frozen_dtype_default(run.device)), target.where("dtype"));
   const Config draft = config.section("draft");
   options.draft_dtype =
       parse_compute_dtype(draft.get_string("dtype", "fp32"), draft.where("dtype"));
@@ -271,8 +270,8 @@ DFlashObjective::DFlashObjective(const DFlashOptions& options) : options_(option
     check(layer >= 0 && layer < last_layer, "[dflash] target layer ", layer,
           " cannot be read: ", options.target_path, " has layers 0..", last_layer,
           " and serving engines expose the outputs of layers 0..", last_layer - 1, " only");
-  draft_ = DFlashDraft(config,
-                       at::TensorOptions().dtype(options.draft_dtype).device(options.run.placement()));
+  draft_ = DFlashDraft(
+      config, at::TensorOptions().dtype(options.draft_dtype).device(options.run.placement()));
   draft_->attention_options = options.run.attention;
   init_normal_(*draft_, options.init_std, options.seed);
   for (auto& parameter : draft_->parameters()) parameter.set_requires_grad(true);
@@ -329,8 +328,8 @@ double dflash_draft_forward_flops(const DFlashConfig& c, const PackedBatch& batc
   const double q = static_cast<double>(l.num_attention_heads) * l.head_dim;
   const double kv = static_cast<double>(l.num_key_value_heads) * l.head_dim;
   const double h = static_cast<double>(l.hidden_size);
-  const double fc = 2 * tokens * static_cast<double>(c.target_layer_ids.size()) *
-                    c.target_hidden_size * h;
+  const double fc =
+      2 * tokens * static_cast<double>(c.target_layer_ids.size()) * c.target_hidden_size * h;
   const double context_kv = 2 * tokens * h * 2 * kv;
   const double block_matmuls =
       2 * queries * (h * (q + 2 * kv) + q * h + 3 * h * l.intermediate_size);
@@ -344,10 +343,10 @@ double DFlashObjective::model_flops(const PackedBatch& batch) const {
   const double labels = static_cast<double>(totals(host, drawn.blocks).loss_tokens);
   // Online the target's layers; the frozen lm_head forward and its hidden-state gradient on the
   // labelled slots; the draft's forward and backward.
-  const double target = target_ ? decoder_forward_flops(
-                                      target_config_, static_cast<double>(host.num_tokens),
+  const double target =
+      target_ ? decoder_forward_flops(target_config_, static_cast<double>(host.num_tokens),
                                       host.attention_pairs(), /*with_lm_head=*/false)
-                                : 0.0;
+              : 0.0;
   return target + 2 * lm_head_flops(target_config_, labels) +
          3 * dflash_draft_forward_flops(draft_->config(), host, drawn.blocks);
 }
@@ -411,10 +410,10 @@ DFlashResult DFlashObjective::run(const PackedBatch& batch, const TargetFeatures
          (blocks.anchors.unsqueeze(2) + slot_offsets).clamp(0, length - 1))
             .reshape(-1);
     at::NoGradGuard no_grad;
-    teacher_hidden =
-        head_->final_norm(features.last.reshape({rows * length, -1})
-                              .index_select(0, flat_columns.index_select(0, labelled)))
-            .to(head_->lm_head().scalar_type());
+    teacher_hidden = head_
+                         ->final_norm(features.last.reshape({rows * length, -1})
+                                          .index_select(0, flat_columns.index_select(0, labelled)))
+                         .to(head_->lm_head().scalar_type());
   }
   // The target's lm_head goes through with_full_parameters (gathered per call when sharded),
   // also for a micro-batch without labelled slots (N = 0: loss 0, zero gradients), so every
@@ -423,12 +422,12 @@ DFlashResult DFlashObjective::run(const PackedBatch& batch, const TargetFeatures
     const at::Tensor weights =
         to_device(slot_weights, hidden.device()).index_select(0, slots) / weight_total;  // (N,)
     const DistillLossOptions distill_options = options_.distill;
-    result.loss = with_full_parameters(
-        {head_->lm_head()}, {hidden, teacher_hidden, labels, weights},
-        [distill_options](const auto& in, const auto& head) {
-          return std::vector<at::Tensor>{fused_distillation_loss(in[0], head[0], in[1], head[0],
-                                                                 in[2], in[3], distill_options)};
-        })[0];
+    result.loss =
+        with_full_parameters({head_->lm_head()}, {hidden, teacher_hidden, labels, weights},
+                             [distill_options](const auto& in, const auto& head) {
+                               return std::vector<at::Tensor>{fused_distillation_loss(
+                                   in[0], head[0], in[1], head[0], in[2], in[3], distill_options)};
+                             })[0];
   } else {
     const FusedLossOptions loss_options = options_.loss;
     const at::Tensor logprobs = with_full_parameters(
@@ -503,11 +502,12 @@ ObjectiveDescription dflash_description() {
   ObjectiveDescription description;
   description.name = "dflash";
   description.summary = "a DFlash block-diffusion draft against a frozen target";
-  description.keys = "target (path, dtype), draft (num_layers, target_layer_ids, block_size, "
-                     "mask_token_id, intermediate_size, num_attention_heads, "
-                     "num_key_value_heads, head_dim, rope_theta, dtype, init_std), loss (gamma, "
-                     "max_anchors, chunk_tokens, fp32_lm_head, teacher: labels | target; with "
-                     "target: divergence, beta, temperature, hard_label_weight), data.capture";
+  description.keys =
+      "target (path, dtype), draft (num_layers, target_layer_ids, block_size, "
+      "mask_token_id, intermediate_size, num_attention_heads, "
+      "num_key_value_heads, head_dim, rope_theta, dtype, init_std), loss (gamma, "
+      "max_anchors, chunk_tokens, fp32_lm_head, teacher: labels | target; with "
+      "target: divergence, beta, temperature, hard_label_weight), data.capture";
   description.make = [](const Config& config, const RunContext& run) {
     return std::make_unique<DFlashObjective>(dflash_options(config, run));
   };
@@ -518,8 +518,7 @@ ObjectiveDescription dflash_description() {
                            options.teacher == DFlashTeacher::Target};
     if (request.layer_ids.empty())
       request.layer_ids = DFlashConfig::default_target_layers(
-          DecoderConfig::from_dir(options.target_path).num_hidden_layers,
-          options.dims.num_layers);
+          DecoderConfig::from_dir(options.target_path).num_hidden_layers, options.dims.num_layers);
     return request;
   };
   description.find_export = [](const std::string& dir) -> std::optional<std::string> {

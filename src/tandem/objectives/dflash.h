@@ -40,17 +40,15 @@
 #include <string>
 #include <vector>
 
+#include "tandem/core/run_context.h"
 #include "tandem/data/capture.h"
 #include "tandem/data/mask_token.h"
 #include "tandem/models/dflash.h"
 #include "tandem/models/frozen.h"
+#include "tandem/objectives/description.h"
 #include "tandem/objectives/distill_loss.h"
 #include "tandem/objectives/fused_vocab_loss.h"
 #include "tandem/objectives/objective.h"
-
-#include "tandem/core/run_context.h"
-
-#include "tandem/objectives/description.h"
 
 namespace tandem {
 
@@ -74,8 +72,8 @@ struct DFlashOptions {
   FusedLossOptions loss;
   DFlashTeacher teacher = DFlashTeacher::Labels;
   DistillLossOptions distill;  // teacher Target: divergence, beta, temperature, hard_label_weight
-  std::string capture_dir;  // offline mode when set
-  RunContext run;           // device (and rank-0 loading, sharding on load)
+  std::string capture_dir;     // offline mode when set
+  RunContext run;              // device (and rank-0 loading, sharding on load)
 };
 
 /// Reads `target.*`, `draft.*`, `loss.*`, `data.tokenizer`, `data.capture` and `training.seed`.
@@ -123,11 +121,11 @@ struct DFlashResult {
   at::Tensor hidden;  // (B, A * bs, H) the draft's normed output, zeros on invalid blocks
   DFlashTargets targets;
   // Per slot k, on the batch's device (read once per step by the trainer):
-  at::Tensor loss_sums;          // (bs) fp64 sum of CE over this micro-batch's labels at slot k
-                                 // (teacher labels only; zeros with teacher target)
-  at::Tensor correct;            // (bs) int64 of those, target-lm_head argmax == label (teacher
-                                 // target: == the target's argmax at a + k - 1)
-  std::vector<int64_t> counts;   // (bs) labels at slot k (counted on the host)
+  at::Tensor loss_sums;         // (bs) fp64 sum of CE over this micro-batch's labels at slot k
+                                // (teacher labels only; zeros with teacher target)
+  at::Tensor correct;           // (bs) int64 of those, target-lm_head argmax == label (teacher
+                                // target: == the target's argmax at a + k - 1)
+  std::vector<int64_t> counts;  // (bs) labels at slot k (counted on the host)
 };
 
 class DFlashObjective : public Objective {
@@ -170,8 +168,8 @@ class DFlashObjective : public Objective {
 
  private:
   DFlashOptions options_;
-  std::optional<FrozenModel> target_;        // online only
-  std::optional<CaptureStore> capture_;      // offline only
+  std::optional<FrozenModel> target_;    // online only
+  std::optional<CaptureStore> capture_;  // offline only
   std::unique_ptr<FrozenHead> head_;
   DecoderConfig target_config_;
   MaskTokenChoice mask_token_;

@@ -9,8 +9,8 @@
 #include "tandem/core/error.h"
 #include "tandem/core/file_io.h"
 #include "tandem/core/json_file.h"
-#include "tandem/io/hf_checkpoint.h"
 #include "tandem/eval/dflash_decode.h"
+#include "tandem/io/hf_checkpoint.h"
 #include "tandem/io/tensor_io.h"
 #include "tandem/models/frozen.h"
 
@@ -28,8 +28,8 @@ std::string dtype_name(c10::ScalarType dtype) {
 
 // The fields the export adds to a Qwen3 config.json; erased before DecoderConfig reads the rest.
 const std::vector<std::string>& dflash_fields() {
-  static const std::vector<std::string> fields = {
-      "block_size", "num_target_layers", "target_hidden_size", "dflash_config", "tandem"};
+  static const std::vector<std::string> fields = {"block_size", "num_target_layers",
+                                                  "target_hidden_size", "dflash_config", "tandem"};
   return fields;
 }
 
@@ -75,7 +75,8 @@ void write_dflash_export(const DFlashDraftImpl& draft, const std::string& dir,
         ": a separate mask embedding is written only for a grown mask token (id ",
         config.mask_token_id, ", vocab ", config.layer.vocab_size, ")");
   check(grown || config.mask_token_id < config.layer.vocab_size, "[export] ", dir,
-        ": mask_token_id ", config.mask_token_id, " is the grown row but no mask embedding was given");
+        ": mask_token_id ", config.mask_token_id,
+        " is the grown row but no mask embedding was given");
   std::vector<std::pair<std::string, at::Tensor>> weights;
   for (const auto& parameter : draft.named_parameters())
     weights.emplace_back(parameter.key(), parameter.value().detach());
@@ -87,10 +88,11 @@ void write_dflash_export(const DFlashDraftImpl& draft, const std::string& dir,
   std::filesystem::remove_all(staging);
   std::filesystem::create_directories(staging);
   write_hf_weights(staging, weights);
-  replace_file(staging + "/config.json",
-               dflash_export_config(config, dtype, info).dump(2) + "\n", "[export]");
+  replace_file(staging + "/config.json", dflash_export_config(config, dtype, info).dump(2) + "\n",
+               "[export]");
   if (grown) {
-    const at::Tensor row = info.mask_embedding.detach().to(at::kCPU, dtype).reshape(-1).contiguous();
+    const at::Tensor row =
+        info.mask_embedding.detach().to(at::kCPU, dtype).reshape(-1).contiguous();
     check(row.numel() == config.layer.hidden_size, "[export] ", dir, ": the mask embedding has ",
           row.numel(), " values, hidden_size is ", config.layer.hidden_size);
     write_tensors(staging + "/" + kMaskEmbeddingSafetensors, {{"mask_embedding", row}});
@@ -126,8 +128,7 @@ bool is_dflash_export(const std::string& dir) {
 
 DFlashExport load_dflash_export(const std::string& dir, c10::ScalarType dtype) {
   const std::string path = dir + "/config.json";
-  const nlohmann::json json =
-      read_json_file(path, "dflash", " (is " + dir + " a DFlash export?)");
+  const nlohmann::json json = read_json_file(path, "dflash", " (is " + dir + " a DFlash export?)");
   check(json.value("architectures", nlohmann::json::array()) ==
             nlohmann::json::array({kArchitecture}),
         "[dflash] ", path, ": architectures must be [\"DFlashDraftModel\"], got ",
@@ -154,7 +155,8 @@ DFlashExport load_dflash_export(const std::string& dir, c10::ScalarType dtype) {
     out.num_target_layers = dflash.contains("num_target_layers")
                                 ? dflash.at("num_target_layers").get<int64_t>()
                                 : json.value("num_target_layers", int64_t{0});
-    config.target_hidden_size = json.value("target_hidden_size", json.at("hidden_size").get<int64_t>());
+    config.target_hidden_size =
+        json.value("target_hidden_size", json.at("hidden_size").get<int64_t>());
     check(!json.value("is_causal", false), "[dflash] ", path,
           ": is_causal: true drafts are not supported");
     layer.erase("is_causal");
@@ -166,8 +168,8 @@ DFlashExport load_dflash_export(const std::string& dir, c10::ScalarType dtype) {
     check(window == 0, "[dflash] ", path,
           ": sliding-window draft layers are not supported (tandem's draft attends fully)");
   for (int64_t id : config.target_layer_ids)
-    check(id >= 0 && (out.num_target_layers == 0 || id < out.num_target_layers), "[dflash] ",
-          path, ": target_layer_ids entry ", id, " outside the target's ", out.num_target_layers,
+    check(id >= 0 && (out.num_target_layers == 0 || id < out.num_target_layers), "[dflash] ", path,
+          ": target_layer_ids entry ", id, " outside the target's ", out.num_target_layers,
           " layers");
   config.validate(path);
   out.draft = DFlashDraft(config, at::TensorOptions().dtype(dtype));
@@ -190,10 +192,9 @@ DFlashExport load_dflash_export(const std::string& dir, c10::ScalarType dtype) {
           mask_file, ": 'mask_embedding' has shape ", out.mask_embedding.sizes(), ", expected (",
           config.layer.hidden_size, ")");
   }
-  check(config.mask_token_id < config.layer.vocab_size || out.mask_embedding.defined(),
-        "[dflash] ", path, ": mask_token_id ", config.mask_token_id,
-        " is outside the target vocab (", config.layer.vocab_size, ") and ", dir, " has no ",
-        kMaskEmbeddingSafetensors);
+  check(config.mask_token_id < config.layer.vocab_size || out.mask_embedding.defined(), "[dflash] ",
+        path, ": mask_token_id ", config.mask_token_id, " is outside the target vocab (",
+        config.layer.vocab_size, ") and ", dir, " has no ", kMaskEmbeddingSafetensors);
   return out;
 }
 
@@ -209,9 +210,7 @@ class DFlashDraftDecoder : public DraftDecoder {
   }
   std::string type() const override { return "DFlash"; }
   // The most one block predicts: slot 0 of a block is the last verified token.
-  int64_t default_draft_tokens() const override {
-    return export_.draft->config().block_size - 1;
-  }
+  int64_t default_draft_tokens() const override { return export_.draft->config().block_size - 1; }
   void check_target(const FrozenModel& target, const std::string& target_dir) const override {
     const DFlashConfig& config = export_.draft->config();
     const int64_t layers = target.config().num_hidden_layers;

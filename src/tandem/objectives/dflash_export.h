@@ -17,9 +17,9 @@
 // target_layer_ids use tandem's own convention, which is DFlash's: the OUTPUT of target decoder
 // layer i (0-based), i.e. transformers' hidden_states[i + 1]. The directory is replaced whole.
 #include <ATen/core/Tensor.h>
-#include <nlohmann/json.hpp>
 
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "tandem/models/dflash.h"

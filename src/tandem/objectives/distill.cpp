@@ -19,9 +19,8 @@ DistillOptions distill_options(const Config& config, const RunContext& run) {
   options.student = sft_options(config, run);
   const Config teacher = config.section("teacher");
   options.teacher_path = teacher.get_string("path");
-  options.teacher_dtype =
-      parse_compute_dtype(teacher.get_string("dtype", frozen_dtype_default(run.device)),
-                          teacher.where("dtype"));
+  options.teacher_dtype = parse_compute_dtype(
+      teacher.get_string("dtype", frozen_dtype_default(run.device)), teacher.where("dtype"));
   const Config loss = config.section("loss");
   options.loss = read_distill_loss(loss, "distill");
   options.loss.chunk_tokens = options.student.loss.chunk_tokens;
@@ -49,11 +48,14 @@ DistillObjective::DistillObjective(const DistillOptions& options) : options_(opt
   const DecoderConfig teacher_config = DecoderConfig::from_dir(options.teacher_path);
   const DecoderConfig student_config = student_decoder_config(options.student);
   check(teacher_config.vocab_size == student_config.vocab_size, "[distill] the teacher ",
-        options.teacher_path, " has a vocab of ", teacher_config.vocab_size, " tokens, the student (",
-        options.student.model_path.empty() ? options.student.model_config : options.student.model_path,
+        options.teacher_path, " has a vocab of ", teacher_config.vocab_size,
+        " tokens, the student (",
+        options.student.model_path.empty() ? options.student.model_config
+                                           : options.student.model_path,
         ") ", student_config.vocab_size, ": distillation needs the same vocabulary");
   student_ = make_causal_lm(options.student);
-  teacher_.emplace(FrozenModel::load(options.teacher_path, options.teacher_dtype, options.student.run));
+  teacher_.emplace(
+      FrozenModel::load(options.teacher_path, options.teacher_dtype, options.student.run));
 }
 
 double DistillObjective::model_flops(const PackedBatch& batch) const {
@@ -91,8 +93,8 @@ ObjectiveOutput DistillObjective::compute(const PackedBatch& batch, const StepTo
       })[0];
   ObjectiveOutput output{loss, {}};
   output.add_metric("loss", loss);
-  add_router_loss(output, student.router, options_.student.router_aux_loss_coef, *this,
-                  batch, totals);
+  add_router_loss(output, student.router, options_.student.router_aux_loss_coef, *this, batch,
+                  totals);
   return output;
 }
 

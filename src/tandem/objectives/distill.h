@@ -6,11 +6,10 @@
 #include <string>
 
 #include "tandem/models/frozen.h"
+#include "tandem/objectives/description.h"
 #include "tandem/objectives/distill_loss.h"
 #include "tandem/objectives/objective.h"
 #include "tandem/objectives/sft.h"
-
-#include "tandem/objectives/description.h"
 
 namespace tandem {
 

@@ -180,7 +180,7 @@ class FusedDistillation : public torch::autograd::Function<FusedDistillation> {
                             bool want_head, at::Tensor* student_argmax) {
     at::NoGradGuard no_grad;
     const at::ScalarType reduce = reduction_dtype(student_hidden);
-    const at::Tensor weights_reduced = weights.to(reduce);                     // (N,)
+    const at::Tensor weights_reduced = weights.to(reduce);                  // (N,)
     const at::Tensor head = head_operand(student_head, options.fp32_head);  // (V, H)
     const at::Tensor teacher_head_compute = head_operand(teacher_head, options.fp32_head);
     // The head's gradient accumulates over chunks in fp32 and returns in the weight's dtype.

@@ -27,15 +27,16 @@ DpoOptions dpo_options(const Config& config, const RunContext& run) {
   options.reference_path = reference.get_string("path", "");
   if (options.reference_path.empty()) {
     check(!options.policy.model_path.empty() || !options.reference_logprobs.empty(), "[dpo] ",
-          reference.where("path"), ": a fresh policy (model.config) has no starting checkpoint "
+          reference.where("path"),
+          ": a fresh policy (model.config) has no starting checkpoint "
           "to serve as the reference; set reference.path or reference.logprobs");
     options.reference_path = options.policy.model_path;  // the usual choice: the initial policy
   }
-  options.reference_dtype =
-      parse_compute_dtype(reference.get_string("dtype", frozen_dtype_default(run.device)),
-                          reference.where("dtype"));
+  options.reference_dtype = parse_compute_dtype(
+      reference.get_string("dtype", frozen_dtype_default(run.device)), reference.where("dtype"));
   const Config loss = config.section("loss");
-  options.loss_type = parse_dpo_loss_type(loss.get_choice("type", {"sigmoid", "hinge", "ipo"}, "sigmoid"));
+  options.loss_type =
+      parse_dpo_loss_type(loss.get_choice("type", {"sigmoid", "hinge", "ipo"}, "sigmoid"));
   options.beta = loss.get_double("beta", 0.1);
   check(std::isfinite(options.beta) && options.beta > 0, "[dpo] ", loss.where("beta"),
         ": must be a finite number > 0, got ", options.beta);
@@ -84,7 +85,8 @@ DpoObjective::DpoObjective(const DpoOptions& options) : options_(options) {
   }
   policy_ = make_causal_lm(options.policy);
   if (cache_) return;
-  reference_.emplace(FrozenModel::load(options.reference_path, options.reference_dtype, options.policy.run));
+  reference_.emplace(
+      FrozenModel::load(options.reference_path, options.reference_dtype, options.policy.run));
 }
 
 std::vector<std::string> DpoObjective::frozen_models() const {
@@ -109,9 +111,7 @@ double DpoObjective::model_flops(const PackedBatch& batch) const {
                                   : 0.0);  // a cached reference costs nothing here
 }
 
-StepTotals DpoObjective::count(const PackedBatch& batch) const {
-  return next_token_totals(batch);
-}
+StepTotals DpoObjective::count(const PackedBatch& batch) const { return next_token_totals(batch); }
 
 ObjectiveOutput DpoObjective::compute(const PackedBatch& batch, const StepTotals& totals) {
   const int64_t step_pairs = totals.documents / 2;
@@ -145,12 +145,14 @@ ObjectiveOutput DpoObjective::compute(const PackedBatch& batch, const StepTotals
   at::Tensor reference;
   if (cache_) {
     std::vector<int64_t> indices;
-    for (const PackedDocument& document : batch.documents) indices.push_back(document.dataset_index);
+    for (const PackedDocument& document : batch.documents)
+      indices.push_back(document.dataset_index);
     reference = to_device(cache_->lookup(at::tensor(indices, at::kLong), host_counts), device);
   } else {
     at::NoGradGuard no_grad;
     const at::Tensor reference_hidden =
-        reference_->forward(batch.input_ids, batch.layout(), {}, /*with_logits=*/false).final_hidden;
+        reference_->forward(batch.input_ids, batch.layout(), {}, /*with_logits=*/false)
+            .final_hidden;
     const FullParameters reference_head({reference_->lm_head_weight()});  // when sharded
     reference = document_logprobs(reference_hidden, reference_->lm_head_weight(), batch,
                                   options_.policy.loss);
@@ -167,13 +169,13 @@ ObjectiveOutput DpoObjective::compute(const PackedBatch& batch, const StepTotals
     const FusedLossOptions loss_options = options_.policy.loss;
     const std::vector<at::Tensor> out = with_full_parameters(  // gathered here when sharded
         {policy_->lm_head_weight()},
-        {gather_positions(hidden, targets.index), targets.labels,
-         targets.host_document, host_chosen, host_rejected, reference, counts},
+        {gather_positions(hidden, targets.index), targets.labels, targets.host_document,
+         host_chosen, host_rejected, reference, counts},
         [type, beta, scale, loss_options](const auto& in, const auto& head) {
           DpoPairLosses pairs;
-          const at::Tensor pair_loss = fused_dpo_loss(
-              {in[0], head[0], in[1], in[2], in[3], in[4], in[5], in[6]}, type, beta, scale,
-              loss_options, &pairs);
+          const at::Tensor pair_loss =
+              fused_dpo_loss({in[0], head[0], in[1], in[2], in[3], in[4], in[5], in[6]}, type, beta,
+                             scale, loss_options, &pairs);
           return std::vector<at::Tensor>{pair_loss, pairs.losses, pairs.rewards_chosen,
                                          pairs.rewards_rejected};
         });
@@ -182,13 +184,15 @@ ObjectiveOutput DpoObjective::compute(const PackedBatch& batch, const StepTotals
   } else {  // full logits
     const FusedLossOptions loss_options = options_.policy.loss;
     const at::Tensor policy = with_full_parameters(  // gathered here when sharded
-        {policy_->lm_head_weight()}, {hidden}, [batch, loss_options](const auto& in, const auto& head) {
+        {policy_->lm_head_weight()}, {hidden},
+        [batch, loss_options](const auto& in, const auto& head) {
           return std::vector<at::Tensor>{document_logprobs(in[0], head[0], batch, loss_options)};
         })[0];
-    losses = dpo_pair_losses({policy.index_select(0, chosen), policy.index_select(0, rejected),
-                              reference.index_select(0, chosen), reference.index_select(0, rejected),
-                              counts.index_select(0, chosen), counts.index_select(0, rejected)},
-                             options_.loss_type, options_.beta);
+    losses =
+        dpo_pair_losses({policy.index_select(0, chosen), policy.index_select(0, rejected),
+                         reference.index_select(0, chosen), reference.index_select(0, rejected),
+                         counts.index_select(0, chosen), counts.index_select(0, rejected)},
+                        options_.loss_type, options_.beta);
     loss = losses.losses.sum() * scale;
   }
   const at::Tensor margins = losses.rewards_chosen - losses.rewards_rejected;
@@ -199,8 +203,8 @@ ObjectiveOutput DpoObjective::compute(const PackedBatch& batch, const StepTotals
   output.add_metric("rewards/margin", margins.sum().to(at::kDouble) * scale);
   output.add_metric("rewards/accuracy", (margins > 0).sum().to(at::kDouble) * scale);
   output.add_metric("pairs", static_cast<double>(chosen_positions.size()));
-  add_router_loss(output, forward.router, options_.policy.router_aux_loss_coef, *this,
-                  batch, totals);
+  add_router_loss(output, forward.router, options_.policy.router_aux_loss_coef, *this, batch,
+                  totals);
   return output;
 }
 

@@ -10,12 +10,11 @@
 #include <string>
 
 #include "tandem/models/frozen.h"
+#include "tandem/objectives/description.h"
 #include "tandem/objectives/dpo_reference.h"
 #include "tandem/objectives/objective.h"
 #include "tandem/objectives/policy_loss.h"
 #include "tandem/objectives/sft.h"
-
-#include "tandem/objectives/description.h"
 
 namespace tandem {
 

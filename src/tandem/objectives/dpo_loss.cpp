@@ -18,7 +18,7 @@ namespace {
 // on the device: `sums` (2,) fp64 are the policy's chosen and rejected sums; `reference` and
 // `counts` (D,) are the inputs' per-document tensors in fp64.
 struct PairCoefficients {
-  DpoPairLosses losses;  // (1,) each
+  DpoPairLosses losses;     // (1,) each
   at::Tensor coefficients;  // (2,) fp64 dL/dsum (chosen, rejected); undefined without gradients
 };
 
@@ -86,7 +86,7 @@ class FusedDpoLoss : public torch::autograd::Function<FusedDpoLoss> {
       const at::Tensor host_index = at::tensor(host_rows, at::kLong);
       const at::Tensor rows = to_device(host_index, device);  // (n,)
       const at::Tensor is_chosen =
-          to_device(in.document.index_select(0, host_index) == chosen, device);  // (n,)
+          to_device(in.document.index_select(0, host_index) == chosen, device);     // (n,)
       const at::Tensor pair_labels = in.labels.index_select(0, rows).unsqueeze(1);  // (n, 1)
       // Pass 1: the two sums. Within one chunk the logits are kept for pass 2.
       std::vector<at::Tensor> kept;  // per sub-chunk logits (m, V) when the pair fits one chunk
@@ -95,8 +95,8 @@ class FusedDpoLoss : public torch::autograd::Function<FusedDpoLoss> {
         const int64_t m = std::min(chunk_tokens, n - start);
         const at::Tensor index = rows.narrow(0, start, m);
         at::Tensor logits = at::linear(head_operand(hidden.index_select(0, index), fp32_head), head)
-                                .to(reduce);  // (m, V)
-        const at::Tensor lse = at::logsumexp(logits, 1, /*keepdim=*/true);    // (m, 1)
+                                .to(reduce);                                // (m, V)
+        const at::Tensor lse = at::logsumexp(logits, 1, /*keepdim=*/true);  // (m, 1)
         const at::Tensor logprobs =
             (logits.gather(1, pair_labels.narrow(0, start, m)) - lse).squeeze(1);  // (m,)
         const at::Tensor side = is_chosen.narrow(0, start, m);
@@ -128,7 +128,8 @@ class FusedDpoLoss : public torch::autograd::Function<FusedDpoLoss> {
                 .to(reduce)
                 .mul_(scale)
                 .unsqueeze(1);  // (m, 1)
-        grad_logits.mul_(-coefficient).scatter_add_(1, pair_labels.narrow(0, start, m), coefficient);
+        grad_logits.mul_(-coefficient)
+            .scatter_add_(1, pair_labels.narrow(0, start, m), coefficient);
         const at::Tensor grad_compute = grad_logits.to(head.scalar_type());
         if (want_hidden)
           grad_hidden.index_copy_(0, index, at::mm(grad_compute, head).to(hidden.scalar_type()));
@@ -140,7 +141,8 @@ class FusedDpoLoss : public torch::autograd::Function<FusedDpoLoss> {
       pairs_out->rewards_chosen = at::cat(rewards_chosen).to(at::kFloat);
       pairs_out->rewards_rejected = at::cat(rewards_rejected).to(at::kFloat);
     }
-    ctx->save_for_backward({grad_hidden, want_head ? grad_head.to(lm_head.scalar_type()) : grad_head});
+    ctx->save_for_backward(
+        {grad_hidden, want_head ? grad_head.to(lm_head.scalar_type()) : grad_head});
     return (total * scale).to(reduce);
   }
 

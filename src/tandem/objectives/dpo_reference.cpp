@@ -96,7 +96,8 @@ void ReferenceLogprobs::check_matches(const std::string& dataset_key, int64_t do
         " documents) than ", dataset_path, " (key ", dataset_key, ", ", documents,
         " documents); rerun `tandem reference-logprobs` on this data");
   check(info_.seq_len == seq_len, "[dpo] ", path_, ": computed with seq_len ", info_.seq_len,
-        ", training uses ", seq_len, " (long documents are truncated at seq_len, so the two "
+        ", training uses ", seq_len,
+        " (long documents are truncated at seq_len, so the two "
         "must agree)");
 }
 

@@ -38,15 +38,15 @@ Eagle3Options eagle3_options(const Config& config, const RunContext& run) {
   options.run = run;
   const Config target = config.section("target");
   options.target_path = target.get_string("path");
-  options.target_dtype =
-      parse_compute_dtype(target.get_string("dtype", frozen_dtype_default(run.device)),
-                          target.where("dtype"));
+  options.target_dtype = parse_compute_dtype(
+      target.get_string("dtype", frozen_dtype_default(run.device)), target.where("dtype"));
   const Config draft = config.section("draft");
-  options.draft_dtype = parse_compute_dtype(draft.get_string("dtype", "fp32"), draft.where("dtype"));
+  options.draft_dtype =
+      parse_compute_dtype(draft.get_string("dtype", "fp32"), draft.where("dtype"));
   options.aux_layer_ids = draft.get_int_list("aux_layer_ids", std::vector<int64_t>{});
   options.ttt_length = draft.get_int("ttt_length", 7);
-  check(options.ttt_length >= 1 && options.ttt_length <= 64, "[eagle3] ",
-        draft.where("ttt_length"), ": must be in 1..64, got ", options.ttt_length);
+  check(options.ttt_length >= 1 && options.ttt_length <= 64, "[eagle3] ", draft.where("ttt_length"),
+        ": must be in 1..64, got ", options.ttt_length);
   options.decay = draft.get_double("decay", 0.8);
   check(std::isfinite(options.decay) && options.decay > 0, "[eagle3] ", draft.where("decay"),
         ": must be a finite number > 0, got ", options.decay);
@@ -95,21 +95,23 @@ Eagle3Objective::Eagle3Objective(const Eagle3Options& options) : options_(option
   load_draft_target(options.target_path, options.target_dtype, !options.capture_dir.empty(),
                     options.run, target_, head_);
   const int64_t draft_vocab = std::min(options.draft_vocab_size, target_config_.vocab_size);
-  Eagle3Config config = Eagle3Config::for_target(target_config_, options.aux_layer_ids,
-                                                 draft_vocab, options.intermediate_size);
+  Eagle3Config config = Eagle3Config::for_target(target_config_, options.aux_layer_ids, draft_vocab,
+                                                 options.intermediate_size);
   const int64_t last_layer = target_config_.num_hidden_layers - 1;
   for (int64_t layer : config.aux_layer_ids) {
     check(layer >= 0 && layer <= last_layer, "[eagle3] aux layer ", layer,
           " does not exist: the target ", options.target_path, " has layers 0..", last_layer);
     // vLLM and SGLang capture layer inputs (the output of layer i = the input of layer i+1), so
     // the last layer's output is never available at serving time.
-    check(layer < last_layer, "[eagle3] aux layer ", layer, " is the target's last layer: vLLM "
-          "and SGLang capture the outputs of layers 0..", last_layer - 1,
+    check(layer < last_layer, "[eagle3] aux layer ", layer,
+          " is the target's last layer: vLLM "
+          "and SGLang capture the outputs of layers 0..",
+          last_layer - 1,
           " only, so a draft reading it could not be served; choose draft.aux_layer_ids below ",
           last_layer);
   }
-  draft_ = Eagle3Draft(config,
-                       at::TensorOptions().dtype(options.draft_dtype).device(options.run.placement()));
+  draft_ = Eagle3Draft(
+      config, at::TensorOptions().dtype(options.draft_dtype).device(options.run.placement()));
   draft_->attention_options = options.run.attention;
   init_normal_(*draft_, options.init_std, options.seed);
   for (auto& parameter : draft_->parameters()) parameter.set_requires_grad(true);
@@ -132,8 +134,8 @@ void Eagle3Objective::set_vocab_map(const VocabMap& map) {
   draft_->t2d.copy_(map.t2d);
   // lm_head starts as the target's output rows of the draft vocab (SPEC §6).
   const FullParameters target_lm_head({head_->lm_head()});  // gathered here when sharded
-  draft_->lm_head->weight.copy_(
-      head_->lm_head().index_select(0, to_device(map.draft_to_target(), head_->lm_head().device())));
+  draft_->lm_head->weight.copy_(head_->lm_head().index_select(
+      0, to_device(map.draft_to_target(), head_->lm_head().device())));
 }
 
 void Eagle3Objective::use_capture(const std::string& dir) {
@@ -146,13 +148,14 @@ void Eagle3Objective::attach_data(const DataContext& data) {
   const TokenizedDataset& dataset = data.documents("eagle3");
   const int64_t vocab = target_config_.vocab_size;
   const std::string fingerprint = hex64(dataset.key());
-  const CachedVocabMap cached = cached_vocab_map(
-      data.cache_dir.empty() ? default_data_cache_dir() : data.cache_dir, fingerprint, vocab,
-      draft_->config().draft_vocab_size, [&] {
-        TokenCounter counter(vocab);
-        for (int64_t i = 0; i < dataset.size(); ++i) counter.add(dataset.document(i));
-        return counter.counts();
-      });
+  const CachedVocabMap cached =
+      cached_vocab_map(data.cache_dir.empty() ? default_data_cache_dir() : data.cache_dir,
+                       fingerprint, vocab, draft_->config().draft_vocab_size, [&] {
+                         TokenCounter counter(vocab);
+                         for (int64_t i = 0; i < dataset.size(); ++i)
+                           counter.add(dataset.document(i));
+                         return counter.counts();
+                       });
   set_vocab_map(cached.map);
   if (capture_) check_capture_matches_data(*capture_, dataset, data.seq_len, "[eagle3]");
 }
@@ -171,8 +174,7 @@ TargetFeatures Eagle3Objective::features(const PackedBatch& batch) const {
     return target_features(*target_, batch.input_ids, batch.layout(),
                            draft_->config().aux_layer_ids, /*with_last=*/true);
   TargetFeatures features;
-  CapturedBatch captured =
-      read_captured_batch(*capture_, batch, options_.target_dtype, "[eagle3]");
+  CapturedBatch captured = read_captured_batch(*capture_, batch, options_.target_dtype, "[eagle3]");
   features.aux = std::move(captured.aux);
   features.last = std::move(captured.last);
   return features;
@@ -319,9 +321,10 @@ ObjectiveDescription eagle3_description() {
   ObjectiveDescription description;
   description.name = "eagle3";
   description.summary = "an EAGLE-3 draft against a frozen target (test-time training)";
-  description.keys = "target (path, dtype), draft (aux_layer_ids, ttt_length, decay, "
-                     "draft_vocab_size, intermediate_size, train_lm_head, dtype, init_std), "
-                     "data.capture (offline features from `tandem capture`)";
+  description.keys =
+      "target (path, dtype), draft (aux_layer_ids, ttt_length, decay, "
+      "draft_vocab_size, intermediate_size, train_lm_head, dtype, init_std), "
+      "data.capture (offline features from `tandem capture`)";
   description.make = [](const Config& config, const RunContext& run) {
     return std::make_unique<Eagle3Objective>(eagle3_options(config, run));
   };

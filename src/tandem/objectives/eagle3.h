@@ -17,15 +17,13 @@
 #include <string>
 #include <vector>
 
+#include "tandem/core/run_context.h"
 #include "tandem/data/capture.h"
 #include "tandem/data/vocab_map.h"
 #include "tandem/models/eagle3.h"
 #include "tandem/models/frozen.h"
-#include "tandem/objectives/objective.h"
-
-#include "tandem/core/run_context.h"
-
 #include "tandem/objectives/description.h"
+#include "tandem/objectives/objective.h"
 
 namespace tandem {
 
@@ -56,8 +54,8 @@ at::Tensor eagle3_step_targets(const PackedBatch& batch, int64_t step);
 /// Model FLOPs of one draft forward over `tokens` tokens (attention spanning `attention_pairs`,
 /// sum of len^2) unrolled `steps` TTT steps: per step 2 * tokens * (2H (q + 2 kv widths)
 /// + q width * H + 3 H I + H D) + 2 * pairs * q width, plus fc once: 2 * tokens * 3 H_t * H.
-double eagle3_draft_forward_flops(const Eagle3Config& config, double tokens,
-                                  double attention_pairs, int64_t steps);
+double eagle3_draft_forward_flops(const Eagle3Config& config, double tokens, double attention_pairs,
+                                  int64_t steps);
 
 /// The target's distribution at every position, over the draft vocab.
 /// The target's side of the loss. Its distribution over the draft vocab (softmax of the target
@@ -72,10 +70,10 @@ struct Teacher {
 
 /// What one micro-batch's unroll produced (tensors kept for tests).
 struct Eagle3Result {
-  at::Tensor loss;                        // 0-dim: sum_i decay^i * loss_i
-  std::vector<at::Tensor> step_losses;    // loss_i, 0-dim, already normalised
-  std::vector<at::Tensor> step_outputs;   // (B, T, H) per step: the layer output (logits of
-                                          // step i: draft->logits(step_outputs[i]))
+  at::Tensor loss;                       // 0-dim: sum_i decay^i * loss_i
+  std::vector<at::Tensor> step_losses;   // loss_i, 0-dim, already normalised
+  std::vector<at::Tensor> step_outputs;  // (B, T, H) per step: the layer output (logits of
+                                         // step i: draft->logits(step_outputs[i]))
   // Counts per step i as 0-dim int64 tensors on the batch's device (read once per step):
   std::vector<at::Tensor> correct;         // positions with a target whose mapped draft argmax
                                            // = the target's argmax

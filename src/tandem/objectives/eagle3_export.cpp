@@ -97,8 +97,7 @@ nlohmann::json eagle3_speculators_config(const Eagle3Config& config, c10::Scalar
       {"default_proposal_method", "greedy"},
       {"proposal_methods",
        {{{"proposal_type", "greedy"}, {"speculative_tokens", info.speculative_tokens}}}},
-      {"verifier",
-       {{"name_or_path", info.target_path}, {"architectures", {"LlamaForCausalLM"}}}}};
+      {"verifier", {{"name_or_path", info.target_path}, {"architectures", {"LlamaForCausalLM"}}}}};
   return json;
 }
 
@@ -120,23 +119,25 @@ void write_eagle3_exports(const Eagle3DraftImpl& draft, const std::string& dir,
     weights->emplace_back("t2d", draft.t2d);
   }
   write_export_dir(dir + "/sglang", eagle3_sglang_config(draft.config(), dtype), sglang);
-  write_export_dir(dir + "/speculators",
-                   eagle3_speculators_config(draft.config(), dtype, info), speculators);
+  write_export_dir(dir + "/speculators", eagle3_speculators_config(draft.config(), dtype, info),
+                   speculators);
 }
 
 Eagle3Draft load_eagle3_export(const std::string& dir, c10::ScalarType dtype) {
   const std::string path = dir + "/config.json";
-  const nlohmann::json json = read_json_file(path, "eagle3", " (is " + dir + " an EAGLE-3 export?)");
+  const nlohmann::json json =
+      read_json_file(path, "eagle3", " (is " + dir + " an EAGLE-3 export?)");
   check(json.value("architectures", nlohmann::json::array()) ==
             nlohmann::json::array({"LlamaForCausalLMEagle3"}),
-        "[eagle3] ", path, ": architectures must be [\"LlamaForCausalLMEagle3\"] (the sglang "
+        "[eagle3] ", path,
+        ": architectures must be [\"LlamaForCausalLMEagle3\"] (the sglang "
         "export; the speculators one is for vLLM)");
   Eagle3Config config;
   nlohmann::json layer = json;
   layer["architectures"] = {"LlamaForCausalLM"};
-  for (const char* key : {"draft_vocab_size", "target_hidden_size", "num_aux_hidden_states",
-                          "eagle_aux_hidden_state_layer_ids", "eagle_config",
-                          "norm_before_residual"})
+  for (const char* key :
+       {"draft_vocab_size", "target_hidden_size", "num_aux_hidden_states",
+        "eagle_aux_hidden_state_layer_ids", "eagle_config", "norm_before_residual"})
     layer.erase(key);
   config.layer = DecoderConfig::from_json(layer, path);
   try {

@@ -5,9 +5,8 @@
 // Weights are unprefixed, embed_tokens is never stored (engines share the target's). Aux layer
 // ids are converted from tandem's convention (output of decoder layer i) to each engine's:
 // vLLM / speculators i + 1 (transformers hidden_states index), SGLang's eagle_config i.
-#include <nlohmann/json.hpp>
-
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 

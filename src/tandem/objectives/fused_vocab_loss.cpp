@@ -43,8 +43,7 @@ class FusedTokenLogprobs : public torch::autograd::Function<FusedTokenLogprobs> 
           .copy_(logits.gather(1, labels.narrow(0, start, n).unsqueeze(1)).squeeze(1) - lse);
       // H = lse - sum_v p_v z_v
       if (with_entropy)
-        entropy.narrow(0, start, n)
-            .copy_(lse - (at::softmax(logits, 1) * logits).sum(1));
+        entropy.narrow(0, start, n).copy_(lse - (at::softmax(logits, 1) * logits).sum(1));
     }
     ctx->save_for_backward({hidden, lm_head, labels, log_normalizer});
     ctx->saved_data["chunk_tokens"] = chunk_tokens;
@@ -61,9 +60,9 @@ class FusedTokenLogprobs : public torch::autograd::Function<FusedTokenLogprobs> 
     const int64_t chunk_tokens = ctx->saved_data["chunk_tokens"].toInt();
     const bool fp32_head = ctx->saved_data["fp32_head"].toBool();
     const at::ScalarType reduce = reduction_dtype(hidden);
-    const at::Tensor grad_logprobs = grad_outputs[0].defined()
-                                         ? grad_outputs[0].to(reduce)
-                                         : at::zeros({hidden.size(0)}, hidden.options().dtype(reduce));
+    const at::Tensor grad_logprobs =
+        grad_outputs[0].defined() ? grad_outputs[0].to(reduce)
+                                  : at::zeros({hidden.size(0)}, hidden.options().dtype(reduce));
     const bool want_hidden = ctx->needs_input_grad(0), want_head = ctx->needs_input_grad(1);
     // The head's gradient accumulates over chunks in fp32, then returns in the weight's dtype.
     at::Tensor grad_head =
@@ -83,8 +82,9 @@ class FusedTokenLogprobs : public torch::autograd::Function<FusedTokenLogprobs> 
       if (want_hidden) grad_hidden.narrow(0, start, n).copy_(at::mm(grad_compute, head_compute));
       if (want_head) grad_head.add_(at::mm(grad_compute.t(), hidden_compute).to(reduce));
     }
-    return {grad_hidden, want_head ? grad_head.to(lm_head.scalar_type()) : at::Tensor(),
-            at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+    return {grad_hidden,  want_head ? grad_head.to(lm_head.scalar_type()) : at::Tensor(),
+            at::Tensor(), at::Tensor(),
+            at::Tensor(), at::Tensor()};
   }
 };
 

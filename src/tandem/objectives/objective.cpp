@@ -35,7 +35,8 @@ std::map<std::string, double> ObjectiveOutput::metric_values() const {
 }
 
 const TokenizedDataset& DataContext::documents(const std::string& objective) const {
-  check(dataset != nullptr, "[", objective, "] trains on documents (conversations, text, "
+  check(dataset != nullptr, "[", objective,
+        "] trains on documents (conversations, text, "
         "pretokenized or preference data), not on rollouts: set data.format accordingly");
   return *dataset;
 }

@@ -42,7 +42,7 @@ struct RolloutSample;
 
 /// What an objective may need to know about the training data before training starts.
 struct DataContext {
-  const TokenizedDataset* dataset = nullptr;            // every format but rollout
+  const TokenizedDataset* dataset = nullptr;             // every format but rollout
   const std::vector<RolloutSample>* rollouts = nullptr;  // rollout files
   std::string cache_dir;  // where derived data (e.g. the draft vocab map) may be cached
   int64_t seq_len = 0;

@@ -22,8 +22,7 @@ PolicyOptions policy_options(const Config& config, const std::string& objective,
   options.clip.high = loss.get_double("epsilon_high", options.sequence_level ? 4e-4 : 0.2);
   check(options.clip.low >= 0 && options.clip.low < 1, "[", objective, "] ",
         loss.where("epsilon_low"), ": must be in [0, 1)");
-  check(options.clip.high >= 0, "[", objective, "] ", loss.where("epsilon_high"),
-        ": must be >= 0");
+  check(options.clip.high >= 0, "[", objective, "] ", loss.where("epsilon_high"), ": must be >= 0");
   return options;
 }
 
@@ -47,11 +46,11 @@ namespace {
 
 // What the loss needs at each labelled position, gathered from the batch and its rollouts.
 struct RolloutTargets {
-  at::Tensor index;       // (N,) flat positions b * T + t that predict a completion token
-  at::Tensor labels;      // (N,)
-  at::Tensor old;         // (N,) log pi_old of the label
-  at::Tensor document;    // (N,) index among the documents that have labelled tokens
-  at::Tensor advantages;  // (D,) per such document
+  at::Tensor index;             // (N,) flat positions b * T + t that predict a completion token
+  at::Tensor labels;            // (N,)
+  at::Tensor old;               // (N,) log pi_old of the label
+  at::Tensor document;          // (N,) index among the documents that have labelled tokens
+  at::Tensor advantages;        // (D,) per such document
   std::vector<double> rewards;  // (D,) where the rollout has a reward
 };
 
@@ -110,7 +109,8 @@ StepTotals PolicyObjective::count(const PackedBatch& batch) const {
   StepTotals totals;
   const at::Tensor mask = next_token_targets(batch);  // (B, T-1)
   totals.loss_tokens = mask.sum().item<int64_t>();
-  const at::Tensor document = batch.global_document_ids().narrow(1, 0, batch.seq_len() - 1).index({mask});
+  const at::Tensor document =
+      batch.global_document_ids().narrow(1, 0, batch.seq_len() - 1).index({mask});
   totals.documents = std::get<0>(at::_unique(document)).numel();
   return totals;
 }
@@ -137,8 +137,8 @@ ObjectiveOutput PolicyObjective::compute(const PackedBatch& batch, const StepTot
       options_.sequence_level
           ? gspo_document_losses(logprobs, targets.old, targets.document, targets.advantages,
                                  options_.clip)
-          : grpo_token_losses(logprobs, targets.old, targets.advantages.index_select(0, targets.document),
-                              options_.clip);
+          : grpo_token_losses(logprobs, targets.old,
+                              targets.advantages.index_select(0, targets.document), options_.clip);
   const double scale = options_.sequence_level ? per_document : per_token;
   at::Tensor loss = losses.losses.sum() * scale;
   double reward_sum = 0;
@@ -151,8 +151,8 @@ ObjectiveOutput PolicyObjective::compute(const PackedBatch& batch, const StepTot
   output.add_metric("entropy", entropy.sum().to(at::kDouble) * per_token);
   output.add_metric("advantage_mean", targets.advantages.sum().to(at::kDouble) * per_document);
   if (!targets.rewards.empty()) output.add_metric("reward_mean", reward_sum * per_document);
-  add_router_loss(output, forward.router, options_.policy.router_aux_loss_coef, *this,
-                  batch, totals);
+  add_router_loss(output, forward.router, options_.policy.router_aux_loss_coef, *this, batch,
+                  totals);
   return output;
 }
 

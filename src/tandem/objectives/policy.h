@@ -9,20 +9,19 @@
 // last document, loss-masked out) never enters a ratio.
 #include <string>
 
+#include "tandem/objectives/description.h"
 #include "tandem/objectives/objective.h"
 #include "tandem/objectives/policy_loss.h"
 #include "tandem/objectives/sft.h"
-
-#include "tandem/objectives/description.h"
 
 namespace tandem {
 
 struct RolloutSample;
 
 struct PolicyOptions {
-  SftOptions policy;             // model.* (path or fresh config), loss.chunk_tokens, fp32_lm_head
-  bool sequence_level = false;   // gspo: true
-  ClipRange clip;                // loss.epsilon_low / loss.epsilon_high
+  SftOptions policy;            // model.* (path or fresh config), loss.chunk_tokens, fp32_lm_head
+  bool sequence_level = false;  // gspo: true
+  ClipRange clip;               // loss.epsilon_low / loss.epsilon_high
 };
 
 /// Reads `model.*` and `loss.*` (epsilon_low, epsilon_high) for objective "grpo" or "gspo".

@@ -20,8 +20,9 @@ DpoPairLosses dpo_pair_losses(const DpoPairLogprobs& pairs, DpoLossType type, do
   DpoPairLosses out;
   if (type == DpoLossType::Ipo) {
     // Each side's log-ratio divided by its own completion length (TRL's IPO), then the square.
-    const at::Tensor delta = chosen_ratio / pairs.chosen_tokens.clamp_min(1).to(chosen_ratio.dtype()) -
-                             rejected_ratio / pairs.rejected_tokens.clamp_min(1).to(chosen_ratio.dtype());
+    const at::Tensor delta =
+        chosen_ratio / pairs.chosen_tokens.clamp_min(1).to(chosen_ratio.dtype()) -
+        rejected_ratio / pairs.rejected_tokens.clamp_min(1).to(chosen_ratio.dtype());
     out.losses = (delta - 1.0 / (2.0 * beta)).pow(2);
   } else {
     const at::Tensor scaled = beta * (chosen_ratio - rejected_ratio);
@@ -37,13 +38,16 @@ namespace {
 // -min(r A, clip(r) A) and which tokens sit on the flat clipped branch.
 PolicyLosses clipped_surrogate(const at::Tensor& ratio, const at::Tensor& advantages,
                                const ClipRange& clip) {
-  check(clip.low >= 0 && clip.low < 1 && clip.high >= 0, "[policy] clip range needs 0 <= "
-        "epsilon_low < 1 and epsilon_high >= 0, got ", clip.low, " and ", clip.high);
+  check(clip.low >= 0 && clip.low < 1 && clip.high >= 0,
+        "[policy] clip range needs 0 <= "
+        "epsilon_low < 1 and epsilon_high >= 0, got ",
+        clip.low, " and ", clip.high);
   const at::Tensor clamped = ratio.clamp(1.0 - clip.low, 1.0 + clip.high);
   PolicyLosses out;
   out.losses = -at::minimum(ratio * advantages, clamped * advantages);
   const at::Tensor r = ratio.detach();
-  out.clipped = ((r > 1.0 + clip.high) & (advantages > 0)) | ((r < 1.0 - clip.low) & (advantages < 0));
+  out.clipped =
+      ((r > 1.0 + clip.high) & (advantages > 0)) | ((r < 1.0 - clip.low) & (advantages < 0));
   out.ratio = r;
   return out;
 }
@@ -69,7 +73,8 @@ PolicyLosses gspo_document_losses(const at::Tensor& logprobs, const at::Tensor& 
       at::zeros({documents}, logprobs.options()).index_add(0, document, logprobs - old_logprobs);
   const at::Tensor tokens =
       at::zeros({documents}, logprobs.options()).index_add(0, document, at::ones_like(logprobs));
-  if (tokens.is_cpu())  // (on a GPU the objective guarantees it: checking would wait for the device)
+  if (tokens
+          .is_cpu())  // (on a GPU the objective guarantees it: checking would wait for the device)
     check((tokens > 0).all().item<bool>(), "[gspo] every document needs a labelled token");
   return clipped_surrogate(at::exp(log_ratio_sum / tokens), advantages.to(logprobs.dtype()), clip);
 }

@@ -11,7 +11,8 @@
 //   rewards  beta (log pi - log pi_ref) of each side (the metrics use the summed form always)
 // GRPO, per labelled token: r = exp(log pi - log pi_old), -min(r A, clip(r) A),
 //   clip(r) = clamp(r, 1 - eps_low, 1 + eps_high).
-// GSPO, per document s: R_s = exp(mean_{t in s}(log pi - log pi_old)), -min(R_s A_s, clip(R_s) A_s).
+// GSPO, per document s: R_s = exp(mean_{t in s}(log pi - log pi_old)), -min(R_s A_s, clip(R_s)
+// A_s).
 #include <ATen/core/Tensor.h>
 
 #include <string>

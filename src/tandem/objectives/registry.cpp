@@ -15,8 +15,8 @@ namespace tandem {
 
 const std::vector<ObjectiveDescription>& objective_descriptions() {
   static const std::vector<ObjectiveDescription> all = {
-      sft_description(),     eagle3_description(), dflash_description(), distill_description(),
-      dpo_description(),     grpo_description(),   gspo_description(),
+      sft_description(), eagle3_description(), dflash_description(), distill_description(),
+      dpo_description(), grpo_description(),   gspo_description(),
   };
   return all;
 }
@@ -31,8 +31,8 @@ std::string objective_names(const std::function<bool(const ObjectiveDescription&
 const ObjectiveDescription& find_objective(const std::string& name, const std::string& where) {
   for (const ObjectiveDescription& description : objective_descriptions())
     if (description.name == name) return description;
-  throw Error("[train] ", where, ": unknown objective '", name, "' (available: ",
-              objective_names([](const auto&) { return true; }), ")");
+  throw Error("[train] ", where, ": unknown objective '", name,
+              "' (available: ", objective_names([](const auto&) { return true; }), ")");
 }
 
 void DraftDecoder::check_vocab_and_width(const std::string& draft_dir, int64_t vocab_size,
@@ -42,8 +42,8 @@ void DraftDecoder::check_vocab_and_width(const std::string& draft_dir, int64_t v
         ": the draft is for a vocab of ", vocab_size, ", the target ", target_dir, " has ",
         target.config().vocab_size);
   check(target_hidden_size == target.config().hidden_size, "[eval] ", draft_dir,
-        ": the draft reads hidden states of size ", target_hidden_size, ", the target ",
-        target_dir, " has ", target.config().hidden_size);
+        ": the draft reads hidden states of size ", target_hidden_size, ", the target ", target_dir,
+        " has ", target.config().hidden_size);
 }
 
 std::unique_ptr<Objective> make_objective(const Config& config, const RunContext& run) {

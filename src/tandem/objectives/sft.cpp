@@ -81,8 +81,8 @@ int64_t read_chunk_tokens(const Config& loss, const std::string& component) {
 
 DecoderConfig student_decoder_config(const SftOptions& options) {
   if (!options.model_path.empty()) return DecoderConfig::from_dir(options.model_path);
-  return DecoderConfig::from_json(
-      read_json_file(options.model_config, "sft", " model config"), options.model_config);
+  return DecoderConfig::from_json(read_json_file(options.model_config, "sft", " model config"),
+                                  options.model_config);
 }
 
 CausalLM make_causal_lm(const SftOptions& options) {
@@ -90,10 +90,10 @@ CausalLM make_causal_lm(const SftOptions& options) {
   if (!options.model_path.empty()) {
     model = load_causal_lm(options.model_path, options.dtype, options.run);
   } else {
-    model = allocate_causal_lm(
-        student_decoder_config(options),
-        at::TensorOptions().dtype(options.dtype).device(options.run.placement()),
-        options.model_config);
+    model =
+        allocate_causal_lm(student_decoder_config(options),
+                           at::TensorOptions().dtype(options.dtype).device(options.run.placement()),
+                           options.model_config);
     init_normal_(*model, options.init_std, options.seed);
     model->attention_options = options.run.attention;
   }
@@ -124,16 +124,15 @@ ObjectiveOutput SftObjective::compute(const PackedBatch& batch, const StepTotals
       at::full({targets.size(0)}, 1.0 / static_cast<double>(totals.loss_tokens),
                inputs.options().dtype(at::kFloat));
   const FusedLossOptions loss_options = options_.loss;
-  const at::Tensor loss = with_full_parameters(
-      {model_->lm_head_weight()}, {inputs, targets, weights},
-      [loss_options](const auto& in, const auto& w) {
-        return std::vector<at::Tensor>{
-            fused_linear_cross_entropy(in[0], w[0], in[1], in[2], loss_options)};
-      })[0];
+  const at::Tensor loss =
+      with_full_parameters({model_->lm_head_weight()}, {inputs, targets, weights},
+                           [loss_options](const auto& in, const auto& w) {
+                             return std::vector<at::Tensor>{fused_linear_cross_entropy(
+                                 in[0], w[0], in[1], in[2], loss_options)};
+                           })[0];
   ObjectiveOutput output{loss, {}};
   output.add_metric("loss", loss);
-  add_router_loss(output, forward.router, options_.router_aux_loss_coef, *this,
-                  batch, totals);
+  add_router_loss(output, forward.router, options_.router_aux_loss_coef, *this, batch, totals);
   return output;
 }
 
@@ -153,7 +152,9 @@ void export_causal_lm(const CausalLM& model, const std::string& dir) {
   for (const auto& [name, value] : checkpoint_tensors(*model))
     for (auto& stored : split_for_hub(name, value, config)) weights.push_back(std::move(stored));
   const c10::ScalarType dtype = weights.front().second.scalar_type();
-  config.torch_dtype = dtype == at::kBFloat16 ? "bfloat16" : dtype == at::kHalf ? "float16" : "float32";
+  config.torch_dtype = dtype == at::kBFloat16 ? "bfloat16"
+                       : dtype == at::kHalf   ? "float16"
+                                              : "float32";
   write_hf_weights(dir, weights);
   replace_file(dir + "/config.json", config.to_json().dump(2) + "\n", "[export]");
 }

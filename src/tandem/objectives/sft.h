@@ -3,13 +3,11 @@
 // LM head fused into the chunked loss (objectives/fused_vocab_loss.h).
 #include <string>
 
+#include "tandem/core/run_context.h"
 #include "tandem/models/decoder.h"
+#include "tandem/objectives/description.h"
 #include "tandem/objectives/fused_vocab_loss.h"
 #include "tandem/objectives/objective.h"
-
-#include "tandem/core/run_context.h"
-
-#include "tandem/objectives/description.h"
 
 namespace tandem {
 

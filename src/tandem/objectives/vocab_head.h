@@ -25,7 +25,8 @@ inline at::Tensor head_operand(const at::Tensor& tensor, bool fp32_head) {
 }
 
 /// Logits hidden (n, H) @ head (V, H)^T in the head's compute dtype: (n, V).
-inline at::Tensor project_to_vocab(const at::Tensor& hidden, const at::Tensor& head, bool fp32_head) {
+inline at::Tensor project_to_vocab(const at::Tensor& hidden, const at::Tensor& head,
+                                   bool fp32_head) {
   return at::linear(head_operand(hidden, fp32_head), head_operand(head, fp32_head));
 }
 

@@ -140,8 +140,7 @@ struct CheckpointSearch {
 /// a corrupt one ("cannot be loaded: ..."). A missing run_dir gives no checkpoint and no
 /// warning. Reads nothing else: `latest` is ignored, stale entries are not touched.
 CheckpointSearch find_latest_valid(
-    const std::string& run_dir,
-    const std::function<void(const CheckpointReader&)>& load = nullptr);
+    const std::string& run_dir, const std::function<void(const CheckpointReader&)>& load = nullptr);
 
 /// The step dirs of `run_dir` as (step, path), ascending, verified or not; includes a
 /// `.prev-step-N-<pid>` for step N when no `step-N` exists.

@@ -17,9 +17,9 @@ DistributedOptions read_distributed(const Config& config) {
   options.where = section.where("mode");
   options.dp_replicate = section.get_int("dp_replicate", 0);
   options.dp_shard = section.get_int("dp_shard", 0);
-  check(options.mode == "hybrid" || (options.dp_replicate == 0 && options.dp_shard == 0), "[train] ",
-        section.where("dp_replicate"), " and dp_shard are for mode: hybrid (mode ", options.mode,
-        " uses all ranks for ", options.mode == "ddp" ? "replicas" : "shards", ")");
+  check(options.mode == "hybrid" || (options.dp_replicate == 0 && options.dp_shard == 0),
+        "[train] ", section.where("dp_replicate"), " and dp_shard are for mode: hybrid (mode ",
+        options.mode, " uses all ranks for ", options.mode == "ddp" ? "replicas" : "shards", ")");
   if (options.mode == "hybrid")
     check(options.dp_replicate > 0 && options.dp_shard > 0, "[train] ", section.where("mode"),
           ": hybrid needs dp_replicate and dp_shard (positive, dp_replicate x dp_shard = ranks)");

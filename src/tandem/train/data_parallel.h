@@ -14,13 +14,13 @@
 //    the stop flag (a SIGTERM on any rank stops all after a saved checkpoint);
 //  - rank 0 alone opens weight files (RankZeroLoading), reads a resumed checkpoint and sends
 //    its state, writes checkpoints, metrics and exports.
+#include <ATen/core/Tensor.h>
+
 #include <chrono>
 #include <memory>
 #include <string>
 #include <utility>
 #include <vector>
-
-#include <ATen/core/Tensor.h>
 
 #include "tandem/core/config.h"
 #include "tandem/dist/process_group.h"
@@ -32,8 +32,8 @@ struct DistributedOptions {
   std::string mode = "ddp";  // ddp | shard | hybrid
   int64_t dp_replicate = 0;  // hybrid: replicas x shards = ranks
   int64_t dp_shard = 0;
-  std::string where;  // "FILE: distributed.mode", for errors
-  std::string backend = "auto";  // auto: nccl when training on CUDA, else gloo
+  std::string where;                  // "FILE: distributed.mode", for errors
+  std::string backend = "auto";       // auto: nccl when training on CUDA, else gloo
   std::chrono::seconds timeout{300};  // any collective, and joining the job
   // After loading, every rank checksums the full values of its frozen weights and the job stops
   // if any rank's differ from rank 0's (one gather of each sharded weight; off by default).

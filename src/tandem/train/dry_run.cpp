@@ -66,8 +66,8 @@ void dry_run(const Config& config, std::ostream& out) {
                           data.dataset ? nullptr : &data.rollouts, data.cache_dir,
                           data.packing.seq_len});
 
-  out << "[dry-run] objective " << objective->name() << ", " << options.steps
-      << " steps, run_dir " << options.run_dir << "\n";
+  out << "[dry-run] objective " << objective->name() << ", " << options.steps << " steps, run_dir "
+      << options.run_dir << "\n";
   const bool visible = !run.device.is_cuda() || run.device.index() < cuda_device_count();
   out << "[dry-run] device " << run.device.str() << (visible ? "" : " (not visible here)") << ", "
       << launch.world_size << " rank" << (launch.world_size == 1 ? "" : "s") << " ("
@@ -96,7 +96,8 @@ void dry_run(const Config& config, std::ostream& out) {
   const std::vector<at::Tensor> frozen_tensors = frozen_weights();  // each tensor once
   for (const at::Tensor& weight : frozen_tensors) {
     frozen += weight.numel();
-    frozen_bytes += static_cast<double>(weight.numel()) * static_cast<double>(weight.element_size());
+    frozen_bytes +=
+        static_cast<double>(weight.numel()) * static_cast<double>(weight.element_size());
   }
   std::string frozen_names;
   for (const std::string& name : objective->frozen_models())
@@ -109,8 +110,8 @@ void dry_run(const Config& config, std::ostream& out) {
   const double per_rank_trained = trained_bytes / static_cast<double>(shards);
   const double per_rank_frozen = frozen_bytes / static_cast<double>(shards);
   out << "[dry-run] memory per rank: trained " << bytes_text(per_rank_trained)
-      << " (weights, gradients, fp32 masters and AdamW moments), frozen " << bytes_text(per_rank_frozen)
-      << ", total " << bytes_text(per_rank_trained + per_rank_frozen)
+      << " (weights, gradients, fp32 masters and AdamW moments), frozen "
+      << bytes_text(per_rank_frozen) << ", total " << bytes_text(per_rank_trained + per_rank_frozen)
       << " (activations not counted)\n";
 
   // The data: records, tokens, and how many passes the run makes over them.

@@ -30,7 +30,8 @@ ExportResult export_run(const std::string& run_dir, int64_t step, const std::str
   } else {
     reader.emplace(CheckpointReader::open(run_dir + "/" + checkpoint_dir_name(step)));
   }
-  const Config config = Config::parse(reader->read_text("config.yaml"), reader->dir() + "/config.yaml");
+  const Config config =
+      Config::parse(reader->read_text("config.yaml"), reader->dir() + "/config.yaml");
   // On the CPU whatever device the run trained on: checkpoints hold device-independent tensors,
   // and an export needs no GPU.
   std::unique_ptr<Objective> objective = make_objective(config, RunContext(at::kCPU));
@@ -40,10 +41,9 @@ ExportResult export_run(const std::string& run_dir, int64_t step, const std::str
     at::NoGradGuard no_grad;
     auto restore = [&](const std::string& name, at::Tensor tensor) {
       auto found = stored.find(name);
-      check(found != stored.end(), "[export] ", reader->dir(), ": the model has no '",
-            name, "'");
-      check(found->second.sizes() == tensor.sizes(), "[export] ", reader->dir(),
-            ": model tensor '", name, "' has shape ", found->second.sizes(),
+      check(found != stored.end(), "[export] ", reader->dir(), ": the model has no '", name, "'");
+      check(found->second.sizes() == tensor.sizes(), "[export] ", reader->dir(), ": model tensor '",
+            name, "' has shape ", found->second.sizes(),
             ", the model built from its config.yaml has ", tensor.sizes());
       tensor.copy_(found->second);
     };

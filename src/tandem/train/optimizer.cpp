@@ -23,7 +23,8 @@ MixedPrecisionAdamW::MixedPrecisionAdamW(NamedTensors parameters, AdamWOptions o
   at::NoGradGuard no_grad;
   for (const auto& [name, parameter] : parameters_) {
     check(parameter.requires_grad(), "[optimizer] parameter '", name, "' does not require grad");
-    check(parameter.is_floating_point(), "[optimizer] parameter '", name, "' is not floating point");
+    check(parameter.is_floating_point(), "[optimizer] parameter '", name,
+          "' is not floating point");
     check(seen.insert(parameter.unsafeGetTensorImpl()).second, "[optimizer] parameter '", name,
           "' was given twice");
     Slot slot;
@@ -84,8 +85,8 @@ int64_t MixedPrecisionAdamW::reduce_gradients(
   int64_t offset = count;
   for (int64_t i = 0; i < count; ++i) {
     const at::Tensor& parameter = parameters_[i].second;
-    const at::Tensor& local = parameter.scalar_type() == at::kFloat ? parameter.grad()
-                                                                    : *slots_[i].grad_sum;
+    const at::Tensor& local =
+        parameter.scalar_type() == at::kFloat ? parameter.grad() : *slots_[i].grad_sum;
     const int64_t numel = parameter.numel();
     if (local.defined()) {
       buffer[i] = 1.0;
@@ -130,7 +131,8 @@ at::Tensor MixedPrecisionAdamW::gradient_norm() {
     const at::Tensor& grad = parameters_[i].second.grad();
     const at::Tensor sum = slots_[i].grad_sum ? *slots_[i].grad_sum : at::Tensor();
     if (!grad.defined() && !sum.defined()) continue;
-    grads[i] = sum.defined() ? (grad.defined() ? sum + grad.to(at::kFloat) : sum) : grad.to(at::kFloat);
+    grads[i] =
+        sum.defined() ? (grad.defined() ? sum + grad.to(at::kFloat) : sum) : grad.to(at::kFloat);
     const at::Tensor part = grads[i].pow(2).sum(at::kDouble);
     norm_sq = norm_sq.defined() ? norm_sq + part : part;
   }

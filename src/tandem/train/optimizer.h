@@ -32,8 +32,8 @@ class MixedPrecisionAdamW {
   /// parameters are flat slices, so their owner says it from the full shape).
   MixedPrecisionAdamW(NamedTensors parameters, AdamWOptions options, std::vector<bool> decay = {});
 
-  /// Hook that turns a local sum of squared gradients (fp64, 0-dim) into the global one (all-reduce across
-  /// shards); identity by default.
+  /// Hook that turns a local sum of squared gradients (fp64, 0-dim) into the global one (all-reduce
+  /// across shards); identity by default.
   void set_norm_reduction(std::function<at::Tensor(const at::Tensor&)> reduce) {
     reduce_norm_sq_ = std::move(reduce);
   }

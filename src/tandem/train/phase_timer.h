@@ -32,7 +32,7 @@ class PhaseTimer {
     std::string phase;
     c10::Event start, end;
   };
-  std::vector<Span> spans_;  // GPU: one per ended phase
+  std::vector<Span> spans_;       // GPU: one per ended phase
   std::vector<c10::Event> open_;  // GPU: the event of the phase begun last
 };
 

@@ -18,8 +18,8 @@ RunDirLock::RunDirLock(const std::string& run_dir) {
   check(!error, "[train] ", run_dir, ": cannot create the run directory: ", error.message());
   const std::string path = run_dir + "/.lock";
   fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  check(fd_ >= 0, "[train] ", path, ": cannot open the run directory's lock: ",
-        std::strerror(errno));
+  check(fd_ >= 0, "[train] ", path,
+        ": cannot open the run directory's lock: ", std::strerror(errno));
   if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
     const int code = errno;
     char holder[64] = {0};

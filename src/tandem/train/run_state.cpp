@@ -141,8 +141,8 @@ Counters restore_checkpoint(const RunCheckpoint& checkpoint, MixedPrecisionAdamW
     at::NoGradGuard no_grad;
     for (const auto& [name, parameter] : model_state(model_module)) {
       auto found = checkpoint.model.find(name);
-      check(found != checkpoint.model.end(), "[train] ", dir, "/model.safetensors: missing '",
-            name, "'");
+      check(found != checkpoint.model.end(), "[train] ", dir, "/model.safetensors: missing '", name,
+            "'");
       check(found->second.sizes() == parameter.sizes() &&
                 found->second.scalar_type() == parameter.scalar_type(),
             "[train] ", dir, "/model.safetensors: '", name,
@@ -172,8 +172,8 @@ Counters share_resumed_state(dist::ProcessGroup& group, MixedPrecisionAdamW& opt
   return share_trainer_state(group, counters, sampler, device);
 }
 
-Counters share_trainer_state(dist::ProcessGroup& group, const Counters& counters,
-                             Sampler& sampler, const at::Device& device) {
+Counters share_trainer_state(dist::ProcessGroup& group, const Counters& counters, Sampler& sampler,
+                             const at::Device& device) {
   const auto states = generator_states(device);
   std::vector<at::Tensor> rng;
   for (const auto& entry : states) rng.push_back(entry.second);

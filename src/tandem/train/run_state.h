@@ -72,7 +72,7 @@ Counters share_resumed_state(dist::ProcessGroup& group, MixedPrecisionAdamW& opt
                              Sampler& sampler, const at::Device& device);
 
 /// Every rank takes rank 0's random generators, counters and sampler position.
-Counters share_trainer_state(dist::ProcessGroup& group, const Counters& counters,
-                             Sampler& sampler, const at::Device& device);
+Counters share_trainer_state(dist::ProcessGroup& group, const Counters& counters, Sampler& sampler,
+                             const at::Device& device);
 
 }  // namespace tandem

@@ -24,8 +24,8 @@ void validate(const ScheduleOptions& options, const std::string& where) {
     check(options.total_steps > 0, "[schedule] ", where, ": cosine needs total_steps > 0");
   check(warmup_steps(options) <= std::max<int64_t>(options.total_steps, 0) ||
             options.kind == "constant",
-        "[schedule] ", where, ": warmup (", warmup_steps(options), " steps) is longer than the run (",
-        options.total_steps, " steps)");
+        "[schedule] ", where, ": warmup (", warmup_steps(options),
+        " steps) is longer than the run (", options.total_steps, " steps)");
 }
 
 double learning_rate(const ScheduleOptions& options, int64_t step) {

@@ -63,8 +63,8 @@ std::map<std::string, at::Tensor> read_full_checkpoint_tensors(const CheckpointR
   } catch (const std::exception& e) {  // malformed JSON, a missing or mistyped field
     throw Error("[checkpoint] ", reader.dir(), "/shards.json: ", e.what());
   }
-  check(shards > 0 && shards <= 1 << 20, "[checkpoint] ", reader.dir(), "/shards.json: ",
-        shards, " shards");
+  check(shards > 0 && shards <= 1 << 20, "[checkpoint] ", reader.dir(), "/shards.json: ", shards,
+        " shards");
   std::map<std::string, std::vector<at::Tensor>> pieces;  // in shard order
   for (int64_t s = 0; s < shards; ++s) {
     const std::string file = shard_file(kind, s, shards);
@@ -95,8 +95,7 @@ std::map<std::string, at::Tensor> read_full_checkpoint_tensors(const CheckpointR
 }
 
 ShardedModel::ShardedModel(torch::nn::Module& trainable,
-                           std::shared_ptr<dist::ProcessGroup> shard_group,
-                           ParameterShards& frozen)
+                           std::shared_ptr<dist::ProcessGroup> shard_group, ParameterShards& frozen)
     : module_(trainable), group_(shard_group), trainable_(shard_group) {
   for (const auto& parameter : module_.named_parameters(/*recurse=*/true)) {
     if (is_frozen(parameter.value())) continue;  // sharded below, with the frozen weights
@@ -165,7 +164,8 @@ void ShardedModel::finish_checkpoint(CheckpointWriter& writer,
   writer.write_text("shards.json", meta.dump(2) + "\n");
 }
 
-void ShardedModel::restore(dist::ProcessGroup& world, const std::map<std::string, at::Tensor>& model,
+void ShardedModel::restore(dist::ProcessGroup& world,
+                           const std::map<std::string, at::Tensor>& model,
                            const std::map<std::string, at::Tensor>& optimizer_state,
                            MixedPrecisionAdamW& optimizer) const {
   at::NoGradGuard no_grad;
@@ -179,8 +179,8 @@ void ShardedModel::restore(dist::ProcessGroup& world, const std::map<std::string
       check(found != from.end(), "[train] the checkpoint's ", file, " has no '", name, "'");
       check(found->second.sizes() == like.sizes() &&
                 found->second.scalar_type() == like.scalar_type(),
-            "[train] the checkpoint's ", file, " '", name, "' is ", found->second.sizes(),
-            " ", found->second.scalar_type(), "; the run being trained has ", like.sizes(), " ",
+            "[train] the checkpoint's ", file, " '", name, "' is ", found->second.sizes(), " ",
+            found->second.scalar_type(), "; the run being trained has ", like.sizes(), " ",
             like.scalar_type(), " (shape or dtype changed?)");
       one[0] = found->second.to(like.device()).contiguous();  // every rank on the same device
     } else {

@@ -32,8 +32,8 @@ std::vector<std::pair<std::string, double>> StepMetrics::read() const {
   std::vector<std::pair<std::string, double>> out;
   int64_t next = 0;
   for (const auto& [name, value] : values_)
-    out.emplace_back(name, value.is_cpu() ? value.item<double>()
-                                          : device_values.data_ptr<double>()[next++]);
+    out.emplace_back(
+        name, value.is_cpu() ? value.item<double>() : device_values.data_ptr<double>()[next++]);
   return out;
 }
 

@@ -106,8 +106,9 @@ class TrainingRun {
   bool all_finite(const at::Tensor& loss, const at::Tensor& grad_norm) const;
   void check_state_finite() const;
   std::string kept_checkpoint() const;
-  MetricsRecord step_record(const StepData& step, std::vector<std::pair<std::string, double>> summed,
-                            double lr, double grad_norm, double model_flops, double reduce_seconds,
+  MetricsRecord step_record(const StepData& step,
+                            std::vector<std::pair<std::string, double>> summed, double lr,
+                            double grad_norm, double model_flops, double reduce_seconds,
                             const std::map<std::string, double>& phase_seconds,
                             double step_seconds) const;
   void export_trained_model(const std::string& dir) const;
@@ -129,9 +130,9 @@ class TrainingRun {
   std::optional<Sampler> sampler_;
   std::optional<MixedPrecisionAdamW> optimizer_;
   std::optional<RunDirLock> run_dir_lock_;  // rank 0 only, held until the run ends
-  std::optional<MetricsLogger> metrics_;  // rank 0 only
-  std::optional<PhaseTimer> phases_;      // device time of forward, backward, optimizer
-  double matmul_peak_ = 0;                // FLOP/s: MFU's denominator (0: MFU not reported)
+  std::optional<MetricsLogger> metrics_;    // rank 0 only
+  std::optional<PhaseTimer> phases_;        // device time of forward, backward, optimizer
+  double matmul_peak_ = 0;                  // FLOP/s: MFU's denominator (0: MFU not reported)
   Counters counters_;
   int64_t saved_step_ = -1;  // the newest checkpoint this run resumed from or wrote (-1: none)
 };
@@ -140,7 +141,7 @@ void TrainingRun::set_up() {
   options_ = read_training(config_);
   const DistributedOptions distributed = read_distributed(config_);
   const dist::LaunchEnv launch = dist::read_launch_env();
-  dist::exit_with_launcher(launch);  // an orphaned rank stops (SIGTERM: save and exit)
+  dist::exit_with_launcher(launch);          // an orphaned rank stops (SIGTERM: save and exit)
   run_ = read_run_context(config_, launch);  // the device, decided once
   check(options_.docs_per_step > 0 || options_.micro_batches % launch.world_size == 0, "[train] ",
         config_.section("training").where("micro_batches"), " = ", options_.micro_batches,
@@ -208,9 +209,8 @@ void TrainingRun::resume() {
   if (lead() && refused.empty()) {
     // Newest first; one that does not verify or cannot be read is skipped like a corrupt one.
     CheckpointSearch search = find_latest_valid(
-        options_.run_dir, [&loaded](const CheckpointReader& reader) {
-          loaded.emplace(read_run_checkpoint(reader));
-        });
+        options_.run_dir,
+        [&loaded](const CheckpointReader& reader) { loaded.emplace(read_run_checkpoint(reader)); });
     for (const std::string& warning : search.warnings) std::cerr << warning << "\n";
     if (search.checkpoint) {
       resumed = search.checkpoint->dir();
@@ -229,8 +229,7 @@ void TrainingRun::resume() {
     group_->broadcast_text(refused, 0);
     group_->broadcast_text(resumed, 0);
   }
-  if (!refused.empty())
-    throw Error(lead() ? refused : "rank 0 refused to start: " + refused);
+  if (!refused.empty()) throw Error(lead() ? refused : "rank 0 refused to start: " + refused);
   if (!resumed.empty() && sharded_) {
     // Rank 0 read the checkpoint (either layout) at full shape; each rank keeps its slices.
     std::map<std::string, at::Tensor> none;
@@ -240,8 +239,8 @@ void TrainingRun::resume() {
     if (world() > 1) counters_ = share_trainer_state(*group_, counters_, *sampler_, run_.device);
   } else if (!resumed.empty()) {
     if (lead())
-      counters_ = restore_checkpoint(*loaded, *optimizer_, objective_->trainable(), *sampler_,
-                                     run_.device);
+      counters_ =
+          restore_checkpoint(*loaded, *optimizer_, objective_->trainable(), *sampler_, run_.device);
     if (world() > 1)
       counters_ = share_resumed_state(*group_, *optimizer_, objective_->trainable(), counters_,
                                       *sampler_, run_.device);
@@ -269,10 +268,9 @@ StepData TrainingRun::draw_step() {
     step.documents += step.batches.back().total_documents();
     const int64_t drawn = static_cast<int64_t>(step.batches.size());
     // Sharded: every rank must run as many micro-batches (their layer calls pair up).
-    if (options_.docs_per_step > 0
-            ? step.documents >= options_.docs_per_step && drawn >= world() &&
-                  (!sharded_ || drawn % world() == 0)
-            : drawn >= options_.micro_batches)
+    if (options_.docs_per_step > 0 ? step.documents >= options_.docs_per_step && drawn >= world() &&
+                                         (!sharded_ || drawn % world() == 0)
+                                   : drawn >= options_.micro_batches)
       break;
   }
   for (const PackedBatch& batch : step.batches) {
@@ -324,8 +322,7 @@ bool TrainingRun::step() {
   const at::Tensor grad_norm_tensor = optimizer_->gradient_norm();
   // skip_step must see the loss and norm before the update (one read from the device); stop
   // updates without waiting and stops below, before anything is saved.
-  const bool skipped =
-      options_.on_nonfinite == "skip_step" && !all_finite(loss, grad_norm_tensor);
+  const bool skipped = options_.on_nonfinite == "skip_step" && !all_finite(loss, grad_norm_tensor);
   if (!skipped) optimizer_->update(lr);
   optimizer_->zero_grad();
   step_metrics.add({{"grad_norm", grad_norm_tensor}, {"step_loss", loss}});
@@ -355,7 +352,8 @@ bool TrainingRun::step() {
     }
     metrics_->log(record);
     if (skipped)
-      metrics_->note("step " + std::to_string(counters_.step) + ": non-finite loss or gradient "
+      metrics_->note("step " + std::to_string(counters_.step) +
+                     ": non-finite loss or gradient "
                      "norm, update skipped (training.on_nonfinite: skip_step)");
   }
   // Every rank holds the same summed loss and global norm, so every rank stops here together.
@@ -372,12 +370,12 @@ bool TrainingRun::step() {
     throw NonFiniteStop(what.str());
   }
   if (skipped && counters_.consecutive_skips >= options_.max_consecutive_skips)
-    throw NonFiniteStop(
-        "[train] step " + std::to_string(counters_.step) + ": " +
-        std::to_string(counters_.consecutive_skips) +
-        " steps in a row had a non-finite loss or gradient norm and were skipped "
-        "(training.max_consecutive_skips = " + std::to_string(options_.max_consecutive_skips) +
-        "): stopped; " + kept_checkpoint() + ". Lower training.lr or check the data");
+    throw NonFiniteStop("[train] step " + std::to_string(counters_.step) + ": " +
+                        std::to_string(counters_.consecutive_skips) +
+                        " steps in a row had a non-finite loss or gradient norm and were skipped "
+                        "(training.max_consecutive_skips = " +
+                        std::to_string(options_.max_consecutive_skips) + "): stopped; " +
+                        kept_checkpoint() + ". Lower training.lr or check the data");
   return stop;
 }
 
@@ -402,9 +400,8 @@ void TrainingRun::check_state_finite() const {
   if (bad.size() > 3) names += ", ...";
   throw NonFiniteStop("[train] step " + std::to_string(counters_.step) +
                       ": the trained parameters or optimizer state hold NaN or infinite values (" +
-                      (names.empty() ? "on another rank" : names) +
-                      "): stopped without saving; " + kept_checkpoint() +
-                      ". Lower training.lr or check the data");
+                      (names.empty() ? "on another rank" : names) + "): stopped without saving; " +
+                      kept_checkpoint() + ". Lower training.lr or check the data");
 }
 
 // What a stopped run leaves behind, for its message.

@@ -48,7 +48,7 @@ void plan_records(TrainingData& data, OnError on_error) {
   const int64_t seq_len = data.packing.seq_len, capacity = data.rows * seq_len;
   const int per_record = data.documents_per_record();
   const int64_t records = data.num_records();  // the dataset's: no parts yet
-  PackingOptions alone = data.packing;  // a record packed by itself, rows unbounded
+  PackingOptions alone = data.packing;         // a record packed by itself, rows unbounded
   alone.max_rows = 0;
   std::vector<RecordPart> parts;
   bool changed = false;
@@ -63,16 +63,17 @@ void plan_records(TrainingData& data, OnError on_error) {
     std::string problem;  // why the record cannot be trained on as it is
     bool split = false;
     if (data.packing.overlong == OverlongPolicy::Error && longest > seq_len) {
-      problem = std::to_string(longest) + " tokens, longer than data.seq_len = " +
-                std::to_string(seq_len) + " (data.overlong: error)";
+      problem = std::to_string(longest) +
+                " tokens, longer than data.seq_len = " + std::to_string(seq_len) +
+                " (data.overlong: error)";
     } else if (tokens > seq_len &&
                static_cast<int64_t>(plan_packing(lengths, alone).rows.size()) > data.rows) {
       if (data.packing.overlong == OverlongPolicy::Split && per_record == 1)
         split = true;
       else
         problem = "needs more than data.micro_batch_rows = " + std::to_string(data.rows) +
-                  " rows of " + std::to_string(seq_len) +
-                  " tokens (" + std::to_string(tokens) + " tokens" +
+                  " rows of " + std::to_string(seq_len) + " tokens (" + std::to_string(tokens) +
+                  " tokens" +
                   (per_record > 1 ? " in its " + std::to_string(per_record) + " documents" : "") +
                   "); raise data.micro_batch_rows or data.seq_len";
     }
@@ -101,13 +102,14 @@ TrainingData read_training_data(const Config& config) {
   const Config data = config.section("data");
   TrainingData setup;
   setup.path = data.get_string("path");
-  setup.format = parse_data_format(data.get_choice(
-      "format", {"conversations", "text", "pretokenized", "preference", "rollout"},
-      "conversations"));
+  setup.format = parse_data_format(
+      data.get_choice("format", {"conversations", "text", "pretokenized", "preference", "rollout"},
+                      "conversations"));
   const bool paired_or_rollout =
       setup.format == DataFormat::preference || setup.format == DataFormat::rollout;
   setup.packing.seq_len = data.get_int("seq_len");
-  setup.packing.mode = parse_packing_mode(data.get_choice("packing", {"packed", "padded"}, "packed"));
+  setup.packing.mode =
+      parse_packing_mode(data.get_choice("packing", {"packed", "padded"}, "packed"));
   // A preference side or a rollout is one sequence: splitting it would restart its positions
   // mid-completion, so those formats truncate (or fail) instead.
   const std::string overlong = data.get_choice("overlong", {"split", "truncate", "error"},
@@ -188,8 +190,8 @@ PackedBatch pack_records(const std::vector<int64_t>& records, const std::vector<
         document.ids = {document.ids.begin() + part.begin, document.ids.begin() + part.end};
         document.loss_mask = {document.loss_mask.begin() + part.begin,
                               document.loss_mask.begin() + part.end};
-        document.source += " (tokens " + std::to_string(part.begin) + ".." +
-                           std::to_string(part.end) + ")";
+        document.source +=
+            " (tokens " + std::to_string(part.begin) + ".." + std::to_string(part.end) + ")";
       }
     }
   }
@@ -198,8 +200,8 @@ PackedBatch pack_records(const std::vector<int64_t>& records, const std::vector<
   // packing again keeps every other document where it was.
   used = batch.documents_consumed / per_record;
   if (batch.documents_consumed % per_record != 0) {
-    check(used > 0, "[train] ", documents.front().source, ": one ",
-          data_format_name(data.format), " record (", data.record_tokens(records.front()),
+    check(used > 0, "[train] ", documents.front().source, ": one ", data_format_name(data.format),
+          " record (", data.record_tokens(records.front()),
           " tokens) does not fit in a micro-batch of ", data.rows, " rows x ", data.packing.seq_len,
           " tokens; raise data.micro_batch_rows or data.seq_len");
     documents.resize(static_cast<size_t>(used * per_record));
@@ -237,8 +239,8 @@ std::vector<int64_t> candidates(const TrainingData& data, int64_t available, Pee
 }  // namespace
 
 PackedBatch next_micro_batch(Sampler& sampler, const TrainingData& data) {
-  const std::vector<int64_t> records = candidates(
-      data, sampler.per_rank(), [&](int64_t count) { return sampler.peek(count); });
+  const std::vector<int64_t> records =
+      candidates(data, sampler.per_rank(), [&](int64_t count) { return sampler.peek(count); });
   // Record i is taken at offset + i of the sampler's current epoch, wrapping into the next ones.
   const SamplerState position = sampler.state();
   std::vector<int64_t> epochs;
@@ -255,12 +257,11 @@ PackedBatch next_micro_batch_in_order(int64_t& next_record, const TrainingData& 
   const int64_t total = data.num_records();
   check(next_record >= 0 && next_record < total, "[data] record ", next_record,
         " is past the end (", total, " records)");
-  const std::vector<int64_t> records =
-      candidates(data, total - next_record, [&](int64_t count) {
-        std::vector<int64_t> out;
-        for (int64_t r = next_record; r < std::min(total, next_record + count); ++r) out.push_back(r);
-        return out;
-      });
+  const std::vector<int64_t> records = candidates(data, total - next_record, [&](int64_t count) {
+    std::vector<int64_t> out;
+    for (int64_t r = next_record; r < std::min(total, next_record + count); ++r) out.push_back(r);
+    return out;
+  });
   int64_t used = 0;
   PackedBatch batch = pack_records(records, {}, data, used);
   next_record += used;

@@ -51,7 +51,8 @@ TrainingOptions read_training(const Config& config) {
   options.seed = static_cast<uint64_t>(training.get_int("seed", 0));
   options.micro_batches = training.get_int("micro_batches", 1);
   options.docs_per_step = training.get_int("docs_per_step", 0);
-  check(options.micro_batches > 0, "[train] ", training.where("micro_batches"), ": must be positive");
+  check(options.micro_batches > 0, "[train] ", training.where("micro_batches"),
+        ": must be positive");
   check(options.docs_per_step >= 0, "[train] ", training.where("docs_per_step"),
         ": must be >= 0 (0: use micro_batches)");
   options.schedule.kind = training.get_choice("schedule", {"constant", "cosine"}, "cosine");
@@ -70,8 +71,8 @@ TrainingOptions read_training(const Config& config) {
   options.adamw.weight_decay = optimizer.get_double("weight_decay", 0.0);
   options.adamw.max_grad_norm = optimizer.get_double("max_grad_norm", 1.0);
   // Out of these ranges AdamW divides by zero or grows without bound: refused before any work.
-  for (const auto& [key, value] : {std::pair{"beta1", options.adamw.beta1},
-                                   std::pair{"beta2", options.adamw.beta2}})
+  for (const auto& [key, value] :
+       {std::pair{"beta1", options.adamw.beta1}, std::pair{"beta2", options.adamw.beta2}})
     check(value >= 0 && value < 1, "[train] ", optimizer.where(key), ": must be in [0, 1), got ",
           value);
   check(std::isfinite(options.adamw.eps) && options.adamw.eps > 0, "[train] ",
@@ -79,8 +80,8 @@ TrainingOptions read_training(const Config& config) {
   check(std::isfinite(options.adamw.weight_decay) && options.adamw.weight_decay >= 0, "[train] ",
         optimizer.where("weight_decay"), ": must be a finite number >= 0, got ",
         options.adamw.weight_decay);
-  check(std::isfinite(options.adamw.max_grad_norm) && options.adamw.max_grad_norm >= 0,
-        "[train] ", optimizer.where("max_grad_norm"), ": must be a finite number >= 0 (0: no ",
+  check(std::isfinite(options.adamw.max_grad_norm) && options.adamw.max_grad_norm >= 0, "[train] ",
+        optimizer.where("max_grad_norm"), ": must be a finite number >= 0 (0: no ",
         "clipping), got ", options.adamw.max_grad_norm);
   options.save_every = training.get_int("save_every", 0);
   options.keep_last = training.get_int("keep_last", 3);
