@@ -88,7 +88,7 @@ class DecoderParity : public ::testing::TestWithParam<std::tuple<std::string, st
   }
 };
 
-// fp32: logits and every layer's raw output within 1e-4 of transformers (SPEC §2).
+// fp32: logits and every layer's raw output within 1e-4 of transformers (docs/models.md).
 TEST_P(DecoderParity, Fp32MatchesTransformers) {
   const std::string dir = tandem::testing::model_fixture(name());
   const Reference reference = load_reference(dir);

@@ -78,11 +78,18 @@ TEST(MoeConfig, ReadsEachFamily) {
     EXPECT_EQ(again.rotated_dims(), config->rotated_dims());
     EXPECT_EQ(again.qk_norm_across_heads, config->qk_norm_across_heads);
   }
-  // A draft layer derived from an MoE target is a plain dense layer.
-  const auto base = minimax.dense_layer_base();
-  EXPECT_FALSE(base.moe.enabled());
-  EXPECT_EQ(base.rotated_dims(), base.head_dim);
-  EXPECT_FALSE(base.qk_norm_across_heads);
+  // A draft layer derived from an MoE target is a plain dense layer, its q/k norms the draft
+  // family's (per head for Qwen3, none for Llama), never MiniMax-M2's across heads.
+  for (const auto family : {tandem::DecoderFamily::Qwen3, tandem::DecoderFamily::Llama}) {
+    const auto base = minimax.draft_layers(family, 2);
+    EXPECT_FALSE(base.moe.enabled());
+    EXPECT_EQ(base.rotated_dims(), base.head_dim);
+    EXPECT_FALSE(base.qk_norm_across_heads);
+    EXPECT_EQ(base.qk_norm, family == tandem::DecoderFamily::Qwen3);
+    EXPECT_EQ(base.num_hidden_layers, 2);
+    EXPECT_EQ(base.sliding_window, (std::vector<int64_t>{0, 0}));
+    EXPECT_FALSE(base.qkv_bias || base.o_bias || base.mlp_bias || base.tie_word_embeddings);
+  }
 }
 
 TEST(MoeConfig, MalformedFieldsAreNamed) {

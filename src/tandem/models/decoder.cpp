@@ -66,11 +66,6 @@ at::Tensor AttentionImpl::output(const at::Tensor& attended) const {
   return o_proj->forward(attended.transpose(1, 2).reshape({batch, length, num_heads * head_dim}));
 }
 
-at::Tensor AttentionImpl::forward(const at::Tensor& x, const RopeTables& rope,
-                                  const CausalAttentionPlan& plan) const {
-  return output(causal_attention(project(x, rope), plan));
-}
-
 MlpImpl::MlpImpl(int64_t hidden_size, int64_t intermediate_size, bool bias,
                  const at::TensorOptions& options) {
   gate_proj = register_module("gate_proj", Linear(hidden_size, intermediate_size, bias, options));
@@ -83,29 +78,41 @@ at::Tensor MlpImpl::forward(const at::Tensor& x) const {
 }
 
 DecoderLayerImpl::DecoderLayerImpl(const DecoderConfig& config, int64_t layer_index,
-                                   const at::TensorOptions& options)
+                                   const at::TensorOptions& options, LayerInput input)
     : sliding_window(config.sliding_window.at(layer_index)) {
-  self_attn = register_module("self_attn", Attention(config, layer_index, options));
+  const int64_t hidden = config.hidden_size;
+  const int64_t attention_input = input == LayerInput::EmbeddingAndHidden ? 2 * hidden : 0;
+  self_attn =
+      register_module("self_attn", Attention(config, layer_index, options, attention_input));
   if (config.moe.enabled() && config.moe.sparse_layers.at(layer_index))
     experts = register_module("mlp", SparseMoe(config, options));
   else
-    mlp = register_module(
-        "mlp", Mlp(config.hidden_size, config.intermediate_size, config.mlp_bias, options));
+    mlp = register_module("mlp", Mlp(hidden, config.intermediate_size, config.mlp_bias, options));
   input_layernorm =
-      register_module("input_layernorm", RMSNorm(config.hidden_size, config.rms_norm_eps, options));
-  post_attention_layernorm = register_module(
-      "post_attention_layernorm", RMSNorm(config.hidden_size, config.rms_norm_eps, options));
+      register_module("input_layernorm", RMSNorm(hidden, config.rms_norm_eps, options));
+  // Registered between the two norms: the EAGLE-3 layer's parameter order (initialisation draws
+  // and checkpoints follow it) is the one its exports have always had.
+  if (input == LayerInput::EmbeddingAndHidden)
+    hidden_norm = register_module("hidden_norm", RMSNorm(hidden, config.rms_norm_eps, options));
+  post_attention_layernorm =
+      register_module("post_attention_layernorm", RMSNorm(hidden, config.rms_norm_eps, options));
 }
 
 at::Tensor DecoderLayerImpl::feed_forward(const at::Tensor& x, RouterLoad* load) const {
   return mlp ? mlp->forward(x) : experts->forward(x, load);
 }
 
-at::Tensor DecoderLayerImpl::forward(const at::Tensor& hidden, const RopeTables& rope,
-                                     const CausalAttentionPlan& plan, RouterLoad* load) const {
+at::Tensor DecoderLayerImpl::run(const at::Tensor& residual, const at::Tensor& attention_input,
+                                 const RopeTables& rope, const AttendFn& attend,
+                                 RouterLoad* load) const {
   const at::Tensor attended =
-      hidden + self_attn->forward(input_layernorm->forward(hidden), rope, plan);
+      residual + self_attn->output(attend(self_attn->project(attention_input, rope)));
   return attended + feed_forward(post_attention_layernorm->forward(attended), load);
+}
+
+at::Tensor DecoderLayerImpl::forward(const at::Tensor& hidden, const RopeTables& rope,
+                                     const AttendFn& attend, RouterLoad* load) const {
+  return run(hidden, input_layernorm->forward(hidden), rope, attend, load);
 }
 
 DecoderModelImpl::DecoderModelImpl(const DecoderConfig& config, const at::TensorOptions& options) {
@@ -150,7 +157,10 @@ at::Tensor CausalLMImpl::forward_hidden(const at::Tensor& ids, const AttentionLa
                  .emplace(layer.sliding_window,
                           plan_causal_attention(layout, layer.sliding_window, attention_options))
                  .first;
-    hidden = layer.forward(hidden, rope, plan->second, router_load);
+    const CausalAttentionPlan& layer_plan = plan->second;
+    hidden = layer.forward(
+        hidden, rope, [&](const QueryKeyValue& qkv) { return causal_attention(qkv, layer_plan); },
+        router_load);
     if (captured &&
         std::find(capture_layers.begin(), capture_layers.end(), i) != capture_layers.end())
       (*captured)[i] = hidden;
@@ -187,12 +197,10 @@ at::Tensor CausalLMImpl::forward_cached(const at::Tensor& ids, const at::Tensor&
   const RopeTables rope = rope_tables(inverse_frequencies_, positions, hidden.scalar_type());
   for (int64_t i = 0; i < config_.num_hidden_layers; ++i) {
     const auto& layer = model->layers->at<DecoderLayerImpl>(i);
-    const QueryKeyValue qkv =
-        layer.self_attn->project(layer.input_layernorm->forward(hidden), rope);
-    const auto [keys, values] = cache.append(i, qkv.k, qkv.v);
-    hidden =
-        hidden + layer.self_attn->output(sdpa(qkv.q, keys, values, mask_for(layer.sliding_window)));
-    hidden = hidden + layer.feed_forward(layer.post_attention_layernorm->forward(hidden));
+    hidden = layer.forward(hidden, rope, [&](const QueryKeyValue& qkv) {
+      const auto [keys, values] = cache.append(i, qkv.k, qkv.v);
+      return sdpa(qkv.q, keys, values, mask_for(layer.sliding_window));
+    });
     if (captured != nullptr &&
         std::find(capture_layers.begin(), capture_layers.end(), i) != capture_layers.end())
       (*captured)[i] = hidden;

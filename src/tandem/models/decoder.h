@@ -10,6 +10,7 @@
 #include <torch/nn/modules/container/modulelist.h>
 #include <torch/nn/pimpl.h>
 
+#include <functional>
 #include <map>
 #include <vector>
 
@@ -52,9 +53,6 @@ class AttentionImpl : public torch::nn::Module {
   /// the EAGLE-3 draft layer (embedding and hidden state side by side).
   AttentionImpl(const DecoderConfig& config, int64_t layer_index, const at::TensorOptions& options,
                 int64_t input_size = 0);
-  /// x (B, T, H) -> (B, T, H), causal attention as `plan` says (models/causal_attention.h).
-  at::Tensor forward(const at::Tensor& x, const RopeTables& rope,
-                     const CausalAttentionPlan& plan) const;
   /// x (B, T, input_size) -> q, k, v with q/k norms (Qwen3 per head, MiniMax-M2 across heads)
   /// and RoPE applied.
   QueryKeyValue project(const at::Tensor& x, const RopeTables& rope) const;
@@ -80,21 +78,41 @@ class MlpImpl : public torch::nn::Module {
 };
 TORCH_MODULE(Mlp);
 
+/// Attention inside a layer body: the layer's q, k, v (projected, normed, RoPE applied) -> the
+/// attended values (B, heads, Tq, head_dim), before o_proj. The caller decides what each query
+/// sees: causal within its document (CausalLM::forward_hidden), the cached slots
+/// (forward_cached), the target context plus its own block (the DFlash draft), the unroll's
+/// step keys (the EAGLE-3 draft). It may also keep the keys and values (a cache, an unroll).
+using AttendFn = std::function<at::Tensor(const QueryKeyValue& qkv)>;
+
+/// What a layer's attention projects from.
+enum class LayerInput {
+  Hidden,              // input_layernorm(hidden): (B, T, H)
+  EmbeddingAndHidden,  // EAGLE-3: cat(input_layernorm(embeds), hidden_norm(hidden)): (B, T, 2H)
+};
+
 class DecoderLayerImpl : public torch::nn::Module {
  public:
   DecoderLayerImpl(const DecoderConfig& config, int64_t layer_index,
-                   const at::TensorOptions& options);
-  /// Pre-norm residual block: h + attn(norm(h)), then + mlp(norm(.)). (B, T, H) -> (B, T, H).
-  /// A sparse layer adds its router's logits to `load` when given.
-  at::Tensor forward(const at::Tensor& hidden, const RopeTables& rope,
-                     const CausalAttentionPlan& plan, RouterLoad* load = nullptr) const;
+                   const at::TensorOptions& options, LayerInput input = LayerInput::Hidden);
+  /// The one residual body every layer runs (plain, cached, DFlash, EAGLE-3):
+  ///   h = residual + o_proj(attend(project(attention_input))),
+  ///   out = h + feed_forward(post_attention_layernorm(h)).
+  /// residual (B, T, H), attention_input (B, T, H or 2H) -> (B, T, H). A sparse layer adds its
+  /// router's logits to `load` when given.
+  at::Tensor run(const at::Tensor& residual, const at::Tensor& attention_input,
+                 const RopeTables& rope, const AttendFn& attend, RouterLoad* load = nullptr) const;
+  /// A pre-norm decoder layer: run(hidden, input_layernorm(hidden), ...). (B, T, H) -> (B, T, H).
+  at::Tensor forward(const at::Tensor& hidden, const RopeTables& rope, const AttendFn& attend,
+                     RouterLoad* load = nullptr) const;
   /// The MLP part: the dense MLP, or the experts. (B, T, H) -> (B, T, H).
   at::Tensor feed_forward(const at::Tensor& x, RouterLoad* load = nullptr) const;
   Attention self_attn{nullptr};
   Mlp mlp{nullptr};            // a dense layer (null in a sparse one)
   SparseMoe experts{nullptr};  // a sparse layer: registered as "mlp" (null in a dense one)
   RMSNorm input_layernorm{nullptr}, post_attention_layernorm{nullptr};
-  int64_t sliding_window;  // 0: full causal attention
+  RMSNorm hidden_norm{nullptr};  // LayerInput::EmbeddingAndHidden only
+  int64_t sliding_window;        // 0: full causal attention
 };
 TORCH_MODULE(DecoderLayer);
 

@@ -1,132 +1,24 @@
+// The reader and the writer of config.json. What differs between families (names, fields, the
+// layers they imply, the export's spelling) is the table in family_traits.cpp, read here.
 #include "tandem/models/decoder_config.h"
 
+#include <algorithm>
 #include <cmath>
 #include <nlohmann/json.hpp>
 #include <set>
 
 #include "tandem/core/error.h"
 #include "tandem/core/json_file.h"
+#include "tandem/models/family_traits.h"
 
 namespace tandem {
 
 using nlohmann::json;
 
-const char* family_name(DecoderFamily family) {
-  switch (family) {
-    case DecoderFamily::Llama:
-      return "llama";
-    case DecoderFamily::Mistral:
-      return "mistral";
-    case DecoderFamily::Qwen2:
-      return "qwen2";
-    case DecoderFamily::Qwen3:
-      return "qwen3";
-    case DecoderFamily::Qwen3Moe:
-      return "qwen3_moe";
-    case DecoderFamily::Mixtral:
-      return "mixtral";
-    case DecoderFamily::MiniMaxM2:
-      return "minimax_m2";
-  }
-  return "?";
-}
-
 namespace {
 
-const char* architecture_name(DecoderFamily family) {
-  switch (family) {
-    case DecoderFamily::Llama:
-      return "LlamaForCausalLM";
-    case DecoderFamily::Mistral:
-      return "MistralForCausalLM";
-    case DecoderFamily::Qwen2:
-      return "Qwen2ForCausalLM";
-    case DecoderFamily::Qwen3:
-      return "Qwen3ForCausalLM";
-    case DecoderFamily::Qwen3Moe:
-      return "Qwen3MoeForCausalLM";
-    case DecoderFamily::Mixtral:
-      return "MixtralForCausalLM";
-    case DecoderFamily::MiniMaxM2:
-      return "MiniMaxM2ForCausalLM";
-  }
-  return "?";
-}
-
-// Fields that describe how the model was trained, cached or tokenised, never what it computes.
-const std::set<std::string> kMetadataFields = {"_name_or_path",
-                                               "architectures",
-                                               "model_type",
-                                               "transformers_version",
-                                               "initializer_range",
-                                               "use_cache",
-                                               "torch_dtype",
-                                               "dtype",
-                                               "bos_token_id",
-                                               "eos_token_id",
-                                               "pad_token_id",
-                                               "output_attentions",
-                                               "output_hidden_states",
-                                               "return_dict",
-                                               "tie_word_embeddings",
-                                               "use_sliding_window",
-                                               "max_window_layers",
-                                               "sliding_window",
-                                               "layer_types",
-                                               "head_dim",
-                                               "rope_theta",
-                                               "rope_scaling",
-                                               "rope_parameters",
-                                               "attention_bias",
-                                               "mlp_bias",
-                                               "attention_dropout",
-                                               "hidden_act",
-                                               "pretraining_tp",
-                                               "rms_norm_eps",
-                                               "vocab_size",
-                                               "hidden_size",
-                                               "intermediate_size",
-                                               "num_hidden_layers",
-                                               "num_attention_heads",
-                                               "num_key_value_heads",
-                                               "max_position_embeddings",
-                                               "is_decoder",
-                                               "chunk_size_feed_forward",
-                                               "id2label",
-                                               "label2id",
-                                               "problem_type",
-                                               "tokenizer_class",
-                                               "prefix",
-                                               "task_specific_params",
-                                               "finetuning_task",
-                                               "bad_words_ids",
-                                               "decoder_start_token_id",
-                                               "sep_token_id"};
-
-// The mixture-of-experts fields, read by parse_moe (allowed for the MoE families only).
-const std::set<std::string> kMoeFields = {
-    "num_experts",          "num_local_experts",   "num_experts_per_tok", "moe_intermediate_size",
-    "norm_topk_prob",       "decoder_sparse_step", "mlp_only_layers",     "router_aux_loss_coef",
-    "output_router_logits", "router_jitter_noise"};
-
-// MiniMax-M2's own fields (transformers' and the released checkpoints' spellings), read by
-// parse_minimax_m2: each is accepted only with the value that means what transformers computes.
-const std::set<std::string> kMiniMaxFields = {"rotary_dim",
-                                              "partial_rotary_factor",
-                                              "scoring_func",
-                                              "use_routing_bias",
-                                              "use_qk_norm",
-                                              "qk_norm_type",
-                                              "shared_intermediate_size",
-                                              "attn_type_list",
-                                              "use_mtp",
-                                              "num_mtp_modules",
-                                              "mtp_transformer_layers"};
-
-bool is_moe_family(DecoderFamily family) {
-  return family == DecoderFamily::Qwen3Moe || family == DecoderFamily::Mixtral ||
-         family == DecoderFamily::MiniMaxM2;
-}
+// The bound of every position count (max_position_embeddings, windows): far above any model.
+constexpr int64_t kMaxPositions = int64_t{1} << 30;
 
 class Reader {
  public:
@@ -182,41 +74,66 @@ int64_t partial_rotary_dims(const Reader& reader, int64_t head_dim, const std::s
   return static_cast<int64_t>(static_cast<double>(head_dim) * factor);
 }
 
-DecoderFamily parse_family(const json& config, const std::string& path) {
+// The table's entry for config.json's model_type, the architectures checked against it.
+const FamilyTraits& parse_family(const json& config, const std::string& path) {
   check(config.contains("model_type") && config["model_type"].is_string(), "[config] ", path,
-        ": missing 'model_type' (expected llama, mistral, qwen2, qwen3, qwen3_moe, mixtral or "
-        "minimax_m2)");
+        ": missing 'model_type' (expected ", family_names(), ")");
   const std::string type = config["model_type"];
-  DecoderFamily family;
-  if (type == "llama")
-    family = DecoderFamily::Llama;
-  else if (type == "mistral")
-    family = DecoderFamily::Mistral;
-  else if (type == "qwen2")
-    family = DecoderFamily::Qwen2;
-  else if (type == "qwen3")
-    family = DecoderFamily::Qwen3;
-  else if (type == "qwen3_moe")
-    family = DecoderFamily::Qwen3Moe;
-  else if (type == "mixtral")
-    family = DecoderFamily::Mixtral;
-  else if (type == "minimax_m2")
-    family = DecoderFamily::MiniMaxM2;
-  else
-    throw Error("[config] ", path, ": unsupported model_type '", type,
-                "' (tandem supports llama, mistral, qwen2, qwen3, qwen3_moe, mixtral, minimax_m2)");
+  const FamilyTraits* family = find_family(type);
+  check(family != nullptr, "[config] ", path, ": unsupported model_type '", type,
+        "' (tandem supports ", family_names(), ")");
   if (config.contains("architectures") && config["architectures"].is_array()) {
     for (const json& arch : config["architectures"]) {
-      check(arch.is_string() && arch.get<std::string>() == architecture_name(family), "[config] ",
-            path, ": unsupported architecture ", arch.dump(), " for model_type '", type,
-            "' (expected ", architecture_name(family), ")");
+      check(arch.is_string() && arch.get<std::string>() == family->architecture, "[config] ", path,
+            ": unsupported architecture ", arch.dump(), " for model_type '", type, "' (expected ",
+            family->architecture, ")");
     }
   }
-  return family;
+  return *family;
+}
+
+// Every field is common to all families or judged by the family's rule for it: anything else
+// would change the model in a way tandem does not compute. Null reads as absent.
+void check_fields(const json& config, const std::string& path, const FamilyTraits& family) {
+  const char* name = family.model_type;
+  for (const auto& item : config.items()) {
+    const std::string& key = item.key();
+    const json& value = item.value();
+    check(key != "quantization_config", "[config] ", path,
+          ": the checkpoint is quantized (quantization_config); tandem reads float weights "
+          "(bf16, fp16, fp32): dequantize it to bf16 first");
+    const FieldRule* rule = family.rule(key);
+    if (rule == nullptr) {
+      check(common_config_fields().count(key) > 0, "[config] ", path, ": unsupported field '", key,
+            "' for model_type '", name,
+            "' (tandem does not implement it; a model using it would be computed wrong)");
+      continue;
+    }
+    if (value.is_null()) continue;
+    switch (rule->kind) {
+      case FieldRule::Kind::Accepted:
+        break;
+      case FieldRule::Kind::Refused:
+        throw Error("[config] ", path, ": unsupported field '", key, "' for ", name, " (",
+                    rule->reason, ")");
+      case FieldRule::Kind::OnlyValue:
+        check(value == rule->value, "[config] ", path, ": unsupported ", key, " ", value.dump(),
+              " for ", name, " (tandem implements ", rule->value.dump(), ": ", rule->reason, ")");
+        break;
+      case FieldRule::Kind::OnlyEntries:
+        check(value.is_array(), "[config] ", path, ": '", key, "' must be a list");
+        for (const json& entry : value)
+          check(entry == rule->value, "[config] ", path, ": unsupported ", key, " entry ",
+                entry.dump(), " for ", name, " (tandem implements ", rule->value.dump(), ": ",
+                rule->reason, ")");
+        break;
+    }
+  }
 }
 
 // rope_theta and rope_scaling (transformers 4) or rope_parameters (transformers 5).
-void parse_rope(const json& config, const std::string& path, DecoderConfig& out) {
+void parse_rope(const json& config, const std::string& path, const FamilyTraits& family,
+                DecoderConfig& out) {
   Reader top(config, path);
   json scaling = json::object();
   if (top.has("rope_parameters")) {
@@ -233,8 +150,8 @@ void parse_rope(const json& config, const std::string& path, DecoderConfig& out)
       rope.has("rope_theta") ? rope.number("rope_theta") : top.number_or("rope_theta", 10000.0);
   std::string type = rope.string_or("rope_type", rope.string_or("type", "default"));
   if (rope.has("partial_rotary_factor")) {
-    check(out.family == DecoderFamily::MiniMaxM2, "[config] ", path,
-          ": partial_rotary_factor is implemented for minimax_m2 only");
+    check(family.partial_rope, "[config] ", path, ": partial_rotary_factor is implemented for ",
+          family_names([](const FamilyTraits& f) { return f.partial_rope; }), " only");
     out.rotary_dim = partial_rotary_dims(rope, out.head_dim, path);
   }
   if (type == "default") return;
@@ -260,29 +177,41 @@ void parse_rope(const json& config, const std::string& path, DecoderConfig& out)
   }
 }
 
-// Sliding windows per layer: Mistral's `sliding_window`, Qwen's `use_sliding_window` with
-// `max_window_layers`, or transformers 5's explicit `layer_types`.
-void parse_sliding_window(const json& config, const std::string& path, DecoderConfig& out) {
+// Sliding windows per layer, as the family spells them (WindowReading): Mistral's
+// `sliding_window`, Qwen's `use_sliding_window` with `max_window_layers`, or transformers 5's
+// explicit `layer_types`. A window of 0 or null is none (transformers: null); negative is an
+// error for every family, even one that ignores the field.
+void parse_sliding_window(const json& config, const std::string& path, const FamilyTraits& family,
+                          DecoderConfig& out) {
   Reader reader(config, path);
   const int64_t layers = out.num_hidden_layers;
   out.sliding_window.assign(layers, 0);
   const int64_t window = reader.integer_or("sliding_window", 0);
-  if (out.family == DecoderFamily::MiniMaxM2) return;  // transformers ignores sliding_window there
-  if (out.family == DecoderFamily::Mistral || out.family == DecoderFamily::Mixtral) {
-    if (window > 0) out.sliding_window.assign(layers, window);
-  } else if (out.family == DecoderFamily::Qwen3Moe) {
-    // Every layer or none: Qwen3-MoE's attention reads use_sliding_window alone.
-    if (reader.boolean_or("use_sliding_window", false)) {
-      check(window > 0, "[config] ", path, ": use_sliding_window is true but sliding_window is ",
-            window);
-      out.sliding_window.assign(layers, window);
-    }
-    return;
-  } else if (reader.boolean_or("use_sliding_window", false)) {
+  check(window >= 0 && window <= kMaxPositions, "[config] ", path,
+        ": sliding_window must be in 0..", kMaxPositions, " (0 or null: no window), got ", window);
+  auto use_sliding_window = [&] {
+    if (!reader.boolean_or("use_sliding_window", false)) return false;
     check(window > 0, "[config] ", path, ": use_sliding_window is true but sliding_window is ",
           window);
-    const int64_t first = reader.integer_or("max_window_layers", layers);
-    for (int64_t i = first; i < layers; ++i) out.sliding_window[i] = window;
+    return true;
+  };
+  switch (family.windows) {
+    case WindowReading::Ignored:  // transformers ignores sliding_window there
+      return;
+    case WindowReading::EveryLayer:
+      if (window > 0) out.sliding_window.assign(layers, window);
+      break;
+    case WindowReading::AllOrNone:  // the attention reads use_sliding_window alone
+      if (use_sliding_window()) out.sliding_window.assign(layers, window);
+      return;
+    case WindowReading::MaxWindowLayers:
+      if (use_sliding_window()) {
+        const int64_t first = reader.integer_or("max_window_layers", layers);
+        check(first >= 0, "[config] ", path,
+              ": max_window_layers (the first layer with a window) must be >= 0, got ", first);
+        for (int64_t i = first; i < layers; ++i) out.sliding_window[i] = window;
+      }
+      break;
   }
   if (!reader.has("layer_types")) return;
   const json& types = config["layer_types"];
@@ -315,11 +244,11 @@ std::vector<int64_t> parse_token_ids(const json& value, const std::string& path,
 }
 
 // The sparse MLP: how many experts, top-k, their width, which layers have them, how routing
-// scores. Qwen3-MoE names the count num_experts, Mixtral and MiniMax-M2 num_local_experts.
-void parse_moe(const json& config, const std::string& path, DecoderConfig& out) {
+// scores, as the family's MoeTraits say.
+void parse_moe(const json& config, const std::string& path, const MoeTraits& family,
+               DecoderConfig& out) {
   Reader reader(config, path);
   MoeConfig& moe = out.moe;
-  const bool qwen = out.family == DecoderFamily::Qwen3Moe;
   // The hub's Qwen3-MoE configs say num_experts, transformers 5 writes num_local_experts for all
   // three families: either is read, and both must agree when both are there.
   check(reader.has("num_experts") || reader.has("num_local_experts"), "[config] ", path,
@@ -337,27 +266,24 @@ void parse_moe(const json& config, const std::string& path, DecoderConfig& out) 
         ": num_experts_per_tok must be in 1..", count_key, " (", moe.num_experts, "), got ",
         moe.experts_per_token);
   moe.expert_intermediate_size =
-      qwen ? reader.integer("moe_intermediate_size") : out.intermediate_size;
+      family.own_expert_width ? reader.integer("moe_intermediate_size") : out.intermediate_size;
   check(moe.expert_intermediate_size >= 1 && moe.expert_intermediate_size <= (int64_t{1} << 20),
         "[config] ", path, ": moe_intermediate_size must be in 1..", int64_t{1} << 20, ", got ",
         moe.expert_intermediate_size);
-  moe.normalize_top_k = qwen ? reader.boolean_or("norm_topk_prob", false) : true;
-  moe.weights_in_model_dtype = qwen;
-  moe.scoring = out.family == DecoderFamily::MiniMaxM2 ? RouterScoring::SigmoidWithBias
-                                                       : RouterScoring::Softmax;
+  moe.normalize_top_k =
+      family.reads_norm_topk_prob ? reader.boolean_or("norm_topk_prob", false) : true;
+  moe.weights_in_model_dtype = family.weights_in_model_dtype;
+  moe.scoring = family.scoring;
   moe.router_aux_loss_coef = reader.number_or("router_aux_loss_coef", 0.001);
+  check(std::isfinite(moe.router_aux_loss_coef) && moe.router_aux_loss_coef >= 0, "[config] ", path,
+        ": router_aux_loss_coef must be a finite number >= 0, got ", moe.router_aux_loss_coef);
   const double jitter = reader.number_or("router_jitter_noise", 0.0);
   check(jitter == 0.0, "[config] ", path, ": unsupported router_jitter_noise ", jitter,
         " (tandem routes without jitter; set it to 0.0)");
 
   const int64_t layers = out.num_hidden_layers;
   moe.sparse_layers.assign(static_cast<size_t>(layers), true);
-  if (!qwen) {
-    for (const char* key : {"decoder_sparse_step", "mlp_only_layers"})
-      check(!reader.has(key), "[config] ", path, ": unsupported field '", key, "' for ",
-            family_name(out.family), " (every layer has experts there)");
-    return;
-  }
+  if (!family.dense_layers_listed) return;  // every layer has experts
   const int64_t step = reader.integer_or("decoder_sparse_step", 1);
   check(step >= 1, "[config] ", path, ": decoder_sparse_step must be >= 1, got ", step);
   std::set<int64_t> dense;
@@ -376,13 +302,10 @@ void parse_moe(const json& config, const std::string& path, DecoderConfig& out) 
     moe.sparse_layers[static_cast<size_t>(i)] = !dense.count(i) && (i + 1) % step == 0;
 }
 
-// MiniMax-M2: q/k norms across all heads, partial RoPE (rotary_dim, or partial_rotary_factor in
-// rope_parameters), sigmoid routing with a per-expert bias. The released checkpoints' extra
-// fields are accepted when they say exactly that.
-void parse_minimax_m2(const json& config, const std::string& path, DecoderConfig& out) {
+// Partial RoPE: rotary_dim, or partial_rotary_factor at the top level or in rope_parameters
+// (parse_rope read that one), which must agree when both are given.
+void parse_partial_rope(const json& config, const std::string& path, DecoderConfig& out) {
   Reader reader(config, path);
-  out.qk_norm = true;
-  out.qk_norm_across_heads = true;
   int64_t rotary = out.rotary_dim;  // from rope_parameters.partial_rotary_factor, if given
   if (reader.has("partial_rotary_factor")) rotary = partial_rotary_dims(reader, out.head_dim, path);
   if (reader.has("rotary_dim")) {
@@ -394,26 +317,6 @@ void parse_minimax_m2(const json& config, const std::string& path, DecoderConfig
   check(rotary == 0 || (rotary >= 2 && rotary <= out.head_dim && rotary % 2 == 0), "[config] ",
         path, ": rotary_dim must be even and in 2..head_dim (", out.head_dim, "), got ", rotary);
   out.rotary_dim = rotary == out.head_dim ? 0 : rotary;
-  auto require = [&](const char* key, const json& wanted, const char* meaning) {
-    if (reader.has(key))
-      check(config[key] == wanted, "[config] ", path, ": unsupported ", key, " ",
-            config[key].dump(), " (tandem implements ", wanted.dump(), ": ", meaning, ")");
-  };
-  require("scoring_func", "sigmoid", "sigmoid router scores");
-  require("use_routing_bias", true, "the e_score_correction_bias of each layer");
-  require("use_qk_norm", true, "q and k RMS-normalised");
-  require("qk_norm_type", "per_layer", "one norm across all heads");
-  require("shared_intermediate_size", 0, "no shared expert");
-  if (reader.has("attn_type_list")) {
-    const json& types = config["attn_type_list"];
-    check(types.is_array(), "[config] ", path, ": 'attn_type_list' must be a list");
-    for (const json& type : types)
-      check(type == 1, "[config] ", path, ": unsupported attn_type_list entry ", type.dump(),
-            " (tandem implements 1: full softmax attention; 0 is MiniMax-01's lightning "
-            "attention)");
-  }
-  // use_mtp, num_mtp_modules, mtp_transformer_layers: multi-token-prediction heads beside the
-  // model; the causal LM (what transformers builds) does not run them.
 }
 
 }  // namespace
@@ -421,19 +324,9 @@ void parse_minimax_m2(const json& config, const std::string& path, DecoderConfig
 DecoderConfig DecoderConfig::from_json(const json& config, const std::string& path) {
   check(config.is_object(), "[config] ", path, ": expected a JSON object");
   DecoderConfig out;
-  out.family = parse_family(config, path);
-  const bool moe_family = is_moe_family(out.family);
-  for (const auto& item : config.items()) {
-    const std::string& key = item.key();
-    check(key != "quantization_config", "[config] ", path,
-          ": the checkpoint is quantized (quantization_config); tandem reads float weights "
-          "(bf16, fp16, fp32): dequantize it to bf16 first");
-    check(kMetadataFields.count(key) > 0 || (moe_family && kMoeFields.count(key) > 0) ||
-              (out.family == DecoderFamily::MiniMaxM2 && kMiniMaxFields.count(key) > 0),
-          "[config] ", path, ": unsupported field '", key, "' for model_type '",
-          family_name(out.family),
-          "' (tandem does not implement it; a model using it would be computed wrong)");
-  }
+  const FamilyTraits& family = parse_family(config, path);
+  out.family = family.family;
+  check_fields(config, path, family);
   Reader reader(config, path);
   out.vocab_size = reader.integer("vocab_size");
   out.hidden_size = reader.integer("hidden_size");
@@ -447,22 +340,19 @@ DecoderConfig DecoderConfig::from_json(const json& config, const std::string& pa
   out.max_position_embeddings = reader.integer_or("max_position_embeddings", 0);
   out.validate_sizes(path);  // before the layer count sizes anything below
   out.tie_word_embeddings = reader.boolean_or("tie_word_embeddings", false);
-  parse_rope(config, path, out);
-  parse_sliding_window(config, path, out);
+  parse_rope(config, path, family, out);
+  parse_sliding_window(config, path, family, out);
 
+  // attention_bias: the q/k/v and o biases, unless the family fixes them (Qwen2: q/k/v always,
+  // o never). A family without them, or without MLP biases, accepts only false (FieldRule).
   const bool attention_bias = reader.boolean_or("attention_bias", false);
-  out.qkv_bias = out.family == DecoderFamily::Qwen2 || attention_bias;
-  out.o_bias = out.family != DecoderFamily::Qwen2 && attention_bias;
+  out.qkv_bias = family.qkv_bias_always || attention_bias;
+  out.o_bias = !family.qkv_bias_always && attention_bias;
   out.mlp_bias = reader.boolean_or("mlp_bias", false);
-  out.qk_norm = out.family == DecoderFamily::Qwen3 || out.family == DecoderFamily::Qwen3Moe;
-  if (moe_family) {
-    check(!out.mlp_bias, "[config] ", path, ": mlp_bias is not part of ", family_name(out.family));
-    check(!attention_bias || out.family == DecoderFamily::Qwen3Moe, "[config] ", path,
-          ": attention_bias is not part of ", family_name(out.family),
-          " (its projections have none)");
-    parse_moe(config, path, out);
-  }
-  if (out.family == DecoderFamily::MiniMaxM2) parse_minimax_m2(config, path, out);
+  out.qk_norm = family.qk_norm != QkNorm::None;
+  out.qk_norm_across_heads = family.qk_norm == QkNorm::AcrossHeads;
+  if (family.moe.enabled) parse_moe(config, path, family.moe, out);
+  if (family.partial_rope) parse_partial_rope(config, path, out);
 
   const std::string act = reader.string_or("hidden_act", "silu");
   check(act == "silu", "[config] ", path, ": unsupported hidden_act '", act,
@@ -477,8 +367,12 @@ DecoderConfig DecoderConfig::from_json(const json& config, const std::string& pa
   if (reader.has("bos_token_id")) out.bos_token_id = reader.integer("bos_token_id");
   if (config.contains("eos_token_id"))
     out.eos_token_ids = parse_token_ids(config["eos_token_id"], path, "eos_token_id");
-  if (reader.has("pad_token_id")) out.pad_token_id = reader.integer("pad_token_id");
-  if (out.pad_token_id && *out.pad_token_id < 0) out.pad_token_id.reset();  // -1: "no pad token"
+  if (reader.has("pad_token_id")) {
+    const int64_t pad = reader.integer("pad_token_id");
+    check(pad >= -1, "[config] ", path,
+          ": pad_token_id must be a token id or -1 (no pad token), got ", pad);
+    if (pad >= 0) out.pad_token_id = pad;  // -1: "no pad token" in some published configs
+  }
   out.validate(path);
   return out;
 }
@@ -502,9 +396,9 @@ void DecoderConfig::validate_sizes(const std::string& where) const {
 
 void DecoderConfig::validate(const std::string& where) const {
   validate_sizes(where);
-  check(max_position_embeddings >= 0 && max_position_embeddings <= (int64_t{1} << 30), "[config] ",
-        where, ": max_position_embeddings must be in 0..", int64_t{1} << 30,
-        " (0: not given), got ", max_position_embeddings);
+  check(max_position_embeddings >= 0 && max_position_embeddings <= kMaxPositions, "[config] ",
+        where, ": max_position_embeddings must be in 0..", kMaxPositions, " (0: not given), got ",
+        max_position_embeddings);
   for (const auto& [name, id] :
        {std::pair{"bos_token_id", bos_token_id}, std::pair{"pad_token_id", pad_token_id}})
     if (id)
@@ -514,15 +408,27 @@ void DecoderConfig::validate(const std::string& where) const {
   check(num_attention_heads % num_key_value_heads == 0, "[config] ", where,
         ": num_attention_heads (", num_attention_heads, ") is not a multiple of ",
         "num_key_value_heads (", num_key_value_heads, ")");
-  check(rms_norm_eps > 0, "[config] ", where, ": rms_norm_eps must be positive");
+  check(std::isfinite(rms_norm_eps) && rms_norm_eps > 0, "[config] ", where,
+        ": rms_norm_eps must be a finite number > 0, got ", rms_norm_eps);
   check(std::isfinite(rope_theta) && rope_theta > 0, "[config] ", where,
-        ": rope_theta must be a finite number > 0");
+        ": rope_theta must be a finite number > 0, got ", rope_theta);
   check(static_cast<int64_t>(sliding_window.size()) == num_hidden_layers, "[config] ", where,
         ": one sliding window entry per layer expected");
+  for (int64_t window : sliding_window)
+    check(window >= 0 && window <= kMaxPositions, "[config] ", where,
+          ": sliding_window must be in 0..", kMaxPositions, " (0: no window), got ", window);
   if (rope_scaling.type == "llama3") {
-    check(rope_scaling.factor > 0 && rope_scaling.original_max_position_embeddings > 0 &&
-              rope_scaling.high_freq_factor > rope_scaling.low_freq_factor,
-          "[config] ", where, ": invalid llama3 rope scaling parameters");
+    const RopeScaling& r = rope_scaling;
+    check(std::isfinite(r.factor) && r.factor > 0 && std::isfinite(r.high_freq_factor) &&
+              r.low_freq_factor > 0 && r.high_freq_factor > r.low_freq_factor &&
+              r.original_max_position_embeddings > 0 &&
+              r.original_max_position_embeddings <= kMaxPositions,
+          "[config] ", where,
+          ": invalid llama3 rope scaling parameters (wanted factor > 0, 0 < low_freq_factor < "
+          "high_freq_factor, original_max_position_embeddings in 1..",
+          kMaxPositions, "; got factor ", r.factor, ", low_freq_factor ", r.low_freq_factor,
+          ", high_freq_factor ", r.high_freq_factor, ", original_max_position_embeddings ",
+          r.original_max_position_embeddings, ")");
   }
   for (int64_t id : eos_token_ids)
     check(id >= 0 && id < vocab_size, "[config] ", where, ": eos_token_id ", id,
@@ -538,15 +444,24 @@ void DecoderConfig::validate(const std::string& where) const {
           ": the experts' intermediate size must be positive");
     check(static_cast<int64_t>(moe.sparse_layers.size()) == num_hidden_layers, "[config] ", where,
           ": one experts-or-dense entry per layer expected");
+    check(std::isfinite(moe.router_aux_loss_coef) && moe.router_aux_loss_coef >= 0, "[config] ",
+          where, ": router_aux_loss_coef must be a finite number >= 0, got ",
+          moe.router_aux_loss_coef);
   }
 }
 
-DecoderConfig DecoderConfig::dense_layer_base() const {
-  DecoderConfig base = *this;
-  base.moe = MoeConfig();
-  base.rotary_dim = 0;
-  base.qk_norm_across_heads = false;
-  return base;
+DecoderConfig DecoderConfig::draft_layers(DecoderFamily draft_family, int64_t num_layers) const {
+  DecoderConfig draft = *this;
+  draft.family = draft_family;
+  draft.num_hidden_layers = num_layers;
+  draft.moe = MoeConfig();
+  draft.rotary_dim = 0;
+  draft.qk_norm = family_traits(draft_family).qk_norm != QkNorm::None;
+  draft.qk_norm_across_heads = false;
+  draft.qkv_bias = draft.o_bias = draft.mlp_bias = false;
+  draft.sliding_window.assign(static_cast<size_t>(std::max<int64_t>(num_layers, 0)), 0);
+  draft.tie_word_embeddings = false;
+  return draft;
 }
 
 DecoderConfig DecoderConfig::from_dir(const std::string& dir) {
@@ -556,9 +471,10 @@ DecoderConfig DecoderConfig::from_dir(const std::string& dir) {
 }
 
 json DecoderConfig::to_json() const {
+  const FamilyTraits& traits = family_traits(family);
   json out;
-  out["architectures"] = {architecture_name(family)};
-  out["model_type"] = family_name(family);
+  out["architectures"] = {traits.architecture};
+  out["model_type"] = traits.model_type;
   out["vocab_size"] = vocab_size;
   out["hidden_size"] = hidden_size;
   out["intermediate_size"] = intermediate_size;
@@ -581,10 +497,8 @@ json DecoderConfig::to_json() const {
   }
   if (max_position_embeddings > 0) out["max_position_embeddings"] = max_position_embeddings;
   out["tie_word_embeddings"] = tie_word_embeddings;
-  const bool bias_field = family != DecoderFamily::Qwen2 && family != DecoderFamily::Mixtral &&
-                          family != DecoderFamily::MiniMaxM2;
-  if (bias_field) out["attention_bias"] = o_bias;
-  if (family == DecoderFamily::Llama) out["mlp_bias"] = mlp_bias;
+  if (traits.spelling.attention_bias) out["attention_bias"] = o_bias;
+  if (traits.spelling.mlp_bias) out["mlp_bias"] = mlp_bias;
   out["attention_dropout"] = 0.0;
   if (moe.enabled()) {
     out["num_local_experts"] = moe.num_experts;  // transformers 5's spelling for all three
@@ -592,32 +506,41 @@ json DecoderConfig::to_json() const {
     out["router_aux_loss_coef"] = moe.router_aux_loss_coef;
     out["output_router_logits"] = false;
   }
-  if (family == DecoderFamily::Qwen3Moe) {
-    out["moe_intermediate_size"] = moe.expert_intermediate_size;
-    out["norm_topk_prob"] = moe.normalize_top_k;
+  if (traits.moe.own_expert_width) out["moe_intermediate_size"] = moe.expert_intermediate_size;
+  if (traits.moe.reads_norm_topk_prob) out["norm_topk_prob"] = moe.normalize_top_k;
+  if (traits.moe.dense_layers_listed) {
     out["decoder_sparse_step"] = 1;
     std::vector<int64_t> dense;
     for (size_t i = 0; i < moe.sparse_layers.size(); ++i)
       if (!moe.sparse_layers[i]) dense.push_back(static_cast<int64_t>(i));
     out["mlp_only_layers"] = dense;
   }
-  if (family == DecoderFamily::MiniMaxM2) {
-    out["rotary_dim"] = rotated_dims();  // the field vLLM and SGLang read; transformers too
-    out["router_jitter_noise"] = 0.0;
-  }
-  const int64_t window = *std::max_element(sliding_window.begin(), sliding_window.end());
-  if (family == DecoderFamily::Mistral || family == DecoderFamily::Mixtral) {
-    out["sliding_window"] = window > 0 ? json(window) : json(nullptr);
-  } else if (family == DecoderFamily::Qwen3Moe) {
-    out["use_sliding_window"] = window > 0;
-    out["sliding_window"] = window > 0 ? json(window) : json(nullptr);
-  } else if (family != DecoderFamily::Llama && family != DecoderFamily::MiniMaxM2 && window > 0) {
-    std::vector<std::string> types;
-    for (int64_t w : sliding_window)
-      types.push_back(w > 0 ? "sliding_attention" : "full_attention");
-    out["use_sliding_window"] = true;
-    out["sliding_window"] = window;
-    out["layer_types"] = types;
+  // The field vLLM and SGLang read; transformers too.
+  if (traits.partial_rope) out["rotary_dim"] = rotated_dims();
+  if (traits.spelling.router_jitter_noise) out["router_jitter_noise"] = 0.0;
+  const int64_t window =
+      sliding_window.empty() ? 0 : *std::max_element(sliding_window.begin(), sliding_window.end());
+  const json window_or_null = window > 0 ? json(window) : json(nullptr);
+  switch (traits.spelling.windows) {
+    case WindowSpelling::None:
+      break;
+    case WindowSpelling::SlidingWindow:
+      out["sliding_window"] = window_or_null;
+      break;
+    case WindowSpelling::UseSlidingWindow:
+      out["use_sliding_window"] = window > 0;
+      out["sliding_window"] = window_or_null;
+      break;
+    case WindowSpelling::LayerTypes: {
+      if (window == 0) break;
+      std::vector<std::string> types;
+      for (int64_t w : sliding_window)
+        types.push_back(w > 0 ? "sliding_attention" : "full_attention");
+      out["use_sliding_window"] = true;
+      out["sliding_window"] = window;
+      out["layer_types"] = types;
+      break;
+    }
   }
   if (!torch_dtype.empty()) out["torch_dtype"] = torch_dtype;
   if (bos_token_id) out["bos_token_id"] = *bos_token_id;

@@ -12,10 +12,12 @@
 
 namespace tandem {
 
+/// What each family is (its names, config.json fields, implied layers, export spelling) is its
+/// entry in the table of family_traits.cpp (family_traits.h); a family has one there.
 enum class DecoderFamily { Llama, Mistral, Qwen2, Qwen3, Qwen3Moe, Mixtral, MiniMaxM2 };
 
-/// The config.json `model_type`: "llama", "mistral", "qwen2", "qwen3", "qwen3_moe", "mixtral" or
-/// "minimax_m2".
+/// The config.json `model_type` from the family table: "llama", "mistral", "qwen2", "qwen3",
+/// "qwen3_moe", "mixtral" or "minimax_m2".
 const char* family_name(DecoderFamily family);
 
 /// How a mixture-of-experts router turns its logits (tokens, experts) into the chosen experts
@@ -89,9 +91,11 @@ struct DecoderConfig {
   void validate(const std::string& where) const;
   /// The dims RoPE rotates: rotary_dim, or head_dim when it is 0.
   int64_t rotated_dims() const { return rotary_dim > 0 ? rotary_dim : head_dim; }
-  /// The target's sizes with a plain Llama layer (per-head or no q/k norm as the caller sets,
-  /// full RoPE, a dense MLP): what a draft layer derived from a target starts from.
-  DecoderConfig dense_layer_base() const;
+  /// A draft's `num_layers` decoder layers of `family` built from this target's config: its
+  /// hidden size, heads, head_dim, intermediate size, vocab, RoPE and eps, with the family's
+  /// own q/k norm (per head when it has one), full RoPE, a dense MLP, no biases, no sliding
+  /// window and no tied embeddings. The draft then sets what it sizes differently.
+  DecoderConfig draft_layers(DecoderFamily family, int64_t num_layers) const;
   /// The sizes alone (vocab, widths, layers, heads) within their stated bounds; validate()
   /// includes it. Parsing calls it before the layer count sizes anything.
   void validate_sizes(const std::string& where) const;

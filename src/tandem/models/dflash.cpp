@@ -33,19 +33,14 @@ DFlashConfig DFlashConfig::for_target(const DecoderConfig& target, const DFlashD
     return value > 0 ? value : fallback;
   };
   DFlashConfig config;
-  config.layer = target.dense_layer_base();    // no experts, full RoPE, per-head norms
-  config.layer.family = DecoderFamily::Qwen3;  // z-lab drafts are Qwen3 layers for every target
-  config.layer.qk_norm = true;
-  config.layer.num_hidden_layers = dims.num_layers;
+  // z-lab drafts are Qwen3 layers (per-head q/k norm) for every target.
+  config.layer = target.draft_layers(DecoderFamily::Qwen3, dims.num_layers);
   config.layer.intermediate_size = or_target(dims.intermediate_size, target.intermediate_size);
   config.layer.num_attention_heads =
       or_target(dims.num_attention_heads, target.num_attention_heads);
   config.layer.num_key_value_heads =
       or_target(dims.num_key_value_heads, target.num_key_value_heads);
   config.layer.head_dim = or_target(dims.head_dim, target.head_dim);
-  config.layer.qkv_bias = config.layer.o_bias = config.layer.mlp_bias = false;
-  config.layer.sliding_window.assign(static_cast<size_t>(std::max<int64_t>(dims.num_layers, 0)), 0);
-  config.layer.tie_word_embeddings = false;
   config.target_hidden_size = target.hidden_size;
   config.target_layer_ids = target_layer_ids.empty()
                                 ? default_target_layers(target.num_hidden_layers, dims.num_layers)
@@ -153,16 +148,12 @@ at::Tensor DFlashDraftImpl::forward(const at::Tensor& block_embeds, const at::Te
   at::Tensor hidden = block_embeds;  // (B, Q, H)
   for (const auto& module : *layers) {
     const DecoderLayerImpl& layer = *module->as<DecoderLayerImpl>();
-    const AttentionImpl& attention = *layer.self_attn;
-    const QueryKeyValue block =
-        attention.project(layer.input_layernorm->forward(hidden), block_rope);
-    // The same k/v projections (and k_norm) on the context, which skips input_layernorm.
-    const QueryKeyValue from_context = attention.project_key_value(context, context_rope);
-    const at::Tensor attended =
-        dflash_attention(block.q, from_context.k, from_context.v, block.k, block.v, context_bands,
-                         anchor_valid, attention_options);
-    hidden = hidden + attention.output(attended);
-    hidden = hidden + layer.mlp->forward(layer.post_attention_layernorm->forward(hidden));
+    hidden = layer.forward(hidden, block_rope, [&](const QueryKeyValue& block) {
+      // The same k/v projections (and k_norm) on the context, which skips input_layernorm.
+      const QueryKeyValue from_context = layer.self_attn->project_key_value(context, context_rope);
+      return dflash_attention(block.q, from_context.k, from_context.v, block.k, block.v,
+                              context_bands, anchor_valid, attention_options);
+    });
   }
   const int64_t block_size = block_embeds.size(1) / anchor_valid.size(1);
   const at::Tensor keep = anchor_valid.repeat_interleave(block_size, 1).unsqueeze(2).to(dtype);

@@ -1,8 +1,8 @@
 #pragma once
-// The DFlash block-diffusion draft (SPEC §6): a small stack of Qwen3-style decoder layers (q/k
-// norm) with no embedding and no lm_head of its own (the frozen target's serve). Module names are
-// the z-lab export's (`fc`, `hidden_norm`, `layers.{i}.*`, `norm`), so named_parameters() are the
-// exported keys.
+// The DFlash block-diffusion draft (docs/dflash.md): a small stack of Qwen3-style decoder layers
+// (q/k norm) with no embedding and no lm_head of its own (the frozen target's serve). Module names
+// are the z-lab export's (`fc`, `hidden_norm`, `layers.{i}.*`, `norm`), so named_parameters() are
+// the exported keys.
 //
 //   context c = hidden_norm(fc(cat(target layers)))            (B, S, k * H_t) -> (B, S, H)
 //   block     = target embeddings of [anchor token, MASK x (bs - 1)], per anchor

@@ -1,6 +1,6 @@
 #pragma once
-// The attention of the DFlash draft (SPEC §6). A micro-batch carries A blocks per row, each of
-// block_size (bs) slots laid side by side (Q = A * bs queries). A query of block i sees
+// The attention of the DFlash draft (docs/dflash.md). A micro-batch carries A blocks per row, each
+// of block_size (bs) slots laid side by side (Q = A * bs queries). A query of block i sees
 //   - the context keys j its block may see (context_mask[b, i, j]: same document, real token,
 //     strictly before the anchor; see models/dflash.h),
 //   - and the bs keys of its own block, in both directions;

@@ -17,15 +17,9 @@ Eagle3Config Eagle3Config::for_target(const DecoderConfig& target,
                                       std::vector<int64_t> aux_layer_ids, int64_t draft_vocab_size,
                                       int64_t intermediate_size) {
   Eagle3Config config;
-  config.layer = target.dense_layer_base();    // no experts, full RoPE, per-head norms
-  config.layer.family = DecoderFamily::Llama;  // the draft layer is a Llama layer in every engine
-  config.layer.num_hidden_layers = 1;
-  config.layer.intermediate_size =
-      intermediate_size > 0 ? intermediate_size : target.intermediate_size;
-  config.layer.qkv_bias = config.layer.o_bias = config.layer.mlp_bias = false;
-  config.layer.qk_norm = false;
-  config.layer.sliding_window = {0};
-  config.layer.tie_word_embeddings = false;
+  // The draft layer is a Llama layer in every engine.
+  config.layer = target.draft_layers(DecoderFamily::Llama, 1);
+  if (intermediate_size > 0) config.layer.intermediate_size = intermediate_size;
   config.target_hidden_size = target.hidden_size;
   config.draft_vocab_size = draft_vocab_size;
   config.aux_layer_ids = aux_layer_ids.empty() ? default_aux_layers(target.num_hidden_layers)
@@ -44,23 +38,13 @@ void Eagle3Config::validate(const std::string& where) const {
         ": target_hidden_size must be in 1..65536, got ", target_hidden_size);
 }
 
-Eagle3LayerImpl::Eagle3LayerImpl(const DecoderConfig& config, const at::TensorOptions& options) {
-  const int64_t hidden = config.hidden_size;
-  self_attn = register_module("self_attn", Attention(config, 0, options, 2 * hidden));
-  mlp = register_module("mlp", Mlp(hidden, config.intermediate_size, false, options));
-  input_layernorm =
-      register_module("input_layernorm", RMSNorm(hidden, config.rms_norm_eps, options));
-  hidden_norm = register_module("hidden_norm", RMSNorm(hidden, config.rms_norm_eps, options));
-  post_attention_layernorm =
-      register_module("post_attention_layernorm", RMSNorm(hidden, config.rms_norm_eps, options));
-}
-
 Eagle3DraftImpl::Eagle3DraftImpl(const Eagle3Config& config, const at::TensorOptions& options)
     : config_(config) {
   config_.validate("draft config");
   const int64_t hidden = config.layer.hidden_size;
   fc = register_module("fc", Linear(3 * config.target_hidden_size, hidden, false, options));
-  midlayer = register_module("midlayer", Eagle3Layer(config.layer, options));
+  midlayer = register_module(
+      "midlayer", DecoderLayer(config.layer, 0, options, LayerInput::EmbeddingAndHidden));
   norm = register_module("norm", RMSNorm(hidden, config.layer.rms_norm_eps, options));
   lm_head = register_module("lm_head", Linear(hidden, config.draft_vocab_size, false, options));
   // Until a vocab map is set: the first D target ids.
@@ -71,17 +55,14 @@ Eagle3DraftImpl::Eagle3DraftImpl(const Eagle3Config& config, const at::TensorOpt
       config.layer.head_dim, config.layer.rope_theta, config.layer.rope_scaling));
 }
 
-at::Tensor Eagle3DraftImpl::run_layer(
-    const at::Tensor& embeds, const at::Tensor& hidden, const at::Tensor& positions,
-    const std::function<at::Tensor(const QueryKeyValue&)>& attend) const {
-  const Eagle3LayerImpl& layer = *midlayer;
+at::Tensor Eagle3DraftImpl::run_layer(const at::Tensor& embeds, const at::Tensor& hidden,
+                                      const at::Tensor& positions, const AttendFn& attend) const {
+  const DecoderLayerImpl& layer = *midlayer;
   const at::Tensor input = at::cat(
       {layer.input_layernorm->forward(embeds), layer.hidden_norm->forward(hidden)}, -1);  // 2H
   const RopeTables rope = rope_tables(inverse_frequencies_, positions, hidden.scalar_type());
-  const at::Tensor attended = attend(layer.self_attn->project(input, rope));
   // The residual is the raw hidden state, not its norm (norm_before_residual: false).
-  const at::Tensor residual = hidden + layer.self_attn->output(attended);
-  return residual + layer.mlp->forward(layer.post_attention_layernorm->forward(residual));
+  return layer.run(hidden, input, rope, attend);
 }
 
 at::Tensor Eagle3DraftImpl::step(const at::Tensor& embeds, const at::Tensor& hidden,

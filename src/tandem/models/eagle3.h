@@ -1,6 +1,6 @@
 #pragma once
-// The EAGLE-3 draft (SPEC §6): `fc` folds three target hidden states into one, a single decoder
-// layer reads the token embedding and that hidden state side by side (2H -> q/k/v), and an
+// The EAGLE-3 draft (docs/eagle3.md): `fc` folds three target hidden states into one, a single
+// decoder layer reads the token embedding and that hidden state side by side (2H -> q/k/v), and an
 // lm_head projects onto a reduced draft vocabulary. Module names are the SGLang/HF export's
 // (`fc`, `midlayer.*`, `norm`, `lm_head`), so named_parameters() are the exported keys.
 //
@@ -11,7 +11,6 @@
 #include <torch/nn/module.h>
 #include <torch/nn/pimpl.h>
 
-#include <functional>
 #include <vector>
 
 #include "tandem/models/attention_options.h"
@@ -28,10 +27,11 @@ struct Eagle3Config {
   int64_t target_hidden_size = 0;
   int64_t draft_vocab_size = 0;
   // Target hidden states fed to `fc`, tandem's one convention: the OUTPUT of decoder layer i
-  // (0-based) = transformers' hidden_states[i + 1]. Exports convert (SPEC §6).
+  // (0-based) = transformers' hidden_states[i + 1]. Exports convert (docs/eagle3.md).
   std::vector<int64_t> aux_layer_ids;
 
-  /// SPEC §6 default for a target of `num_layers` layers: outputs of [1, N/2 - 1, N - 4].
+  /// The default (docs/eagle3.md) for a target of `num_layers` layers: outputs of [1, N/2 - 1, N -
+  /// 4].
   static std::vector<int64_t> default_aux_layers(int64_t num_layers);
   /// Draft config for `target`: hidden size, heads, RoPE and eps copied from it.
   static Eagle3Config for_target(const DecoderConfig& target, std::vector<int64_t> aux_layer_ids,
@@ -44,15 +44,6 @@ struct TttState {
   at::Tensor context_k, context_v;         // step 0: (B, kv_heads, Tk, d)
   std::vector<at::Tensor> step_k, step_v;  // steps 1..i: (B, kv_heads, Tq, d)
 };
-
-class Eagle3LayerImpl : public torch::nn::Module {
- public:
-  Eagle3LayerImpl(const DecoderConfig& config, const at::TensorOptions& options);
-  Attention self_attn{nullptr};
-  Mlp mlp{nullptr};
-  RMSNorm input_layernorm{nullptr}, hidden_norm{nullptr}, post_attention_layernorm{nullptr};
-};
-TORCH_MODULE(Eagle3Layer);
 
 class Eagle3DraftImpl : public torch::nn::Module {
  public:
@@ -78,8 +69,8 @@ class Eagle3DraftImpl : public torch::nn::Module {
   at::Tensor draft_to_target() const;
   const Eagle3Config& config() const { return config_; }
 
-  Linear fc{nullptr};  // (H, 3 * H_target)
-  Eagle3Layer midlayer{nullptr};
+  Linear fc{nullptr};              // (H, 3 * H_target)
+  DecoderLayer midlayer{nullptr};  // LayerInput::EmbeddingAndHidden: q/k/v read 2H
   RMSNorm norm{nullptr};
   Linear lm_head{nullptr};  // (D, H)
   AttentionOptions
@@ -88,10 +79,9 @@ class Eagle3DraftImpl : public torch::nn::Module {
   at::Tensor t2d;         // (V,) bool buffer
 
  private:
-  /// The layer around its attention: `attend` maps the projected q/k/v to the attention output.
+  /// The layer body (DecoderLayerImpl::run) on the 2H input, around `attend`.
   at::Tensor run_layer(const at::Tensor& embeds, const at::Tensor& hidden,
-                       const at::Tensor& positions,
-                       const std::function<at::Tensor(const QueryKeyValue&)>& attend) const;
+                       const at::Tensor& positions, const AttendFn& attend) const;
 
   Eagle3Config config_;
   RopeFrequencies inverse_frequencies_;  // on the device of the last forward

@@ -46,6 +46,12 @@ void unregister_frozen(const at::Tensor& tensor) {
 
 }  // namespace
 
+GatheredWeight::GatheredWeight(at::Tensor weight)
+    : weight_(std::move(weight)),
+      gathered_(std::make_unique<FullParameters>(std::vector{weight_})) {}
+GatheredWeight::GatheredWeight(GatheredWeight&& other) noexcept = default;
+GatheredWeight::~GatheredWeight() = default;
+
 FrozenHead::FrozenHead(at::Tensor embed_tokens, at::Tensor final_norm, double rms_norm_eps,
                        at::Tensor lm_head)
     : embed_tokens_(std::move(embed_tokens)),

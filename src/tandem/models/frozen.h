@@ -18,6 +18,24 @@ namespace tandem {
 
 /// The parts of a frozen target that a draft needs besides its hidden states: the token
 /// embedding, the final norm and the output projection. Frozen and registered like a model.
+class FullParameters;  // dist/sharding.h
+
+/// A frozen weight at its full value while this object lives: gathered here when the run shards
+/// frozen weights (RunContext::shard_on_load) and freed when it goes, so no caller handles the
+/// sharding. Without shards it is just the weight. No autograd.
+class GatheredWeight {
+ public:
+  explicit GatheredWeight(at::Tensor weight);
+  GatheredWeight(GatheredWeight&& other) noexcept;
+  GatheredWeight& operator=(GatheredWeight&&) = delete;
+  ~GatheredWeight();
+  const at::Tensor& value() const { return weight_; }
+
+ private:
+  at::Tensor weight_;
+  std::unique_ptr<FullParameters> gathered_;
+};
+
 class FrozenHead {
  public:
   /// Reads only those tensors from the HF checkpoint `dir` (offline training: no layers loaded).
@@ -37,6 +55,9 @@ class FrozenHead {
   const at::Tensor& final_norm_weight() const { return final_norm_; }
   int64_t vocab_size() const { return embed_tokens_.size(0); }
   int64_t hidden_size() const { return embed_tokens_.size(1); }
+  /// lm_head / embed_tokens at full value while the result lives (reading rows outside a forward).
+  GatheredWeight full_lm_head() const { return GatheredWeight(lm_head_); }
+  GatheredWeight full_embed_tokens() const { return GatheredWeight(embed_tokens_); }
 
  private:
   at::Tensor embed_tokens_, final_norm_, lm_head_;
@@ -79,6 +100,8 @@ class FrozenModel {
   /// The token embedding (V, H) and output projection (V, H), frozen.
   at::Tensor embed_tokens() const { return model_->model->embed_tokens->weight; }
   at::Tensor lm_head_weight() const { return model_->lm_head_weight(); }
+  /// lm_head_weight() at full value while the result lives (GatheredWeight).
+  GatheredWeight full_lm_head() const { return GatheredWeight(lm_head_weight()); }
   at::Tensor final_norm_weight() const { return model_->model->norm->weight; }
   /// The embedding, final norm and output projection, sharing this model's tensors.
   FrozenHead head() const;

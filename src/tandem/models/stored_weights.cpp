@@ -4,6 +4,7 @@
 
 #include "tandem/core/error.h"
 #include "tandem/io/hf_checkpoint.h"
+#include "tandem/models/family_traits.h"
 
 namespace tandem {
 
@@ -14,9 +15,10 @@ bool ends_with(const std::string& text, const std::string& suffix) {
          text.compare(text.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
-// Mixtral and MiniMax-M2 checkpoints call a layer's sparse MLP `block_sparse_moe`.
+// The family's checkpoints call a layer's sparse MLP `block_sparse_moe` and its experts'
+// projections w1/w3/w2 (Mixtral, MiniMax-M2: MoeTraits::block_sparse_moe_names).
 bool hub_calls_it_block_sparse_moe(const DecoderConfig& config) {
-  return config.family == DecoderFamily::Mixtral || config.family == DecoderFamily::MiniMaxM2;
+  return family_traits(config.family).moe.block_sparse_moe_names;
 }
 
 // The checkpoint's name of one expert's projection: "gate", "up" or "down".

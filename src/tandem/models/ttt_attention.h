@@ -1,6 +1,6 @@
 #pragma once
-// The attention of EAGLE-3's test-time-training unroll (SPEC §6). At unroll step i, the query at
-// position t sees
+// The attention of EAGLE-3's test-time-training unroll (docs/eagle3.md). At unroll step i, the
+// query at position t sees
 //   - the step-0 keys at positions t' <= t of its own document (the context the target produced),
 //   - and, for each later step j = 1..i, the one key step j computed at the same position t
 //     (the draft tokens it proposed itself at inference).

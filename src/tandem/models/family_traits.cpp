@@ -1,0 +1,183 @@
+#include "tandem/models/family_traits.h"
+
+#include "tandem/core/error.h"
+
+namespace tandem {
+
+namespace {
+
+using nlohmann::json;
+using Kind = FieldRule::Kind;
+
+FieldRule accepted(const char* key) { return {key, Kind::Accepted, nullptr, ""}; }
+FieldRule only(const char* key, json value, const char* meaning) {
+  return {key, Kind::OnlyValue, std::move(value), meaning};
+}
+FieldRule only_entries(const char* key, json value, const char* meaning) {
+  return {key, Kind::OnlyEntries, std::move(value), meaning};
+}
+FieldRule refused(const char* key, const char* reason) {
+  return {key, Kind::Refused, nullptr, reason};
+}
+std::vector<FieldRule> rules(std::initializer_list<std::vector<FieldRule>> groups) {
+  std::vector<FieldRule> out;
+  for (const auto& group : groups) out.insert(out.end(), group.begin(), group.end());
+  return out;
+}
+
+// Every mixture-of-experts family: the expert count under either name (the hub's Qwen3-MoE
+// configs say num_experts, transformers 5 writes num_local_experts for all three), top-k, the
+// auxiliary loss coefficient (written back on export), the router's jitter (must be 0).
+const std::vector<FieldRule> kMoeFields = {
+    accepted("num_experts"),
+    accepted("num_local_experts"),
+    accepted("num_experts_per_tok"),
+    accepted("router_aux_loss_coef"),
+    accepted("output_router_logits"),
+    accepted("router_jitter_noise"),
+    only("mlp_bias", false, "its MLPs and experts have no bias")};
+
+// A family whose experts are as wide as intermediate_size, always renormalised, on every
+// layer, with no attention biases (Mixtral, MiniMax-M2). moe_intermediate_size and
+// norm_topk_prob are accepted and not read: transformers' configs of these families have
+// neither, so they change nothing there either.
+const std::vector<FieldRule> kEveryLayerMoeFields = {
+    accepted("moe_intermediate_size"), accepted("norm_topk_prob"),
+    refused("decoder_sparse_step", "every layer has experts there"),
+    refused("mlp_only_layers", "every layer has experts there"),
+    only("attention_bias", false, "its attention projections have no bias")};
+
+}  // namespace
+
+const std::vector<FamilyTraits>& family_table() {
+  static const std::vector<FamilyTraits> table = {
+      {.family = DecoderFamily::Llama,
+       .model_type = "llama",
+       .architecture = "LlamaForCausalLM",
+       .spelling = {.attention_bias = true, .mlp_bias = true}},
+
+      {.family = DecoderFamily::Mistral,
+       .model_type = "mistral",
+       .architecture = "MistralForCausalLM",
+       .windows = WindowReading::EveryLayer,
+       .spelling = {.attention_bias = true, .windows = WindowSpelling::SlidingWindow}},
+
+      {.family = DecoderFamily::Qwen2,
+       .model_type = "qwen2",
+       .architecture = "Qwen2ForCausalLM",
+       .qkv_bias_always = true,
+       .spelling = {.windows = WindowSpelling::LayerTypes}},
+
+      {.family = DecoderFamily::Qwen3,
+       .model_type = "qwen3",
+       .architecture = "Qwen3ForCausalLM",
+       .qk_norm = QkNorm::PerHead,
+       .spelling = {.attention_bias = true, .windows = WindowSpelling::LayerTypes}},
+
+      {.family = DecoderFamily::Qwen3Moe,
+       .model_type = "qwen3_moe",
+       .architecture = "Qwen3MoeForCausalLM",
+       .qk_norm = QkNorm::PerHead,
+       .windows = WindowReading::AllOrNone,
+       .moe = {.enabled = true,
+               .own_expert_width = true,
+               .reads_norm_topk_prob = true,
+               .weights_in_model_dtype = true,
+               .dense_layers_listed = true},
+       .fields = rules({kMoeFields,
+                        {accepted("moe_intermediate_size"), accepted("norm_topk_prob"),
+                         accepted("decoder_sparse_step"), accepted("mlp_only_layers")}}),
+       .spelling = {.attention_bias = true, .windows = WindowSpelling::UseSlidingWindow}},
+
+      {.family = DecoderFamily::Mixtral,
+       .model_type = "mixtral",
+       .architecture = "MixtralForCausalLM",
+       .windows = WindowReading::EveryLayer,
+       .moe = {.enabled = true, .block_sparse_moe_names = true},
+       .fields = rules({kMoeFields, kEveryLayerMoeFields}),
+       .spelling = {.windows = WindowSpelling::SlidingWindow}},
+
+      // The released checkpoints' own fields are accepted when they say what transformers
+      // computes. use_mtp, num_mtp_modules, mtp_transformer_layers: multi-token-prediction
+      // heads beside the model, which the causal LM (what transformers builds) does not run.
+      {.family = DecoderFamily::MiniMaxM2,
+       .model_type = "minimax_m2",
+       .architecture = "MiniMaxM2ForCausalLM",
+       .qk_norm = QkNorm::AcrossHeads,
+       .partial_rope = true,
+       .windows = WindowReading::Ignored,
+       .moe = {.enabled = true,
+               .scoring = RouterScoring::SigmoidWithBias,
+               .block_sparse_moe_names = true},
+       .fields =
+           rules({kMoeFields,
+                  kEveryLayerMoeFields,
+                  {accepted("rotary_dim"), accepted("partial_rotary_factor"),
+                   only("scoring_func", "sigmoid", "sigmoid router scores"),
+                   only("use_routing_bias", true, "the e_score_correction_bias of each layer"),
+                   only("use_qk_norm", true, "q and k RMS-normalised"),
+                   only("qk_norm_type", "per_layer", "one norm across all heads"),
+                   only("shared_intermediate_size", 0, "no shared expert"),
+                   only_entries("attn_type_list", 1,
+                                "full softmax attention; 0 is MiniMax-01's lightning "
+                                "attention"),
+                   accepted("use_mtp"), accepted("num_mtp_modules"),
+                   accepted("mtp_transformer_layers")}}),
+       .spelling = {.router_jitter_noise = true}},
+  };
+  return table;
+}
+
+const FieldRule* FamilyTraits::rule(const std::string& key) const {
+  for (const FieldRule& field : fields)
+    if (field.key == key) return &field;
+  return nullptr;
+}
+
+const FamilyTraits& family_traits(DecoderFamily family) {
+  for (const FamilyTraits& traits : family_table())
+    if (traits.family == family) return traits;
+  throw Error("[config] model family ", static_cast<int>(family), " has no entry in the table");
+}
+
+const FamilyTraits* find_family(const std::string& model_type) {
+  for (const FamilyTraits& traits : family_table())
+    if (model_type == traits.model_type) return &traits;
+  return nullptr;
+}
+
+std::string family_names(bool (*include)(const FamilyTraits&)) {
+  std::vector<std::string> names;
+  for (const FamilyTraits& traits : family_table())
+    if (!include || include(traits)) names.push_back(traits.model_type);
+  std::string out;
+  for (size_t i = 0; i < names.size(); ++i)
+    out += (i == 0 ? "" : i + 1 == names.size() ? " or " : ", ") + names[i];
+  return out;
+}
+
+const char* family_name(DecoderFamily family) {
+  for (const FamilyTraits& traits : family_table())
+    if (traits.family == family) return traits.model_type;
+  return "?";
+}
+
+const std::set<std::string>& common_config_fields() {
+  static const std::set<std::string> fields = {
+      // How the model was trained, cached or tokenised, never what it computes.
+      "_name_or_path", "architectures", "model_type", "transformers_version", "initializer_range",
+      "use_cache", "torch_dtype", "dtype", "bos_token_id", "eos_token_id", "pad_token_id",
+      "output_attentions", "output_hidden_states", "return_dict", "is_decoder",
+      "chunk_size_feed_forward", "id2label", "label2id", "problem_type", "tokenizer_class",
+      "prefix", "task_specific_params", "finetuning_task", "bad_words_ids",
+      "decoder_start_token_id", "sep_token_id",
+      // The dense decoder's, read by DecoderConfig::from_json for every family.
+      "vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+      "num_key_value_heads", "head_dim", "max_position_embeddings", "rms_norm_eps", "rope_theta",
+      "rope_scaling", "rope_parameters", "tie_word_embeddings", "attention_bias", "mlp_bias",
+      "attention_dropout", "hidden_act", "pretraining_tp", "use_sliding_window",
+      "max_window_layers", "sliding_window", "layer_types"};
+  return fields;
+}
+
+}  // namespace tandem

@@ -1,0 +1,110 @@
+#pragma once
+// What tandem knows about each model family, one table entry per family: its config.json
+// `model_type`, the HF architecture it reads and writes, the config.json fields it accepts or
+// refuses beyond the common ones, what its layers are whatever config.json says, and how the
+// export's config.json spells it. The reader and the writer of config.json (decoder_config.cpp)
+// and the hub's tensor names (stored_weights.cpp) read this table and branch on no family
+// themselves: a family built from the same layers is one more entry in family_traits.cpp.
+#include <nlohmann/json.hpp>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "tandem/models/decoder_config.h"
+
+namespace tandem {
+
+/// How a family reads one config.json field beyond common_config_fields(). A field the family
+/// lists here is judged by its rule alone (a rule for a common field replaces it); a field
+/// neither common nor listed is an error naming it. Null is read as absent under every rule.
+struct FieldRule {
+  enum class Kind {
+    Accepted,     // read where the family's layers need it (or harmless and ignored)
+    OnlyValue,    // accepted only when equal to `value`: what tandem implements
+    OnlyEntries,  // a list whose every entry must equal `value`
+    Refused,      // refused whatever its value
+  };
+  std::string key;
+  Kind kind = Kind::Accepted;
+  nlohmann::json value;  // OnlyValue, OnlyEntries: the value tandem implements
+  std::string reason;    // OnlyValue, OnlyEntries: what `value` means; Refused: why not
+};
+
+/// RMSNorm on q and k before RoPE.
+enum class QkNorm {
+  None,
+  PerHead,     // weights (head_dim,), shared by the heads (Qwen3, Qwen3-MoE)
+  AcrossHeads  // weights (heads * head_dim,), one norm over all heads (MiniMax-M2)
+};
+
+/// How config.json says which layers attend in a sliding window. 0, null or absent
+/// `sliding_window` is no window; a negative one is an error for every family.
+enum class WindowReading {
+  Ignored,     // sliding_window is read but changes nothing, as in transformers (MiniMax-M2)
+  EveryLayer,  // sliding_window alone, on every layer (Mistral, Mixtral); layer_types overrides
+  MaxWindowLayers,  // use_sliding_window, layers from max_window_layers on; layer_types overrides
+  AllOrNone,        // use_sliding_window alone: every layer or none; layer_types is not read
+};
+
+/// How the export's config.json writes the per-layer windows.
+enum class WindowSpelling {
+  None,              // not written
+  SlidingWindow,     // sliding_window: the window, or null
+  UseSlidingWindow,  // use_sliding_window and sliding_window (the window, or null)
+  LayerTypes,        // only when a layer has one: use_sliding_window, sliding_window, layer_types
+};
+
+/// The sparse MLP of a mixture-of-experts family; `enabled` false: a dense family.
+struct MoeTraits {
+  bool enabled = false;
+  RouterScoring scoring = RouterScoring::Softmax;
+  bool own_expert_width = false;        // moe_intermediate_size; else intermediate_size
+  bool reads_norm_topk_prob = false;    // norm_topk_prob (default false); else always normalised
+  bool weights_in_model_dtype = false;  // the router's weights cast to the model's dtype
+  bool dense_layers_listed = false;     // decoder_sparse_step, mlp_only_layers; else every layer
+  bool block_sparse_moe_names = false;  // hub tensors: block_sparse_moe.experts.E.w1/w3/w2
+};
+
+/// What the writer of the export's config.json spells per family (beyond the MoE fields, which
+/// follow MoeTraits, and rotary_dim, written for a family with partial_rope).
+struct ExportSpelling {
+  bool attention_bias = false;       // attention_bias (its o_bias)
+  bool mlp_bias = false;             // mlp_bias
+  bool router_jitter_noise = false;  // router_jitter_noise: 0.0
+  WindowSpelling windows = WindowSpelling::None;
+};
+
+struct FamilyTraits {
+  DecoderFamily family;
+  const char* model_type;    // config.json model_type, family_name()
+  const char* architecture;  // the architectures entry accepted on read and written on export
+
+  // The layers, whatever config.json says.
+  bool qkv_bias_always = false;  // q/k/v biased and o not; attention_bias is not read (Qwen2)
+  QkNorm qk_norm = QkNorm::None;
+  bool partial_rope = false;  // rotary_dim / partial_rotary_factor are read (else full RoPE)
+  WindowReading windows = WindowReading::MaxWindowLayers;
+  MoeTraits moe = {};
+
+  // config.json fields beyond common_config_fields().
+  std::vector<FieldRule> fields = {};
+
+  ExportSpelling spelling = {};
+
+  /// The rule for `key`, or nullptr when the family lists none.
+  const FieldRule* rule(const std::string& key) const;
+};
+
+/// Every family, in DecoderFamily order.
+const std::vector<FamilyTraits>& family_table();
+/// The entry of `family` (an Error for a value the table does not hold).
+const FamilyTraits& family_traits(DecoderFamily family);
+/// The entry whose model_type is `model_type`, or nullptr.
+const FamilyTraits* find_family(const std::string& model_type);
+/// "llama, mistral, ... or minimax_m2": the model_types of the entries `include` keeps.
+std::string family_names(bool (*include)(const FamilyTraits&) = nullptr);
+/// The fields every family accepts: metadata (how the model was trained, cached or tokenised)
+/// and the dense decoder's own, read by DecoderConfig::from_json.
+const std::set<std::string>& common_config_fields();
+
+}  // namespace tandem

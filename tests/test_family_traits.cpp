@@ -1,0 +1,336 @@
+// The family table (models/family_traits.h): every family's config.json reads and writes as its
+// entry says, the fields an entry refuses are named, and values that make no sense fail naming
+// the file and the field.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+#include <set>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "tandem/core/error.h"
+#include "tandem/models/decoder_config.h"
+#include "tandem/models/family_traits.h"
+#include "test_util.h"
+
+using nlohmann::json;
+using tandem::DecoderConfig;
+using tandem::DecoderFamily;
+using tandem::FamilyTraits;
+using tandem::FieldRule;
+using tandem::QkNorm;
+using tandem::WindowReading;
+using tandem::WindowSpelling;
+using tandem::testing::error_of;
+
+namespace {
+
+constexpr const char* kPath = "/ckpt/config.json";
+
+// A small config.json of `family`: 4 layers, 4 heads of 16 dims, and what its entry requires
+// (the experts of an MoE family, the rotary dims of a partial-RoPE one).
+json small_config(const FamilyTraits& family) {
+  json config = {{"architectures", {family.architecture}},
+                 {"model_type", family.model_type},
+                 {"vocab_size", 64},
+                 {"hidden_size", 32},
+                 {"intermediate_size", 48},
+                 {"num_hidden_layers", 4},
+                 {"num_attention_heads", 4},
+                 {"num_key_value_heads", 2},
+                 {"head_dim", 16},
+                 {"rms_norm_eps", 1e-6},
+                 {"rope_theta", 10000.0},
+                 {"max_position_embeddings", 256},
+                 {"bos_token_id", 1},
+                 {"eos_token_id", 2}};
+  if (family.moe.enabled) {
+    config["num_local_experts"] = 4;
+    config["num_experts_per_tok"] = 2;
+    if (family.moe.own_expert_width) config["moe_intermediate_size"] = 24;
+  }
+  if (family.partial_rope) config["rotary_dim"] = 8;
+  return config;
+}
+
+json small_config(DecoderFamily family) { return small_config(tandem::family_traits(family)); }
+
+DecoderConfig parse(const json& config) { return DecoderConfig::from_json(config, kPath); }
+
+std::string error_of_config(const json& config) {
+  return error_of([&] { parse(config); });
+}
+
+// Expects the error of `config` to name the file and contain `phrase`.
+void expect_error(const json& config, const std::string& phrase) {
+  const std::string message = error_of_config(config);
+  EXPECT_NE(message.find(kPath), std::string::npos) << message;
+  EXPECT_NE(message.find(phrase), std::string::npos) << "wanted '" << phrase << "' in: " << message;
+}
+
+// A value of the same kind as `value` that differs from it.
+json other_than(const json& value) {
+  if (value.is_boolean()) return !value.get<bool>();
+  if (value.is_string()) return value.get<std::string>() + "_other";
+  if (value.is_number()) return value.get<double>() + 1;
+  return "other";
+}
+
+const std::vector<DecoderFamily> kFamilies = {
+    DecoderFamily::Llama,    DecoderFamily::Mistral, DecoderFamily::Qwen2,    DecoderFamily::Qwen3,
+    DecoderFamily::Qwen3Moe, DecoderFamily::Mixtral, DecoderFamily::MiniMaxM2};
+
+}  // namespace
+
+TEST(FamilyTraits, EveryFamilyHasOneEntry) {
+  EXPECT_EQ(tandem::family_table().size(), kFamilies.size());
+  std::set<std::string> types, architectures;
+  for (DecoderFamily family : kFamilies) {
+    const FamilyTraits& traits = tandem::family_traits(family);
+    EXPECT_EQ(traits.family, family);
+    EXPECT_STREQ(tandem::family_name(family), traits.model_type);
+    EXPECT_EQ(tandem::find_family(traits.model_type), &traits);
+    types.insert(traits.model_type);
+    architectures.insert(traits.architecture);
+  }
+  EXPECT_EQ(types.size(), kFamilies.size());
+  EXPECT_EQ(architectures.size(), kFamilies.size());
+  EXPECT_EQ(tandem::find_family("gpt2"), nullptr);
+  EXPECT_EQ(tandem::family_names(),
+            "llama, mistral, qwen2, qwen3, qwen3_moe, mixtral or minimax_m2");
+}
+
+TEST(FamilyTraits, EveryFamilyReadsAndWritesAsItsEntrySays) {
+  for (const FamilyTraits& family : tandem::family_table()) {
+    SCOPED_TRACE(family.model_type);
+    const DecoderConfig c = parse(small_config(family));
+    EXPECT_EQ(c.family, family.family);
+    // The layers the entry implies.
+    EXPECT_EQ(c.qkv_bias, family.qkv_bias_always);
+    EXPECT_FALSE(c.o_bias);
+    EXPECT_FALSE(c.mlp_bias);
+    EXPECT_EQ(c.qk_norm, family.qk_norm != QkNorm::None);
+    EXPECT_EQ(c.qk_norm_across_heads, family.qk_norm == QkNorm::AcrossHeads);
+    EXPECT_EQ(c.rotated_dims(), family.partial_rope ? 8 : 16);
+    EXPECT_EQ(c.sliding_window, std::vector<int64_t>(4, 0));
+    EXPECT_EQ(c.moe.enabled(), family.moe.enabled);
+    if (family.moe.enabled) {
+      EXPECT_EQ(c.moe.num_experts, 4);
+      EXPECT_EQ(c.moe.scoring, family.moe.scoring);
+      EXPECT_EQ(c.moe.expert_intermediate_size, family.moe.own_expert_width ? 24 : 48);
+      // norm_topk_prob is absent: false where it is read, always normalised elsewhere.
+      EXPECT_EQ(c.moe.normalize_top_k, !family.moe.reads_norm_topk_prob);
+      EXPECT_EQ(c.moe.weights_in_model_dtype, family.moe.weights_in_model_dtype);
+      EXPECT_EQ(c.moe.sparse_layers, std::vector<bool>(4, true));
+    }
+
+    // The export's spelling.
+    const json written = c.to_json();
+    EXPECT_EQ(written["architectures"], json::array({family.architecture}));
+    EXPECT_EQ(written["model_type"], family.model_type);
+    EXPECT_EQ(written.contains("attention_bias"), family.spelling.attention_bias);
+    EXPECT_EQ(written.contains("mlp_bias"), family.spelling.mlp_bias);
+    EXPECT_EQ(written.contains("router_jitter_noise"), family.spelling.router_jitter_noise);
+    EXPECT_EQ(written.contains("rotary_dim"), family.partial_rope);
+    EXPECT_EQ(written.contains("num_local_experts"), family.moe.enabled);
+    EXPECT_EQ(written.contains("moe_intermediate_size"), family.moe.own_expert_width);
+    EXPECT_EQ(written.contains("norm_topk_prob"), family.moe.reads_norm_topk_prob);
+    EXPECT_EQ(written.contains("mlp_only_layers"), family.moe.dense_layers_listed);
+    EXPECT_EQ(written.contains("sliding_window"),
+              family.spelling.windows == WindowSpelling::SlidingWindow ||
+                  family.spelling.windows == WindowSpelling::UseSlidingWindow);
+
+    // What is written reads back as the same model.
+    const DecoderConfig again = parse(written);
+    EXPECT_EQ(again.to_json(), written);
+    EXPECT_EQ(again.family, c.family);
+    EXPECT_EQ(again.qkv_bias, c.qkv_bias);
+    EXPECT_EQ(again.qk_norm, c.qk_norm);
+    EXPECT_EQ(again.qk_norm_across_heads, c.qk_norm_across_heads);
+    EXPECT_EQ(again.rotated_dims(), c.rotated_dims());
+    EXPECT_EQ(again.moe.expert_intermediate_size, c.moe.expert_intermediate_size);
+    EXPECT_EQ(again.moe.normalize_top_k, c.moe.normalize_top_k);
+  }
+}
+
+TEST(FamilyTraits, SlidingWindowsReadAsTheFamilySpellsThem) {
+  for (const FamilyTraits& family : tandem::family_table()) {
+    SCOPED_TRACE(family.model_type);
+    json config = small_config(family);
+    config["sliding_window"] = 8;
+    config["use_sliding_window"] = true;
+    config["max_window_layers"] = 1;
+    std::vector<int64_t> expected(4, 8);
+    if (family.windows == WindowReading::Ignored) expected = {0, 0, 0, 0};
+    if (family.windows == WindowReading::MaxWindowLayers) expected = {0, 8, 8, 8};
+    const DecoderConfig c = parse(config);
+    EXPECT_EQ(c.sliding_window, expected);
+    if (family.spelling.windows != WindowSpelling::None) {
+      EXPECT_EQ(parse(c.to_json()).sliding_window, expected);
+    }
+
+    // 0, null or absent: no window.
+    for (const json& none : {json(0), json(nullptr)}) {
+      json no_window = small_config(family);
+      no_window["sliding_window"] = none;
+      EXPECT_EQ(parse(no_window).sliding_window, std::vector<int64_t>(4, 0));
+    }
+  }
+}
+
+TEST(FamilyTraits, NegativeSlidingWindowIsRefused) {
+  for (const FamilyTraits& family : tandem::family_table()) {
+    SCOPED_TRACE(family.model_type);
+    json config = small_config(family);
+    config["sliding_window"] = -3;
+    expect_error(config, "sliding_window must be in 0..1073741824 (0 or null: no window), got -3");
+    config["use_sliding_window"] = true;
+    expect_error(config, "sliding_window must be in 0..1073741824");
+  }
+  json config = small_config(DecoderFamily::Qwen2);
+  config["use_sliding_window"] = true;
+  expect_error(config, "use_sliding_window is true but sliding_window is 0");
+}
+
+TEST(FamilyTraits, UnknownModelTypeNamesTheSupportedOnes) {
+  json config = small_config(DecoderFamily::Llama);
+  config["model_type"] = "gpt2";
+  expect_error(config, "unsupported model_type 'gpt2'");
+  config.erase("model_type");
+  expect_error(config, "missing 'model_type'");
+  for (const json& type : {json("gpt2"), json(nullptr)}) {
+    if (type.is_null())
+      config.erase("model_type");
+    else
+      config["model_type"] = type;
+    const std::string message = error_of_config(config);
+    for (const FamilyTraits& family : tandem::family_table())
+      EXPECT_NE(message.find(family.model_type), std::string::npos)
+          << family.model_type << " not named in: " << message;
+  }
+}
+
+TEST(FamilyTraits, FieldsAFamilyRefusesAreNamed) {
+  int refused = 0;
+  for (const FamilyTraits& family : tandem::family_table()) {
+    SCOPED_TRACE(family.model_type);
+    const std::string name = family.model_type;
+    for (const FieldRule& rule : family.fields) {
+      SCOPED_TRACE(rule.key);
+      json config = small_config(family);
+      switch (rule.kind) {
+        case FieldRule::Kind::Accepted:
+          break;
+        case FieldRule::Kind::Refused:
+          ++refused;
+          config[rule.key] = json::array({1});
+          expect_error(config, "unsupported field '" + rule.key + "' for " + name + " (" +
+                                   rule.reason + ")");
+          config[rule.key] = nullptr;  // null reads as absent
+          EXPECT_NO_THROW(parse(config));
+          break;
+        case FieldRule::Kind::OnlyValue:
+          ++refused;
+          config[rule.key] = other_than(rule.value);
+          expect_error(config, "unsupported " + rule.key + " ");
+          expect_error(config, rule.reason);
+          config[rule.key] = rule.value;
+          EXPECT_NO_THROW(parse(config));
+          break;
+        case FieldRule::Kind::OnlyEntries:
+          ++refused;
+          config[rule.key] = json::array({rule.value, other_than(rule.value)});
+          expect_error(config, "unsupported " + rule.key + " entry " +
+                                   other_than(rule.value).dump() + " for " + name);
+          config[rule.key] = json::array({rule.value, rule.value});
+          EXPECT_NO_THROW(parse(config));
+          break;
+      }
+    }
+    // Neither common nor the family's: refused, naming it and the family.
+    json config = small_config(family);
+    config["tandem_unheard_of"] = 1;
+    expect_error(config, "unsupported field 'tandem_unheard_of' for model_type '" + name + "'");
+  }
+  EXPECT_GT(refused, 0);
+
+  // A dense family has none of the experts' fields; Mixtral's projections have no biases.
+  json config = small_config(DecoderFamily::Llama);
+  config["num_local_experts"] = 8;
+  expect_error(config, "unsupported field 'num_local_experts' for model_type 'llama'");
+  config = small_config(DecoderFamily::Mixtral);
+  config["attention_bias"] = true;
+  expect_error(config, "unsupported attention_bias true for mixtral");
+  config = small_config(DecoderFamily::Mixtral);
+  config["mlp_only_layers"] = {1};
+  expect_error(config, "unsupported field 'mlp_only_layers' for mixtral");
+}
+
+TEST(FamilyTraits, NonsenseValuesNameTheField) {
+  const json llama3 = {{"rope_type", "llama3"},
+                       {"factor", 8.0},
+                       {"low_freq_factor", 1.0},
+                       {"high_freq_factor", 4.0},
+                       {"original_max_position_embeddings", 64}};
+  for (const auto& [family, field, value, phrase] :
+       std::vector<std::tuple<DecoderFamily, std::string, json, std::string>>{
+           {DecoderFamily::Llama, "rms_norm_eps", 0.0, "rms_norm_eps must be a finite number > 0"},
+           {DecoderFamily::Llama, "rms_norm_eps", -1e-6,
+            "rms_norm_eps must be a finite number > 0"},
+           {DecoderFamily::Llama, "rope_theta", 0.0, "rope_theta must be a finite number > 0"},
+           {DecoderFamily::Qwen3, "rope_theta", -1e6, "rope_theta must be a finite number > 0"},
+           {DecoderFamily::Llama, "num_attention_heads", 0, "num_attention_heads must be positive"},
+           {DecoderFamily::Llama, "num_key_value_heads", 3,
+            "not a multiple of num_key_value_heads"},
+           {DecoderFamily::Llama, "num_key_value_heads", 0, "num_key_value_heads must be in 1.."},
+           {DecoderFamily::Llama, "head_dim", 15, "head_dim must be even"},
+           {DecoderFamily::Llama, "head_dim", -16, "head_dim must be in 1..4096"},
+           {DecoderFamily::Llama, "intermediate_size", 0, "intermediate_size must be in 1.."},
+           {DecoderFamily::Llama, "max_position_embeddings", -1, "max_position_embeddings must be"},
+           {DecoderFamily::Llama, "pad_token_id", -2, "pad_token_id must be a token id or -1"},
+           {DecoderFamily::Llama, "eos_token_id", 64, "eos_token_id 64 is outside the vocabulary"},
+           {DecoderFamily::Llama, "rope_scaling",
+            [&] {
+              json r = llama3;
+              r["low_freq_factor"] = 0.0;
+              return r;
+            }(),
+            "invalid llama3 rope scaling parameters"},
+           {DecoderFamily::Llama, "rope_scaling",
+            [&] {
+              json r = llama3;
+              r["original_max_position_embeddings"] = -64;
+              return r;
+            }(),
+            "invalid llama3 rope scaling parameters"},
+           {DecoderFamily::Llama,
+            "rope_parameters",
+            {{"rope_type", "default"}, {"partial_rotary_factor", 0.5}},
+            "partial_rotary_factor is implemented for minimax_m2 only"},
+           {DecoderFamily::Mixtral, "router_aux_loss_coef", -0.1,
+            "router_aux_loss_coef must be a finite number >= 0"},
+           {DecoderFamily::Mixtral, "num_experts_per_tok", 5,
+            "num_experts_per_tok must be in 1..num_local_experts (4), got 5"},
+           {DecoderFamily::Qwen3Moe, "moe_intermediate_size", 0,
+            "moe_intermediate_size must be in 1.."},
+           {DecoderFamily::Qwen3Moe, "decoder_sparse_step", 0, "decoder_sparse_step must be >= 1"},
+           {DecoderFamily::MiniMaxM2, "partial_rotary_factor", 1.5,
+            "partial_rotary_factor must be in (0, 1]"},
+           {DecoderFamily::MiniMaxM2, "rotary_dim", 7, "rotary_dim must be even"},
+       }) {
+    SCOPED_TRACE(field);
+    json config = small_config(family);
+    if (family == DecoderFamily::MiniMaxM2 && field == "partial_rotary_factor")
+      config.erase("rotary_dim");
+    config[field] = value;
+    expect_error(config, phrase);
+  }
+
+  // max_window_layers: where the window starts, never before layer 0.
+  json config = small_config(DecoderFamily::Qwen2);
+  config["use_sliding_window"] = true;
+  config["sliding_window"] = 8;
+  config["max_window_layers"] = -1;
+  expect_error(config, "max_window_layers (the first layer with a window) must be >= 0, got -1");
+}
