@@ -1,6 +1,6 @@
 // DFlash block speculative decoding (eval/dflash_decode.h): output identical to plain greedy
 // decoding of the target for any draft, stop tokens, the same result through the export, and
-// the overfit gate of SPEC §6: a draft trained to convergence on a handful of the target's own
+// the overfit gate: a draft trained to convergence on a handful of the target's own
 // greedy continuations is accepted in full on them, τ = block_size exactly.
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
@@ -60,8 +60,8 @@ TEST(DFlashDecoding, OutputEqualsGreedyDecodingOfTheTargetForARandomDraft) {
           tandem::dflash_decode(target, *objective.draft(), at::Tensor(), prompt, k, decode);
       EXPECT_EQ(output.tokens, tandem::greedy_decode(target, prompt, decode)) << "k = " << k;
       EXPECT_EQ(static_cast<int64_t>(output.tokens.size()), 20);
-      const auto reference = tandem::dflash_decode_uncached(target, *objective.draft(),
-                                                            at::Tensor(), prompt, k, decode);
+      const auto reference = tandem::dflash_decode(target, *objective.draft(), at::Tensor(), prompt,
+                                                   k, decode.without_cache());
       EXPECT_EQ(output.accepted, reference.accepted) << "k = " << k;
       EXPECT_EQ(output.tokens, reference.tokens) << "k = " << k;
       for (int64_t accepted : output.accepted) EXPECT_LE(accepted, k);
@@ -189,8 +189,8 @@ void expect_overfit_reaches_block_size(int64_t block_size) {
   for (const auto& prompt : prompts) {
     const auto cached = tandem::dflash_decode(target, *draft.draft, draft.mask_embedding, prompt,
                                               block_size - 1, beyond);
-    const auto reference = tandem::dflash_decode_uncached(
-        target, *draft.draft, draft.mask_embedding, prompt, block_size - 1, beyond);
+    const auto reference = tandem::dflash_decode(target, *draft.draft, draft.mask_embedding, prompt,
+                                                 block_size - 1, beyond.without_cache());
     EXPECT_EQ(cached.accepted, reference.accepted);
     EXPECT_EQ(cached.tokens, reference.tokens);
     unseen.add(cached);

@@ -1,7 +1,7 @@
-// EAGLE-3 (SPEC §6) against an independent PyTorch implementation (tools/make_eagle3_fixtures.py,
-// transformers' Llama pieces + a dense attention mask): target features, per-step draft logits,
-// losses, accuracies and gradients; TTT attention against a dense reference; online = offline;
-// the export formats; speculative decoding = greedy decoding.
+// EAGLE-3 (docs/eagle3.md) against an independent PyTorch implementation
+// (tools/make_eagle3_fixtures.py, transformers' Llama pieces + a dense attention mask): target
+// features, per-step draft logits, losses, accuracies and gradients; TTT attention against a dense
+// reference; online = offline; the export formats; speculative decoding = greedy decoding.
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
@@ -13,6 +13,7 @@
 #include "tandem/data/capture.h"
 #include "tandem/data/packing.h"
 #include "tandem/data/token_cache.h"
+#include "tandem/eval/eagle3_decode.h"
 #include "tandem/eval/speculative.h"
 #include "tandem/eval/uncached_decode.h"
 #include "tandem/io/hf_checkpoint.h"
@@ -437,12 +438,12 @@ TEST(SpeculativeDecoding, OutputEqualsGreedyDecodingOfTheTarget) {
   tandem::AcceptanceStats stats(4);
   for (const auto& document : fixture_documents()) {
     const std::vector<int64_t> prompt(document.ids.begin(), document.ids.begin() + 6);
-    const auto output = tandem::speculative_decode(target, *objective.draft(), prompt, 4, decode);
+    const auto output = tandem::eagle3_decode(target, *objective.draft(), prompt, 4, decode);
     EXPECT_EQ(output.tokens, tandem::greedy_decode(target, prompt, decode));
     EXPECT_EQ(static_cast<int64_t>(output.tokens.size()), 20);
     // The cached decoder accepts exactly what the uncached reference accepts.
     const auto reference =
-        tandem::speculative_decode_uncached(target, *objective.draft(), prompt, 4, decode);
+        tandem::eagle3_decode(target, *objective.draft(), prompt, 4, decode.without_cache());
     EXPECT_EQ(output.accepted, reference.accepted);
     EXPECT_EQ(output.tokens, reference.tokens);
     stats.add(output);
@@ -461,7 +462,7 @@ TEST(SpeculativeDecoding, StopsAtTheFirstStopToken) {
   decode.max_new_tokens = 12;
   const auto free_run = tandem::greedy_decode(target, prompt, decode);
   decode.stop_ids = {free_run[3]};
-  const auto stopped = tandem::speculative_decode(target, *objective.draft(), prompt, 4, decode);
+  const auto stopped = tandem::eagle3_decode(target, *objective.draft(), prompt, 4, decode);
   const auto greedy = tandem::greedy_decode(target, prompt, decode);
   EXPECT_EQ(stopped.tokens, greedy);
   EXPECT_LE(stopped.tokens.size(), 4u);

@@ -1,4 +1,4 @@
-// The overfit gate of SPEC §6: a draft trained to convergence on a handful of the target's own
+// The overfit gate: a draft trained to convergence on a handful of the target's own
 // greedy continuations must be accepted in full when it speculates on those same prompts:
 // τ = TTT length + 1 exactly. Any off-by-one in shifts, positions, the TTT attention or the
 // vocab map makes it fail. Also: the output stays identical to greedy decoding.
@@ -10,6 +10,7 @@
 
 #include "overfit.h"
 #include "tandem/data/packing.h"
+#include "tandem/eval/eagle3_decode.h"
 #include "tandem/eval/speculative.h"
 #include "tandem/eval/uncached_decode.h"
 #include "tandem/io/hf_checkpoint.h"
@@ -91,7 +92,7 @@ TEST(Eagle3Overfit, DraftTrainedOnAFewSamplesReachesMaximumAcceptanceLength) {
   tandem::AcceptanceStats stats(ttt_length);
   for (const auto& prompt : prompts) {
     const tandem::SpeculativeOutput output =
-        tandem::speculative_decode(target, *objective.draft(), prompt, ttt_length, decode);
+        tandem::eagle3_decode(target, *objective.draft(), prompt, ttt_length, decode);
     EXPECT_EQ(output.tokens, tandem::greedy_decode(target, prompt, decode));
     EXPECT_EQ(output.accepted.size(), static_cast<size_t>(verify_steps));
     stats.add(output);
@@ -107,9 +108,9 @@ TEST(Eagle3Overfit, DraftTrainedOnAFewSamplesReachesMaximumAcceptanceLength) {
   tandem::AcceptanceStats unseen(ttt_length);
   for (const auto& prompt : prompts) {
     const auto cached =
-        tandem::speculative_decode(target, *objective.draft(), prompt, ttt_length, beyond);
-    const auto reference =
-        tandem::speculative_decode_uncached(target, *objective.draft(), prompt, ttt_length, beyond);
+        tandem::eagle3_decode(target, *objective.draft(), prompt, ttt_length, beyond);
+    const auto reference = tandem::eagle3_decode(target, *objective.draft(), prompt, ttt_length,
+                                                 beyond.without_cache());
     EXPECT_EQ(cached.accepted, reference.accepted);
     EXPECT_EQ(cached.tokens, reference.tokens);
     unseen.add(cached);

@@ -22,6 +22,7 @@
 #include "tandem/core/run_context.h"
 #include "tandem/data/sampler.h"
 #include "tandem/eval/dflash_decode.h"
+#include "tandem/eval/eagle3_decode.h"
 #include "tandem/eval/generation.h"
 #include "tandem/eval/speculative.h"
 #include "tandem/models/frozen.h"
@@ -248,7 +249,7 @@ TEST(SpeculativeDecodingOnMeta, ReadsOnlyTheDecodedTokensAndTheVocabularyMap) {
     const auto target =
         tandem::FrozenModel::load(tandem::testing::model_fixture("llama3"), at::kFloat, run);
     tandem::reset_meta_host_reads();
-    const auto output = tandem::speculative_decode(target, *eagle3.draft(), prompt, 3, decode);
+    const auto output = tandem::eagle3_decode(target, *eagle3.draft(), prompt, 3, decode);
     EXPECT_EQ(static_cast<int64_t>(output.tokens.size()), 6);
     const Reads reads = tandem::meta_host_reads();
     EXPECT_EQ(reads.size(), 2u);

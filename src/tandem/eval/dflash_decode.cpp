@@ -5,7 +5,6 @@
 #include "tandem/core/error.h"
 #include "tandem/core/host_read.h"
 #include "tandem/eval/decode_steps.h"
-#include "tandem/eval/uncached_decode.h"
 
 namespace tandem {
 
@@ -34,7 +33,19 @@ DFlashProposer::DFlashProposer(const FrozenModel& target, const DFlashDraftImpl&
   anchor_valid_ = at::ones({1, 1}, at::TensorOptions().dtype(at::kBool).device(device));
 }
 
-std::vector<int64_t> DFlashProposer::propose(const at::Tensor& context, int64_t bonus) const {
+const std::vector<int64_t>& DFlashProposer::target_layers() const {
+  return draft_.config().target_layer_ids;
+}
+
+void DFlashProposer::extend(const std::vector<int64_t>& /*ids: the context is features only*/,
+                            const at::Tensor& features, int64_t /*next*/) {
+  const at::Tensor context = draft_.context(features.to(dtype_));
+  context_ = context_.defined() ? at::cat({context_, context}, 1) : context;
+}
+
+std::vector<int64_t> DFlashProposer::propose(int64_t bonus) {
+  check(context_.defined(), "[eval] propose before any extend");
+  const at::Tensor& context = context_;
   const int64_t n = context.size(1), block_size = draft_.config().block_size;
   // Every one of the block's queries sees the n context keys (strictly before the anchor at n).
   const KeyBands all_context =
@@ -58,27 +69,9 @@ SpeculativeOutput dflash_decode(const FrozenModel& target, const DFlashDraftImpl
                                 const at::Tensor& mask_embedding,
                                 const std::vector<int64_t>& prompt, int64_t draft_tokens,
                                 const DecodeOptions& options) {
-  if (!options.kv_cache)
-    return dflash_decode_uncached(target, draft, mask_embedding, prompt, draft_tokens, options);
-  check(!prompt.empty(), "[eval] empty prompt");
   at::NoGradGuard no_grad;
-  const DFlashProposer proposer(target, draft, mask_embedding, draft_tokens);
-  const int64_t prompt_length = static_cast<int64_t>(prompt.size());
-  CachedTarget cached(target, draft.config().target_layer_ids,
-                      prompt_length + options.max_new_tokens + draft_tokens + 1);
-
-  SpeculativeOutput output;
-  TargetPass pass = cached.run(prompt);
-  int64_t bonus = pass.choices[prompt_length - 1].item<int64_t>();  // the next block's anchor
-  output.tokens.push_back(bonus);
-  // The draft's context of every position the target has run (position-wise, so it grows).
-  at::Tensor context = draft.context(pass.features.to(proposer.dtype()));
-  while (!decode_finished(output.tokens, options)) {
-    const std::vector<int64_t> proposal = proposer.propose(context, bonus);
-    bonus = cached.verify(bonus, proposal, pass, output);
-    context = at::cat({context, draft.context(pass.features.to(proposer.dtype()))}, 1);
-  }
-  return output;
+  DFlashProposer proposer(target, draft, mask_embedding, draft_tokens);
+  return speculative_decode(target, proposer, prompt, options);
 }
 
 }  // namespace tandem

@@ -1,15 +1,16 @@
 #pragma once
-// Speculative decoding with an EAGLE-3 draft and its frozen target (SPEC §6, acceptance length):
-// the draft proposes k tokens, the target scores them in one forward, the longest prefix that
-// equals the target's greedy choices is accepted, plus one bonus token from the target. τ is the
-// mean number of tokens each verifying target forward yields. Greedy verification means the
-// output must equal plain greedy decoding of the target; eval checks it token for token.
+// Speculative decoding with a draft and its frozen target: the draft proposes k tokens, the
+// target scores them in one forward, the longest prefix that equals the target's greedy choices
+// is accepted, plus one bonus token from the target. τ (the acceptance length) is the mean number
+// of tokens each verifying target forward yields. Greedy verification means the output must
+// equal plain greedy decoding of the target; eval checks it token for token. The drafts'
+// proposers: eval/eagle3_decode.h, eval/dflash_decode.h.
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <utility>
 #include <vector>
 
-#include "tandem/models/eagle3.h"
+#include "tandem/eval/draft_proposer.h"
 #include "tandem/models/frozen.h"
 
 namespace tandem {
@@ -20,6 +21,13 @@ struct DecodeOptions {
   // Speculative decoders: false runs the reference decoders of eval/uncached_decode.h (every
   // forward recomputes the whole prefix). generate() always uses its cache.
   bool kv_cache = true;
+
+  /// These options with kv_cache false: the reference decoders.
+  DecodeOptions without_cache() const {
+    DecodeOptions options = *this;
+    options.kv_cache = false;
+    return options;
+  }
 };
 
 struct SpeculativeOutput {
@@ -27,31 +35,14 @@ struct SpeculativeOutput {
   std::vector<int64_t> accepted;  // per verifying forward: draft tokens accepted (0..k)
 };
 
-/// Speculative decoding of `prompt` with `draft_tokens` (k) draft tokens per step. The target
-/// keeps a KV cache (rolled back past the accepted tokens after each verification) and the draft
-/// its step-0 keys and values, so each step runs only the new tokens through either model.
-SpeculativeOutput speculative_decode(const FrozenModel& target, const Eagle3DraftImpl& draft,
-                                     const std::vector<int64_t>& prompt, int64_t draft_tokens,
+/// Speculative decoding of `prompt` with any draft (eval/draft_proposer.h): the draft proposes k
+/// tokens, the target verifies them in one forward over the bonus token and the proposal. The
+/// target keeps a KV cache (rolled back past the accepted tokens after each verification) and
+/// the draft sees only the newly verified tokens, so each step runs only new tokens through
+/// either model. options.kv_cache false runs the uncached reference (eval/uncached_decode.h).
+SpeculativeOutput speculative_decode(const FrozenModel& target, DraftProposer& proposer,
+                                     const std::vector<int64_t>& prompt,
                                      const DecodeOptions& options);
-
-/// The draft's unroll after step 0, shared by the cached and the uncached decoder: from step 0's
-/// output at the last context position, k greedy draft tokens (as target ids), each step's query
-/// at the next position seeing the whole context and the earlier steps' keys.
-class Eagle3Proposer {
- public:
-  Eagle3Proposer(const FrozenModel& target, const Eagle3DraftImpl& draft);
-  /// last (1, 1, H): step 0's output at position n - 1; `state` holds the n context keys.
-  std::vector<int64_t> propose(at::Tensor last, int64_t n, int64_t draft_tokens,
-                               TttState& state) const;
-  const FrozenHead& head() const { return head_; }
-  c10::ScalarType dtype() const { return dtype_; }
-
- private:
-  const Eagle3DraftImpl& draft_;
-  FrozenHead head_;
-  c10::ScalarType dtype_;
-  at::Tensor draft_to_target_;  // (D,) on the host
-};
 
 /// Acceptance statistics over many prompts.
 class AcceptanceStats {

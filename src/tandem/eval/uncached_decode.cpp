@@ -4,7 +4,6 @@
 
 #include "tandem/core/error.h"
 #include "tandem/eval/decode_steps.h"
-#include "tandem/eval/dflash_decode.h"
 
 namespace tandem {
 
@@ -58,59 +57,23 @@ std::vector<int64_t> greedy_decode(const FrozenModel& target, const std::vector<
   return tokens;
 }
 
-SpeculativeOutput speculative_decode_uncached(const FrozenModel& target,
-                                              const Eagle3DraftImpl& draft,
+SpeculativeOutput speculative_decode_uncached(const FrozenModel& target, DraftProposer& proposer,
                                               const std::vector<int64_t>& prompt,
-                                              int64_t draft_tokens, const DecodeOptions& options) {
-  check(!prompt.empty(), "[eval] empty prompt");
-  check(draft_tokens >= 1, "[eval] draft tokens per step must be >= 1");
-  at::NoGradGuard no_grad;
-  const std::vector<int64_t>& aux_layers = draft.config().aux_layer_ids;
-  const Eagle3Proposer proposer(target, draft);
-  const at::Device device = target.device();
-
-  SpeculativeOutput output;
-  std::vector<int64_t> ids = prompt;  // tokens whose target features are known
-  TargetPass pass = run_target(target, ids, 1, aux_layers);
-  int64_t bonus = pass.choices.item<int64_t>();  // the target's next token, not yet verified on
-  output.tokens.push_back(bonus);
-  while (!decode_finished(output.tokens, options)) {
-    // Step 0 over the whole context (position t reads x_{t+1}), then the proposal steps.
-    const int64_t n = static_cast<int64_t>(ids.size());
-    std::vector<int64_t> shifted(ids.begin() + 1, ids.end());
-    shifted.push_back(bonus);
-    TttState state;
-    const at::Tensor out =
-        draft.step(proposer.head().embed(decode_row(shifted, device)).to(proposer.dtype()),
-                   draft.fc->forward(pass.features.narrow(1, 0, n).to(proposer.dtype())),
-                   at::arange(n, at::TensorOptions(at::kLong).device(device)).view({1, n}),
-                   causal_key_bands(AttentionLayout::causal(1, n, device)), state);
-    const std::vector<int64_t> proposal =
-        proposer.propose(out.narrow(1, n - 1, 1), n, draft_tokens, state);
-    bonus = verify_proposal(target, proposal, aux_layers, ids, bonus, pass, output);
-  }
-  return output;
-}
-
-SpeculativeOutput dflash_decode_uncached(const FrozenModel& target, const DFlashDraftImpl& draft,
-                                         const at::Tensor& mask_embedding,
-                                         const std::vector<int64_t>& prompt, int64_t draft_tokens,
-                                         const DecodeOptions& options) {
+                                              const DecodeOptions& options) {
   check(!prompt.empty(), "[eval] empty prompt");
   at::NoGradGuard no_grad;
-  const DFlashProposer proposer(target, draft, mask_embedding, draft_tokens);
-  const std::vector<int64_t>& layers = draft.config().target_layer_ids;
+  const std::vector<int64_t>& layers = proposer.target_layers();
 
   SpeculativeOutput output;
   std::vector<int64_t> ids = prompt;  // tokens whose target features are known
   TargetPass pass = run_target(target, ids, 1, layers);
-  int64_t bonus = pass.choices.item<int64_t>();  // the anchor of the next block
+  int64_t bonus = pass.choices.item<int64_t>();  // the target's next token, not yet run by it
   output.tokens.push_back(bonus);
   while (!decode_finished(output.tokens, options)) {
-    // Context: the target's features of positions 0..n-1, strictly before the anchor at n.
     const int64_t n = static_cast<int64_t>(ids.size());
-    const std::vector<int64_t> proposal =
-        proposer.propose(draft.context(pass.features.narrow(1, 0, n).to(proposer.dtype())), bonus);
+    proposer.reset();
+    proposer.extend(ids, pass.features.narrow(1, 0, n), bonus);
+    const std::vector<int64_t> proposal = proposer.propose(bonus);
     bonus = verify_proposal(target, proposal, layers, ids, bonus, pass, output);
   }
   return output;

@@ -6,9 +6,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "tandem/eval/draft_proposer.h"
 #include "tandem/eval/speculative.h"
-#include "tandem/models/dflash.h"
-#include "tandem/models/eagle3.h"
 #include "tandem/models/frozen.h"
 
 namespace tandem {
@@ -18,16 +17,10 @@ namespace tandem {
 std::vector<int64_t> greedy_decode(const FrozenModel& target, const std::vector<int64_t>& prompt,
                                    const DecodeOptions& options);
 
-/// speculative_decode (eval/speculative.h) without a cache.
-SpeculativeOutput speculative_decode_uncached(const FrozenModel& target,
-                                              const Eagle3DraftImpl& draft,
+/// speculative_decode (eval/speculative.h) without a cache: every step the target runs the whole
+/// sequence and the draft re-reads the whole context from scratch (reset, then one extend).
+SpeculativeOutput speculative_decode_uncached(const FrozenModel& target, DraftProposer& proposer,
                                               const std::vector<int64_t>& prompt,
-                                              int64_t draft_tokens, const DecodeOptions& options);
-
-/// dflash_decode (eval/dflash_decode.h) without a cache.
-SpeculativeOutput dflash_decode_uncached(const FrozenModel& target, const DFlashDraftImpl& draft,
-                                         const at::Tensor& mask_embedding,
-                                         const std::vector<int64_t>& prompt, int64_t draft_tokens,
-                                         const DecodeOptions& options);
+                                              const DecodeOptions& options);
 
 }  // namespace tandem
