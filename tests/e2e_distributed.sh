@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Distributed training with real processes on 127.0.0.1 (c10d TCPStore + Gloo), through the
-# binary, against the one-process run of the same config (SPEC §7). distributed.mode: ddp:
+# binary, against the one-process run of the same config (docs/distributed.md). distributed.mode: ddp:
 #  - SFT launched by torchrun, EAGLE-3 by Slurm-style variables: per-step losses within 1e-5
 #    (relative) and final weights within 1e-6 of the single process; the exports byte for byte;
 #  - rank-0 loading: rank 0's log names each weight file it opened, rank 1's says it received

@@ -2,7 +2,7 @@
 # Mixture-of-experts models end to end through the binary, on the tiny fixtures of
 # tools/make_model_fixtures.py (real processes on 127.0.0.1 for the sharded runs):
 #  1. The seed scenario at small scale: DFlash against the MiniMax-M2-layout target, whose
-#     tokenizer has no mask token (a row is grown, the last resort of SPEC §4), sharded over 2 ranks
+#     tokenizer has no mask token (a row is grown, the last resort of the mask-token rules in docs/dflash.md), sharded over 2 ranks
 #     (distributed.mode: shard): rank 1 opens no weight file; the frozen weights' checksums agree
 #     on both ranks and with one process (distributed.check_frozen_weights); the draft (alone) is
 #     exported at every checkpoint, and the export left by a run killed with SIGKILL is the

@@ -107,3 +107,34 @@ TEST(Config, DuplicateAndComplexKeysAndDeepNestingNameTheFileAndLine) {
   EXPECT_NE(override_key.find("override 'training.x={? [1]: 2}'"), std::string::npos)
       << override_key;
 }
+
+// YAML aliases share one node, so a few hundred bytes can name a billion nodes (nine levels of
+// ten aliases each): such a file or override is refused from one pass over its text, naming it,
+// before anything walks the tree; a few aliases stay fine.
+TEST(Config, AliasesThatExpandPastTheNodeLimitAreRefusedNamingTheFile) {
+  std::vector<std::string> levels = {"a: &a [x, x, x, x, x, x, x, x, x, x]"};
+  for (char level = 'b'; level <= 'i'; ++level) {
+    std::string line = std::string(1, level) + ": &" + level + " [";
+    for (int i = 0; i < 10; ++i) line += std::string(i ? ", *" : "*") + char(level - 1);
+    levels.push_back(line + "]");
+  }
+  std::string file, flow;
+  for (const std::string& level : levels) {
+    file += level + "\n";
+    flow += (flow.empty() ? "{" : ", ") + level;
+  }
+  const std::string message = error_of([&] { Config::parse(file, "aliases.yaml"); });
+  EXPECT_NE(
+      message.find("aliases.yaml: more than 1000000 nodes once its YAML aliases are expanded"),
+      std::string::npos)
+      << message;
+  const std::string in_override =
+      error_of([&] { Config::parse(kRun, "run.yaml", {"training.x=" + flow + "}"}); });
+  EXPECT_NE(in_override.find("override 'training.x={a: &a"), std::string::npos) << in_override;
+  EXPECT_NE(in_override.find("more than 1000000 nodes"), std::string::npos) << in_override;
+
+  const Config shared = Config::parse("training: {lr: &lr 3.0e-4}\noptimizer: {eps: *lr}\n",
+                                      "shared.yaml", {"model.layers=[&l [1, 2], *l]"});
+  EXPECT_DOUBLE_EQ(shared.section("optimizer").get_double("eps"), 3e-4);
+  EXPECT_DOUBLE_EQ(shared.section("training").get_double("lr"), 3e-4);
+}

@@ -1,9 +1,9 @@
-// DFlash (SPEC §6) against an independent PyTorch implementation (tools/make_dflash_fixtures.py:
-// dense [context | blocks] mask, float64 cross-checks): target features, block inputs, the mask,
-// labels, draft logits, loss, per-slot accuracy and every gradient, for block sizes 4 and 8; the
-// two published bugs; the factored attention against a dense masked one; anchor sampling; mask
-// token resolution; offline from a capture equals online; a short training run against the frozen
-// fixture target.
+// DFlash (docs/dflash.md) against an independent PyTorch implementation
+// (tools/make_dflash_fixtures.py: dense [context | blocks] mask, float64 cross-checks): target
+// features, block inputs, the mask, labels, draft logits, loss, per-slot accuracy and every
+// gradient, for block sizes 4 and 8; the two published bugs; the factored attention against a dense
+// masked one; anchor sampling; mask token resolution; offline from a capture equals online; a short
+// training run against the frozen fixture target.
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
@@ -28,6 +28,7 @@
 #include "tandem/text/byte_level.h"
 #include "tandem/train/optimizer.h"
 #include "tandem/train/training_data.h"
+#include "tandem/train/training_options.h"
 #include "test_util.h"
 
 namespace {
@@ -702,7 +703,10 @@ TEST(DFlashObjective, ConfigKeysMaskTokenAndMetrics) {
           "draft: {num_layers: 2, block_size: 8, intermediate_size: 64, mask_token_id: 511}\n"
           "loss: {max_anchors: 16}\ntraining: {objective: dflash, seed: 3}\n",
       "run.yaml");
-  const tandem::DFlashOptions options = tandem::dflash_options(config);
+  // training.seed is read once, into the run context (train/training_options.h).
+  const tandem::RunContext run =
+      tandem::read_run_context(config, tandem::dist::LaunchEnv{}, /*dry_run=*/true);
+  const tandem::DFlashOptions options = tandem::dflash_options(config, run);
   EXPECT_EQ(options.block_size, 8);
   EXPECT_DOUBLE_EQ(options.gamma, 4.0);
   EXPECT_EQ(options.max_anchors, 16);

@@ -1,6 +1,6 @@
-// The DFlash export (SPEC §6, z-lab DFlashDraftModel format read by SGLang and vLLM): exactly the
-// keys, shapes and config fields the engines read, a round trip that rebuilds the same draft,
-// the grown-mask-token files, atomic replacement, and errors that name the file.
+// The DFlash export (docs/dflash.md, z-lab DFlashDraftModel format read by SGLang and vLLM):
+// exactly the keys, shapes and config fields the engines read, a round trip that rebuilds the same
+// draft, the grown-mask-token files, atomic replacement, and errors that name the file.
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 

@@ -177,8 +177,8 @@ TEST(PolicyLoss, GrpoAndGspoMatchPyTorchInValueMetricsAndGradient) {
   EXPECT_LT(ref.at("grpo.metrics.clipped_fraction").item<double>(), 1.0);
 }
 
-// SPEC §3: the projection runs with hidden and weight upcast to fp32; the stored bf16 weight's
-// gradient is the fp32 gradient rounded once.
+// The fp32 head (docs/training.md): the projection runs with hidden and weight upcast to fp32; the
+// stored bf16 weight's gradient is the fp32 gradient rounded once.
 TEST(Fp32Head, LogprobsEqualTheFp32ComputationAndBf16GradientsAreRoundedOnce) {
   const auto ref = fixture_tensors("tests/fixtures/losses/fp32_head.safetensors");
   ASSERT_EQ(ref.at("hidden").scalar_type(), at::kBFloat16);

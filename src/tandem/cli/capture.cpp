@@ -7,6 +7,7 @@
 
 #include "tandem/cli/commands.h"
 #include "tandem/core/config.h"
+#include "tandem/core/config_schema.h"
 #include "tandem/core/dtype.h"
 #include "tandem/core/error.h"
 #include "tandem/core/hash.h"
@@ -44,9 +45,9 @@ Runner add_capture_command(CLI::App& root) {
   return [options]() {
     const Config config = Config::load(options->config_path, options->overrides);
     const at::Device device = device_from_option(options->device);
-    const Config training = config.section("training");
-    const std::string objective = training.get_string("objective", "sft");
-    const ObjectiveDescription& described = find_objective(objective, training.where("objective"));
+    const std::string objective = keys::training::objective.read(config);
+    const ObjectiveDescription& described =
+        find_objective(objective, keys::training::objective.where(config));
     check(bool(described.capture), "[capture] ", options->config_path, ": training.objective is '",
           objective, "'; capture serves ",
           objective_names([](const auto& d) { return bool(d.capture); }));

@@ -21,6 +21,7 @@ Runner add_capture_command(CLI::App& root);
 Runner add_reference_logprobs_command(CLI::App& root);
 Runner add_rollout_command(CLI::App& root);
 Runner add_regenerate_command(CLI::App& root);
+Runner add_config_keys_command(CLI::App& root);
 
 /// Comma-separated integers ("1,2,3"); `what` names the option in errors.
 std::vector<int64_t> parse_int_list(const std::string& text, const std::string& what);

@@ -27,6 +27,7 @@ int main(int argc, char** argv) {
   runners["reference-logprobs"] = tandem::cli::add_reference_logprobs_command(root);
   runners["rollout"] = tandem::cli::add_rollout_command(root);
   runners["regenerate"] = tandem::cli::add_regenerate_command(root);
+  runners["config-keys"] = tandem::cli::add_config_keys_command(root);
 
   try {
     root.parse(argc, argv);

@@ -16,6 +16,7 @@
 
 #include "tandem/cli/commands.h"
 #include "tandem/core/config.h"
+#include "tandem/core/config_schema.h"
 #include "tandem/core/dtype.h"
 #include "tandem/core/error.h"
 #include "tandem/core/file_io.h"
@@ -40,16 +41,25 @@ struct RegenerateOptions {
 void fill_from_config(RegenerateOptions& o) {
   if (o.config.empty()) return;
   const Config config = Config::load(o.config);
-  const std::string target_key = config.has("target.path") ? "target" : "model";
-  auto fill = [](std::string& value, const Config& section, const std::string& key) {
-    if (value.empty() && section.has(key)) value = section.get_string(key);
+  auto fill = [](std::string& value, const std::optional<std::string>& found) {
+    if (value.empty() && found) value = *found;
   };
-  fill(o.target, config.section(target_key), "path");
-  fill(o.dtype, config.section(target_key), "dtype");
-  fill(o.data, config.section("data"), "path");
-  fill(o.tokenizer, config.section("data"), "tokenizer");
-  fill(o.chat_template, config.section("data"), "chat_template");
-  fill(o.on_error, config.section("data"), "on_error");
+  auto dtype_name = [](const std::optional<c10::ScalarType>& dtype) {
+    return dtype ? std::optional<std::string>(compute_dtype_name(*dtype)) : std::nullopt;
+  };
+  // A draft's config names its target; a policy's or a student's, its model.
+  if (keys::target::path.find(config)) {
+    fill(o.target, keys::target::path.find(config));
+    fill(o.dtype, dtype_name(keys::target::dtype.find(config)));
+  } else {
+    fill(o.target, keys::model::path.find(config));
+    fill(o.dtype, dtype_name(keys::model::dtype.find(config)));
+  }
+  fill(o.data, keys::data::path.find(config));
+  fill(o.tokenizer, keys::data::tokenizer.find(config));
+  fill(o.chat_template, keys::data::chat_template.find(config));
+  const std::optional<OnError> on_error = keys::data::on_error.find(config);
+  fill(o.on_error, on_error ? std::optional<std::string>(on_error_name(*on_error)) : std::nullopt);
 }
 
 std::string duration(double seconds) {
@@ -129,21 +139,22 @@ Runner add_regenerate_command(CLI::App& root) {
     const Regenerator regenerator(model, tokenizer, chat_template, options);
 
     // What generated the output: a rerun must match it to resume (on_error may change).
-    nlohmann::json settings = {{"command", "tandem regenerate"},
-                               {"target", o->target},
-                               {"data", o->data},
-                               {"tokenizer", o->tokenizer},
-                               {"chat_template", o->chat_template},
-                               {"dtype", o->dtype},
-                               {"max_new_tokens", o->max_new_tokens},
-                               {"max_length", regenerator.max_length()},
-                               {"stop_ids", regenerator.stop_ids()},
-                               {"temperature", o->temperature},
-                               {"top_k", o->top_k},
-                               {"top_p", o->top_p},
-                               {"seed", o->seed},
-                               {"batch_size", o->batch_size},
-                               {"limit", o->limit}};
+    nlohmann::json settings = {
+        {"command", "tandem regenerate"},
+        {"target", o->target},
+        {"data", o->data},
+        {"tokenizer", o->tokenizer},
+        {"chat_template", o->chat_template},
+        {"dtype", compute_dtype_name(dtype)},  // one spelling: bf16, not bfloat16
+        {"max_new_tokens", o->max_new_tokens},
+        {"max_length", regenerator.max_length()},
+        {"stop_ids", regenerator.stop_ids()},
+        {"temperature", o->temperature},
+        {"top_k", o->top_k},
+        {"top_p", o->top_p},
+        {"seed", o->seed},
+        {"batch_size", o->batch_size},
+        {"limit", o->limit}};
     const std::string settings_path = o->out + ".settings.json";
     const std::filesystem::path out_dir = std::filesystem::path(o->out).parent_path();
     if (!out_dir.empty()) std::filesystem::create_directories(out_dir);

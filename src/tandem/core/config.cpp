@@ -1,7 +1,9 @@
 #include "tandem/core/config.h"
 
+#include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <charconv>
 #include <fstream>
 #include <map>
@@ -17,6 +19,7 @@ struct Config::State {
   YAML::Node root;
   YAML::Node resolved = YAML::Node(YAML::NodeType::Map);
   std::set<std::string> used;  // dotted keys read (leaves) or opened (sections)
+  std::set<std::string> read;  // dotted keys read through the typed getters
 };
 
 namespace {
@@ -87,6 +90,70 @@ std::string line_of(const YAML::Node& node) {
   return mark.line >= 0 ? ":" + std::to_string(mark.line + 1) : std::string();
 }
 
+// YAML aliases share one node, so a file of a few lines can name a tree of billions of nodes
+// (a: &a [x, x, ...], b: &b [*a, *a, ...], ...), and every walk below (check_tree, the
+// unknown-key check) would visit each of them. The parser's events give the expanded size in
+// one pass over the text: an anchored node's size is kept, and an alias adds it without walking.
+class ExpandedSize : public YAML::EventHandler {
+ public:
+  uint64_t total() const { return total_; }
+
+  void OnDocumentStart(const YAML::Mark&) override {}
+  void OnDocumentEnd() override {}
+  void OnNull(const YAML::Mark&, YAML::anchor_t anchor) override { add(1, anchor); }
+  void OnAlias(const YAML::Mark&, YAML::anchor_t anchor) override {
+    const auto found = anchored_.find(anchor);  // absent: an alias inside its own anchor
+    add(found == anchored_.end() ? 1 : found->second, YAML::NullAnchor);
+  }
+  void OnScalar(const YAML::Mark&, const std::string&, YAML::anchor_t anchor,
+                const std::string&) override {
+    add(1, anchor);
+  }
+  void OnSequenceStart(const YAML::Mark&, const std::string&, YAML::anchor_t anchor,
+                       YAML::EmitterStyle::value) override {
+    open_.push_back({1, anchor});
+  }
+  void OnSequenceEnd() override { close(); }
+  void OnMapStart(const YAML::Mark&, const std::string&, YAML::anchor_t anchor,
+                  YAML::EmitterStyle::value) override {
+    open_.push_back({1, anchor});
+  }
+  void OnMapEnd() override { close(); }
+
+ private:
+  // Sizes saturate far above any limit, so no sum overflows.
+  static constexpr uint64_t kSaturated = uint64_t{1} << 62;
+
+  void add(uint64_t size, YAML::anchor_t anchor) {
+    if (anchor != YAML::NullAnchor) anchored_[anchor] = size;
+    uint64_t& into = open_.empty() ? total_ : open_.back().first;
+    into = std::min(kSaturated, into + size);
+  }
+  void close() {
+    const auto [size, anchor] = open_.back();
+    open_.pop_back();
+    add(size, anchor);
+  }
+
+  std::vector<std::pair<uint64_t, YAML::anchor_t>> open_;  // open collections: size so far
+  std::map<YAML::anchor_t, uint64_t> anchored_;
+  uint64_t total_ = 0;
+};
+
+// The first document of `text`, refused (naming `source`) when its aliases expand to more than
+// kMaxConfigNodes nodes. Throws YAML::Exception on invalid YAML.
+YAML::Node load_bounded(const std::string& text, const std::string& source) {
+  std::istringstream stream(text);
+  YAML::Parser parser(stream);
+  ExpandedSize size;
+  parser.HandleNextDocument(size);
+  check(size.total() <= static_cast<uint64_t>(kMaxConfigNodes), "[config] ", source, ": more than ",
+        kMaxConfigNodes,
+        " nodes once its YAML aliases are expanded (aliases of aliases?); a run config is a few "
+        "sections of plain keys");
+  return YAML::Load(text);
+}
+
 void check_tree(const YAML::Node& node, const std::string& source, const std::string& path,
                 int depth) {
   check(depth <= kMaxConfigDepth, "[config] ", source, line_of(node), ": '", path,
@@ -122,7 +189,7 @@ Config Config::parse(const std::string& yaml, const std::string& source,
   auto state = std::make_shared<State>();
   state->source = source;
   try {
-    state->root = YAML::Load(yaml);
+    state->root = load_bounded(yaml, source);
   } catch (const YAML::Exception& e) {
     throw Error("[config] ", source, ": invalid YAML: ", e.what());
   }
@@ -137,7 +204,7 @@ Config Config::parse(const std::string& yaml, const std::string& source,
     const std::string key = item.substr(0, equals);
     YAML::Node value;
     try {
-      value = YAML::Load(item.substr(equals + 1));
+      value = load_bounded(item.substr(equals + 1), "override '" + item + "'");
     } catch (const YAML::Exception& e) {
       throw Error("[config] override '", item, "': invalid value: ", e.what());
     }
@@ -163,6 +230,8 @@ bool Config::has(const std::string& key) const {
   const YAML::Node node = find(state_->root, join(prefix_, key));
   return node.IsDefined() && !node.IsNull();
 }
+
+Config Config::root() const { return Config(state_, ""); }
 
 Config Config::section(const std::string& key) const {
   const std::string path = join(prefix_, key);
@@ -192,6 +261,7 @@ T read_value(Config::State& state, const std::string& path, std::optional<T> fal
              const char* type_name, const std::string& where) {
   const YAML::Node node = find(state.root, path);
   state.used.insert(path);
+  state.read.insert(path);
   T value;
   if (!node.IsDefined() || node.IsNull()) {
     check(fallback.has_value(), "[config] ", where, ": required ", type_name, " is missing");
@@ -247,16 +317,24 @@ void Config::check_all_used() const {
     if (!state_->used.count(leaf)) unknown.push_back(leaf);
   }
   if (unknown.empty()) return;
+  constexpr size_t kListed = 50;  // a hostile file may hold a million
   std::string listed;
-  for (const std::string& key : unknown) listed += (listed.empty() ? "" : ", ") + key;
+  for (size_t i = 0; i < std::min(unknown.size(), kListed); ++i)
+    listed += (listed.empty() ? "" : ", ") + unknown[i];
+  if (unknown.size() > kListed)
+    listed += " and " + std::to_string(unknown.size() - kListed) + " more";
   throw Error("[config] ", state_->source, ": unknown key", unknown.size() > 1 ? "s " : " ", listed,
-              " (check the spelling; `tandem train --help` lists the sections)");
+              " (check the spelling; `tandem config-keys` lists every key)");
 }
 
 std::string Config::resolved_yaml() const {
   YAML::Emitter out;
   out << state_->resolved;
   return out.c_str();
+}
+
+std::vector<std::string> Config::keys_read() const {
+  return {state_->read.begin(), state_->read.end()};
 }
 
 }  // namespace tandem

@@ -2,7 +2,12 @@
 // Run configuration: a YAML file plus dotted command-line overrides (`training.lr=3e-4`).
 // Every key must be read by some component: after set-up, `check_all_used()` reports any key
 // nobody asked for as unknown (a typo never silently falls back to a default). Values read
-// (defaults included) form the resolved config that checkpoints store.
+// (defaults included) form the resolved config that checkpoints store. Components read their
+// keys through the declarations of core/config_schema.h, which hold each key's type, default
+// and range; the typed getters below are what those declarations call.
+//
+// Reading is linear in the file's size: a file (or override) whose YAML aliases expand to more
+// than kMaxConfigNodes nodes is refused before anything walks it.
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -10,6 +15,9 @@
 #include <vector>
 
 namespace tandem {
+
+/// Nodes a config may hold once its aliases are expanded (a real run config has a few hundred).
+inline constexpr int64_t kMaxConfigNodes = 1000000;
 
 class Config {
  public:
@@ -21,6 +29,8 @@ class Config {
 
   /// The sub-tree at `key` (an empty map when absent). Reads through it count as reads here.
   Config section(const std::string& key) const;
+  /// The whole config (this one when it is the root), sharing what was read.
+  Config root() const;
   bool has(const std::string& key) const;
 
   int64_t get_int(const std::string& key, std::optional<int64_t> fallback = std::nullopt) const;
@@ -38,6 +48,8 @@ class Config {
   void check_all_used() const;
   /// The values read so far (defaults included) as YAML text.
   std::string resolved_yaml() const;
+  /// The dotted keys read so far through the typed getters (sorted; sections not included).
+  std::vector<std::string> keys_read() const;
   /// "file.yaml: training.lr" style location of `key`, for error messages.
   std::string where(const std::string& key) const;
 

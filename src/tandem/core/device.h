@@ -1,5 +1,5 @@
 #pragma once
-// Which device a run computes on, decided once (SPEC §6b): `training.device` or a subcommand's
+// Which device a run computes on, decided once (docs/gpu.md): `training.device` or a subcommand's
 // `--device` = auto | cpu | cuda | cuda:N. auto is CUDA when this libtorch can reach a GPU, else
 // the CPU; under torchrun/Slurm a plain "cuda" (or auto) means cuda:LOCAL_RANK. Everything here
 // goes through ATen's device-generic hooks, so this file needs no CUDA headers and the same

@@ -24,4 +24,10 @@ std::string compute_dtype_name(c10::ScalarType dtype) {
   }
 }
 
+std::string hf_dtype_name(c10::ScalarType dtype) {
+  return dtype == c10::ScalarType::BFloat16 ? "bfloat16"
+         : dtype == c10::ScalarType::Half   ? "float16"
+                                            : "float32";
+}
+
 }  // namespace tandem

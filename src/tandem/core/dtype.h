@@ -13,4 +13,7 @@ c10::ScalarType parse_compute_dtype(const std::string& name, const std::string& 
 /// The short name ("fp32", "bf16", "fp16") of a floating compute dtype.
 std::string compute_dtype_name(c10::ScalarType dtype);
 
+/// The name a config.json's `torch_dtype` gives it: "bfloat16", "float16", else "float32".
+std::string hf_dtype_name(c10::ScalarType dtype);
+
 }  // namespace tandem

@@ -1,5 +1,5 @@
 #pragma once
-// fp32 gradient sums for low-precision trainable weights (SPEC §5, mixed precision). Autograd
+// fp32 gradient sums for low-precision trainable weights (docs/gpu.md, mixed precision). Autograd
 // sums the gradients of every use of a weight in the weight's own dtype: a bf16 weight used
 // seven times in one micro-batch (EAGLE-3's test-time-training unroll reuses the whole draft;
 // DFlash projects keys and values twice) gets seven bf16 roundings of a running sum before any

@@ -6,6 +6,8 @@
 // split each weight as it arrives when `shard_on_load` is set (sharded training).
 #include <c10/core/Device.h>
 
+#include <cstdint>
+
 #include "tandem/models/attention_options.h"
 
 namespace tandem {
@@ -16,6 +18,7 @@ class ParameterShards;      // dist/sharding.h
 struct RunContext {
   c10::Device device{c10::kCPU};  // where the run computes (and what dtype defaults follow)
   bool deterministic = false;     // training.deterministic: deterministic kernels (core/device.h)
+  uint64_t seed = 0;  // training.seed: sampler order, fresh-model initialisation, DFlash anchors
   // `tandem train --dry-run`: models are built on the meta device (shapes and dtypes, no memory)
   // and checked against the checkpoints' headers; no weight is read.
   bool dry_run = false;

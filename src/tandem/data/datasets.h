@@ -1,5 +1,5 @@
 #pragma once
-// The JSONL dataset formats (SPEC §4), streamed one line at a time:
+// The JSONL dataset formats (docs/data.md), streamed one line at a time:
 //
 //   conversations  {"id": ..., "conversations": [{"role": "system|user|assistant",
 //                  "content": "..."}, ...]}; also "messages" for the list, and ShareGPT's

@@ -1,5 +1,5 @@
 #pragma once
-// The DFlash mask token (SPEC §4): the id that fills the block_size-1 positions after each
+// The DFlash mask token (docs/dflash.md): the id that fills the block_size-1 positions after each
 // anchor. Resolution order, first match wins:
 //   1. Config    — an explicit `mask_token_id`, validated 0 <= id < target vocab_size.
 //   2. Tokenizer — the tokenizer's own mask token: `declared_mask_token` (tokenizer_config's
@@ -14,7 +14,8 @@
 //                  still reserved is unused in that release.
 //   4. PaddingRow — the target's embedding has rows past the tokenizer (vocab_size > tokenizer
 //                  size, e.g. Qwen2.5: 151936 rows for 151665 ids): id = tokenizer size, the
-//                  first padding row; `<|MASK|>` must be added to the tokenizer at that id.
+//                  first padding row, named `<|MASK|>` (the name the export's dflash_config
+//                  records; the tokenizer files are copied unchanged).
 //   5. Grown     — none of the above: `<|MASK|>` gets id = vocab_size and the embedding one new
 //                  row (grow_embedding). Last resort: serving engines want the id < vocab_size.
 // Growth never touches the frozen target: grow_embedding returns a new (V+1, H) tensor whose

@@ -1,5 +1,5 @@
 #pragma once
-// The EAGLE-3 draft vocabulary (SPEC §6): the `draft_vocab_size` target ids seen most often
+// The EAGLE-3 draft vocabulary (docs/eagle3.md): the `draft_vocab_size` target ids seen most often
 // among loss-masked training tokens, ascending, as the two tensors engines load:
 //   d2t (D,) int64 offsets: target id = i + d2t[i]
 //   t2d (V,) bool: whether target id t is in the draft vocabulary

@@ -1,7 +1,7 @@
 #pragma once
-// Sharded parameters (SPEC §7, distributed.mode: shard or hybrid; ZeRO-3 / FSDP). A sharded
-// tensor keeps its identity (the module still lists it, with its full shape and HF name), but
-// its storage is empty except while it is in use: each rank of the shard group holds only a
+// Sharded parameters (docs/distributed.md, distributed.mode: shard or hybrid; ZeRO-3 / FSDP). A
+// sharded tensor keeps its identity (the module still lists it, with its full shape and HF name),
+// but its storage is empty except while it is in use: each rank of the shard group holds only a
 // flat slice of it (`shard`, padded so that every rank's slice has the same length), and the
 // full values are all-gathered right before a computation reads them and freed right after.
 //

@@ -12,12 +12,13 @@
 
 namespace tandem {
 
-/// How the ranks of a multi-process run share checkpoint reads (SPEC §7, rank-0 loading). The
-/// rank that `reads_files()` opens the weight files; it sends each checkpoint's header (names,
-/// stored dtypes, shapes; or the error opening it raised) and then each tensor it reads to the
-/// others, which open no weight file and receive into tensors allocated from that header, so
-/// every rank agrees on dtypes and shapes before any tensor moves. Every rank must open the same
-/// checkpoints and read the same tensors in the same order (the loaders are deterministic).
+/// How the ranks of a multi-process run share checkpoint reads (docs/distributed.md, rank-0
+/// loading). The rank that `reads_files()` opens the weight files; it sends each checkpoint's
+/// header (names, stored dtypes, shapes; or the error opening it raised) and then each tensor it
+/// reads to the others, which open no weight file and receive into tensors allocated from that
+/// header, so every rank agrees on dtypes and shapes before any tensor moves. Every rank must open
+/// the same checkpoints and read the same tensors in the same order (the loaders are
+/// deterministic).
 class CheckpointBroadcast {
  public:
   virtual ~CheckpointBroadcast() = default;

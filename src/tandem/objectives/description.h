@@ -14,11 +14,13 @@
 #include <vector>
 
 #include "tandem/core/run_context.h"
+#include "tandem/eval/draft_proposer.h"
 #include "tandem/eval/speculative.h"
 
 namespace tandem {
 
 class Config;
+class KeyGroup;
 class Objective;
 class FrozenModel;
 
@@ -41,8 +43,12 @@ class DraftDecoder {
   virtual int64_t default_draft_tokens() const = 0;
   /// Errors naming the export when it was trained for another target (vocab, widths, layers).
   virtual void check_target(const FrozenModel& target, const std::string& target_dir) const = 0;
-  virtual SpeculativeOutput decode(const FrozenModel& target, const std::vector<int64_t>& prompt,
-                                   int64_t draft_tokens, const DecodeOptions& options) const = 0;
+  /// Its proposer (eval/draft_proposer.h) against `target`, `draft_tokens` tokens per step.
+  virtual std::unique_ptr<DraftProposer> proposer(const FrozenModel& target,
+                                                  int64_t draft_tokens) const = 0;
+  /// Speculative decoding of `prompt` with that proposer (eval/speculative.h).
+  SpeculativeOutput decode(const FrozenModel& target, const std::vector<int64_t>& prompt,
+                           int64_t draft_tokens, const DecodeOptions& options) const;
 
  protected:
   /// Errors naming `draft_dir` unless the draft's vocabulary and the hidden width it reads are
@@ -55,7 +61,9 @@ class DraftDecoder {
 struct ObjectiveDescription {
   std::string name;     // training.objective
   std::string summary;  // one line: what it trains against what
-  std::string keys;     // its own config sections and keys, for `tandem train --help`
+  // The config keys it reads beyond every objective's (core/config_schema.h): `tandem train
+  // --help`, `tandem config-keys` and docs/training.md list them.
+  std::vector<const KeyGroup*> keys;
   /// Builds it from a config, placed and loaded as `run` says.
   std::function<std::unique_ptr<Objective>(const Config&, const RunContext&)> make;
   /// Offline training (`tandem capture`): what to store. Unset: the objective has no capture.

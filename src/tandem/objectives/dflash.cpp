@@ -8,6 +8,7 @@
 #include <iostream>
 
 #include "tandem/core/config.h"
+#include "tandem/core/config_schema.h"
 #include "tandem/core/device.h"
 #include "tandem/core/dtype.h"
 #include "tandem/core/error.h"
@@ -17,6 +18,7 @@
 #include "tandem/io/hf_checkpoint.h"
 #include "tandem/models/flops.h"
 #include "tandem/objectives/dflash_export.h"
+#include "tandem/objectives/dflash_mask_token.h"
 #include "tandem/objectives/distill.h"
 #include "tandem/objectives/sft.h"
 #include "tandem/objectives/vocab_head.h"
@@ -25,59 +27,6 @@
 namespace tandem {
 
 namespace {
-
-// SplitMix64 (Steele, Lea, Flood): a small, fully specified generator, so anchor draws are the
-// same on every platform and library version.
-uint64_t splitmix64(uint64_t& state) {
-  uint64_t z = (state += 0x9E3779B97F4A7C15ULL);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-  return z ^ (z >> 31);
-}
-
-// `count` of `candidates` drawn without replacement (partial Fisher-Yates), ascending.
-std::vector<int64_t> draw_sorted(std::vector<int64_t> candidates, int64_t count, uint64_t seed) {
-  const int64_t total = static_cast<int64_t>(candidates.size());
-  if (count < total) {
-    uint64_t state = seed;
-    for (int64_t i = 0; i < count; ++i) {
-      const int64_t j =
-          i + static_cast<int64_t>(splitmix64(state) % static_cast<uint64_t>(total - i));
-      std::swap(candidates[i], candidates[j]);
-    }
-    candidates.resize(count);
-  }
-  std::sort(candidates.begin(), candidates.end());
-  return candidates;
-}
-
-// The tokenizer facts mask-token resolution needs, from `dir`/tokenizer.json and, when present,
-// the `mask_token` its tokenizer_config.json declares (a string or {"content": ...}).
-TokenizerVocab read_tokenizer_vocab(const std::string& dir) {
-  TokenizerVocab vocab = tokenizer_vocab(Tokenizer::from_dir(dir));
-  const std::string config_path = dir + "/tokenizer_config.json";
-  if (std::filesystem::exists(config_path)) {
-    const nlohmann::json config = read_json_file(config_path, "dflash");
-    if (config.contains("mask_token") && !config["mask_token"].is_null()) {
-      const nlohmann::json& mask = config["mask_token"];
-      vocab.declared_mask_token =
-          mask.is_string() ? mask.get<std::string>() : mask.at("content").get<std::string>();
-    }
-  }
-  return vocab;
-}
-
-MaskTokenChoice resolve_dflash_mask_token(const DFlashOptions& options, int64_t vocab_size) {
-  if (options.mask_token_id) return resolve_mask_token(options.mask_token_id, vocab_size, {});
-  std::string dir = options.tokenizer_dir;
-  if (dir.empty() && std::filesystem::exists(options.target_path + "/tokenizer.json"))
-    dir = options.target_path;
-  check(!dir.empty(),
-        "[dflash] no mask token: set draft.mask_token_id, or data.tokenizer so one "
-        "can be chosen from the tokenizer (",
-        options.target_path, " has no tokenizer.json)");
-  return resolve_mask_token(std::nullopt, vocab_size, read_tokenizer_vocab(dir));
-}
 
 // Argmax of hidden (N, H) @ head (V, H)^T, `chunk` rows at a time: never (N, V) logits. (N,)
 at::Tensor chunked_argmax(const at::Tensor& hidden, const at::Tensor& head,
@@ -109,47 +58,35 @@ std::vector<int64_t> to_vector(const at::Tensor& tensor) {
 DFlashOptions dflash_options(const Config& config, const RunContext& run) {
   DFlashOptions options;
   options.run = run;
-  const Config target = config.section("target");
-  options.target_path = target.get_string("path");
-  options.target_dtype = parse_compute_dtype(
-      target.get_string("dtype", frozen_dtype_default(run.device)), target.where("dtype"));
-  const Config draft = config.section("draft");
-  options.draft_dtype =
-      parse_compute_dtype(draft.get_string("dtype", "fp32"), draft.where("dtype"));
-  options.dims.num_layers = draft.get_int("num_layers", 5);
-  check(options.dims.num_layers >= 1, "[dflash] ", draft.where("num_layers"), ": must be >= 1");
-  options.dims.intermediate_size = draft.get_int("intermediate_size", 0);
-  options.dims.num_attention_heads = draft.get_int("num_attention_heads", 0);
-  options.dims.num_key_value_heads = draft.get_int("num_key_value_heads", 0);
-  options.dims.head_dim = draft.get_int("head_dim", 0);
-  options.target_layer_ids = draft.get_int_list("target_layer_ids", std::vector<int64_t>{});
-  options.block_size = draft.get_int("block_size", 16);
-  check(options.block_size >= 2, "[dflash] ", draft.where("block_size"), ": must be >= 2");
-  if (draft.has("mask_token_id")) options.mask_token_id = draft.get_int("mask_token_id");
-  if (draft.has("rope_theta")) options.rope_theta = draft.get_double("rope_theta");
-  options.init_std = draft.get_double("init_std", 0.02);
-  const Config data = config.section("data");
-  options.tokenizer_dir = data.get_string("tokenizer", "");
-  options.capture_dir = data.get_string("capture", "");
-  options.seed = static_cast<uint64_t>(config.section("training").get_int("seed", 0));
-  const Config loss = config.section("loss");
-  options.gamma = loss.get_double("gamma", dflash_default_gamma(options.block_size));
-  check(std::isfinite(options.gamma) && options.gamma > 0, "[dflash] ", loss.where("gamma"),
-        ": must be a finite number > 0, got ", options.gamma);
-  options.max_anchors = loss.get_int("max_anchors", 512);
-  check(options.max_anchors >= 1 && options.max_anchors <= (int64_t{1} << 20), "[dflash] ",
-        loss.where("max_anchors"), ": must be in 1..1048576, got ", options.max_anchors);
-  options.loss.chunk_tokens = read_chunk_tokens(loss, "dflash");
-  options.loss.fp32_head = loss.get_bool("fp32_lm_head", false);
-  options.teacher = loss.get_choice("teacher", {"labels", "target"}, "labels") == "target"
-                        ? DFlashTeacher::Target
-                        : DFlashTeacher::Labels;
+  options.target_path = keys::target::path.read(config);
+  options.target_dtype = keys::target::dtype.read(config, keys::frozen_dtype(run.device));
+  options.draft_dtype = keys::draft::dtype.read(config);
+  options.dims.num_layers = keys::dflash_draft::num_layers.read(config);
+  options.dims.intermediate_size = keys::draft::intermediate_size.read(config);
+  options.dims.num_attention_heads = keys::dflash_draft::num_attention_heads.read(config);
+  options.dims.num_key_value_heads = keys::dflash_draft::num_key_value_heads.read(config);
+  options.dims.head_dim = keys::dflash_draft::head_dim.read(config);
+  options.target_layer_ids =
+      keys::dflash_draft::target_layer_ids.find(config).value_or(std::vector<int64_t>{});
+  options.block_size = keys::dflash_draft::block_size.read(config);
+  options.mask_token_id = keys::dflash_draft::mask_token_id.find(config);
+  options.rope_theta = keys::dflash_draft::rope_theta.find(config);
+  options.init_std = keys::draft::init_std.read(config);
+  options.tokenizer_dir = keys::data::tokenizer.read(config);
+  options.capture_dir = keys::capture::capture.read(config);
+  options.seed = run.seed;
+  options.gamma = keys::dflash_loss::gamma.read(config, dflash_default_gamma(options.block_size));
+  options.max_anchors = keys::dflash_loss::max_anchors.read(config);
+  options.loss.chunk_tokens = keys::chunked_loss::chunk_tokens.read(config);
+  options.loss.fp32_head = keys::lm_head::fp32_lm_head.read(config);
+  options.teacher = keys::dflash_loss::teacher.read(config);
   if (options.teacher == DFlashTeacher::Labels) {
-    for (const char* key : {"divergence", "beta", "temperature", "hard_label_weight"})
-      check(!loss.has(key), "[dflash] ", loss.where(key),
+    const Config loss = config.section("loss");
+    for (const KeyInfo* key : keys::distill_loss::group.keys())
+      check(!loss.has(key->name), "[dflash] ", loss.where(key->name),
             " applies to distillation from the target: set loss.teacher: target, or remove it");
   } else {
-    options.distill = read_distill_loss(loss, "dflash");
+    options.distill = read_distill_loss(config);
   }
   options.distill.chunk_tokens = options.loss.chunk_tokens;
   options.distill.fp32_head = options.loss.fp32_head;
@@ -166,81 +103,14 @@ at::Tensor dflash_slot_weights(int64_t block_size, double gamma) {
   return at::exp(-(slots - 1) / gamma).index_put_({slots == 0}, 0.0);
 }
 
-DFlashAnchors sample_dflash_anchors(const PackedBatch& batch, int64_t block_size,
-                                    int64_t max_anchors, uint64_t seed) {
-  const at::Tensor loss_mask = batch.on_host().loss_mask.to(at::kByte).contiguous();
-  const auto trained = loss_mask.accessor<uint8_t, 2>();
-  const int64_t rows = batch.rows();
-  std::vector<std::vector<int64_t>> candidates(static_cast<size_t>(rows));
-  std::vector<Hasher> row_seeds(static_cast<size_t>(rows), Hasher(seed));
-  DFlashAnchors out;
-  for (const PackedDocument& document : batch.documents) {
-    // The document's identity (its dataset index, or input index, and where this chunk starts)
-    // and the epoch it was drawn in: every pass over the data draws fresh anchors.
-    row_seeds[document.row]
-        .update_u64(static_cast<uint64_t>(document.dataset_index >= 0 ? document.dataset_index
-                                                                      : document.source_index))
-        .update_u64(static_cast<uint64_t>(document.source_begin))
-        .update_u64(static_cast<uint64_t>(document.epoch));
-    int64_t loss_tokens = 0;
-    for (int64_t t = document.begin; t < document.begin + document.length; ++t)
-      loss_tokens += trained[document.row][t];
-    if (loss_tokens < 2 * block_size) {
-      ++out.skipped_documents;
-      continue;
-    }
-    // The whole block inside the document: a + bs - 1 <= its last column.
-    for (int64_t a = document.begin; a <= document.begin + document.length - block_size; ++a)
-      if (trained[document.row][a]) candidates[document.row].push_back(a);
-  }
-  std::vector<std::vector<int64_t>> chosen;
-  int64_t width = 1;
-  for (int64_t b = 0; b < rows; ++b) {
-    chosen.push_back(draw_sorted(std::move(candidates[b]), max_anchors, row_seeds[b].digest()));
-    width = std::max<int64_t>(width, static_cast<int64_t>(chosen.back().size()));
-  }
-  at::Tensor anchors = at::zeros({rows, width}, at::kLong);
-  at::Tensor valid = at::zeros({rows, width}, at::kBool);
-  for (int64_t b = 0; b < rows; ++b)
-    for (size_t i = 0; i < chosen[b].size(); ++i) {
-      anchors[b][static_cast<int64_t>(i)] = chosen[b][i];
-      valid[b][static_cast<int64_t>(i)] = true;
-    }
-  out.blocks = {block_size, anchors, valid};
-  return out;
-}
-
-DFlashTargets dflash_targets(const PackedBatch& batch, const DFlashBlocks& blocks) {
-  const int64_t rows = batch.rows(), length = batch.seq_len(), count = blocks.num_anchors();
-  const at::Tensor slots = at::arange(blocks.block_size, blocks.anchors.options()).view({1, 1, -1});
-  const at::Tensor columns = blocks.anchors.unsqueeze(2) + slots;  // (B, A, bs): a + k
-  const at::Tensor inside = columns < length;
-  const at::Tensor gather_index =
-      columns.clamp_max(length - 1).view({rows, count * blocks.block_size});
-  const auto at_label = [&](const at::Tensor& x) {  // x[b, a + k] as (B, A, bs)
-    return x.gather(1, gather_index).view({rows, count, blocks.block_size});
-  };
-  const at::Tensor anchor_document = batch.document_ids.gather(1, blocks.anchors).unsqueeze(2);
-  const at::Tensor anchor_valid = blocks.anchor_valid.unsqueeze(2);
-  DFlashTargets targets;
-  targets.valid = (slots >= 1)
-                      .logical_and(inside)
-                      .logical_and(anchor_valid)
-                      .logical_and(at_label(batch.document_ids) == anchor_document)
-                      .logical_and(at_label(batch.padding_mask).to(at::kBool))
-                      .logical_and(at_label(batch.loss_mask).to(at::kBool));
-  targets.labels = at::where(inside.logical_and(anchor_valid), at_label(batch.input_ids),
-                             at::zeros_like(columns));
-  return targets;
-}
-
-DFlashObjective::DFlashObjective(const DFlashOptions& options) : options_(options) {
-  target_config_ = DecoderConfig::from_dir(options.target_path);
-  load_draft_target(options.target_path, options.target_dtype, !options.capture_dir.empty(),
-                    options.run, target_, head_);
+DFlashObjective::DFlashObjective(const DFlashOptions& options)
+    : DraftObjective("dflash",
+                     {options.target_path, options.target_dtype, options.capture_dir, options.run}),
+      options_(options) {
   gamma_ = options.gamma > 0 ? options.gamma : dflash_default_gamma(options.block_size);
 
-  mask_token_ = resolve_dflash_mask_token(options, target_config_.vocab_size);
+  mask_token_ = resolve_dflash_mask_token(options.mask_token_id, options.tokenizer_dir,
+                                          options.target_path, target_config_.vocab_size);
   if (!options.run.rank_zero || options.run.rank_zero->reads_files())  // said once per job
     std::cerr << "[dflash] mask token id " << mask_token_.id << " ("
               << mask_token_rule_name(mask_token_.rule)
@@ -250,8 +120,9 @@ DFlashObjective::DFlashObjective(const DFlashOptions& options) : options_(option
   input_embedding_ = head_->embed_tokens();
   if (mask_token_.grow_embedding) {  // a copy with one more row; the target's stays untouched
     {
-      const FullParameters target_embedding({input_embedding_});  // gathered when sharded
-      input_embedding_ = grow_embedding(input_embedding_, mean_embedding_row(input_embedding_));
+      const GatheredWeight target_embedding = head_->full_embed_tokens();
+      input_embedding_ =
+          grow_embedding(target_embedding.value(), mean_embedding_row(target_embedding.value()));
     }
     mask_embedding_ = input_embedding_[mask_token_.id].clone();  // (H,) for the export
     shard_on_load(options.run.shard_on_load, input_embedding_);  // split like the target's
@@ -263,30 +134,17 @@ DFlashObjective::DFlashObjective(const DFlashOptions& options) : options_(option
     config.layer.rope_theta = *options.rope_theta;
     config.layer.rope_scaling = RopeScaling{};
   }
-  const int64_t last_layer = target_config_.num_hidden_layers - 1;
-  for (int64_t layer : config.target_layer_ids)
-    // Serving engines capture layer inputs (the output of layer i = the input of layer i + 1),
-    // so the last layer's output is never available at inference.
-    check(layer >= 0 && layer < last_layer, "[dflash] target layer ", layer,
-          " cannot be read: ", options.target_path, " has layers 0..", last_layer,
-          " and serving engines expose the outputs of layers 0..", last_layer - 1, " only");
+  check_servable_layers(config.target_layer_ids, "target layer", "draft.target_layer_ids");
   draft_ = DFlashDraft(
       config, at::TensorOptions().dtype(options.draft_dtype).device(options.run.placement()));
   draft_->attention_options = options.run.attention;
   init_normal_(*draft_, options.init_std, options.seed);
   for (auto& parameter : draft_->parameters()) parameter.set_requires_grad(true);
-  if (!options.capture_dir.empty()) {
-    capture_.emplace(CaptureStore::open(options.capture_dir));
-    check_capture_features(*capture_, config.target_layer_ids, target_config_.hidden_size,
-                           /*needs_last_hidden=*/options.teacher == DFlashTeacher::Target,
-                           "[dflash]");
-  }
+  check_capture_layers(config.target_layer_ids,
+                       /*needs_last=*/options.teacher == DFlashTeacher::Target);
 }
 
-void DFlashObjective::attach_data(const DataContext& data) {
-  if (capture_)
-    check_capture_matches_data(*capture_, data.documents("dflash"), data.seq_len, "[dflash]");
-}
+void DFlashObjective::attach_data(const DataContext& data) { check_capture_data(data); }
 
 DFlashAnchors DFlashObjective::anchors(const PackedBatch& batch) const {
   return sample_dflash_anchors(batch, options_.block_size, options_.max_anchors, options_.seed);
@@ -307,15 +165,8 @@ StepTotals DFlashObjective::count(const PackedBatch& batch) const {
 }
 
 TargetFeatures DFlashObjective::features(const PackedBatch& batch) const {
-  const bool with_last = options_.teacher == DFlashTeacher::Target;
-  if (target_)
-    return target_features(*target_, batch.input_ids, batch.layout(),
-                           draft_->config().target_layer_ids, with_last);
-  CapturedBatch captured = read_captured_batch(*capture_, batch, options_.target_dtype, "[dflash]");
-  TargetFeatures features;
-  features.aux = std::move(captured.aux);
-  if (with_last) features.last = std::move(captured.last);
-  return features;
+  return read_target_features(batch, draft_->config().target_layer_ids,
+                              /*with_last=*/options_.teacher == DFlashTeacher::Target);
 }
 
 double dflash_draft_forward_flops(const DFlashConfig& c, const PackedBatch& batch,
@@ -442,11 +293,11 @@ DFlashResult DFlashObjective::run(const PackedBatch& batch, const TargetFeatures
   }
   if (!result.loss_sums.defined())  // teacher target: no per-slot cross-entropy
     result.loss_sums = at::zeros({block_size}, hidden.options().dtype(at::kDouble));
-  const FullParameters lm_head({head_->lm_head()});  // for the accuracy metrics, when sharded
+  const GatheredWeight lm_head = head_->full_lm_head();  // for the accuracy metrics
   const at::Tensor wanted =  // (N,) what greedy verification would accept at each slot
-      distill ? chunked_argmax(teacher_hidden, head_->lm_head(), options_.loss) : labels;
+      distill ? chunked_argmax(teacher_hidden, lm_head.value(), options_.loss) : labels;
   const at::Tensor hits =
-      chunked_argmax(hidden.detach(), head_->lm_head(), options_.loss).eq(wanted);
+      chunked_argmax(hidden.detach(), lm_head.value(), options_.loss).eq(wanted);
   result.correct =
       at::zeros({block_size}, slots.options()).index_add_(0, slots, hits.to(at::kLong));
   result.counts = to_vector(at::bincount(slots_on_host, {}, block_size));
@@ -475,16 +326,10 @@ ObjectiveOutput DFlashObjective::compute(const PackedBatch& batch, const StepTot
   return output;
 }
 
-void DFlashObjective::finish_metrics(std::vector<std::pair<std::string, double>>& metrics) const {
-  // Simulated acceptance length: sum_k prod_{i<=k} acc_i over the predicted slots 1..bs-1.
-  double product = 1.0, accepted = 0.0;
-  for (int64_t k = 1; k < options_.block_size; ++k) {
-    const std::string name = "acc_" + std::to_string(k);
-    for (const auto& [key, value] : metrics)
-      if (key == name) product *= value;
-    accepted += product;
-  }
-  metrics.emplace_back("sim_accept_length", accepted);
+std::vector<std::string> DFlashObjective::acceptance_metrics() const {
+  std::vector<std::string> names;  // slot 0 is the anchor: the predicted slots are 1..bs-1
+  for (int64_t k = 1; k < options_.block_size; ++k) names.push_back("acc_" + std::to_string(k));
+  return names;
 }
 
 void DFlashObjective::export_model(const std::string& dir) const {
@@ -502,12 +347,10 @@ ObjectiveDescription dflash_description() {
   ObjectiveDescription description;
   description.name = "dflash";
   description.summary = "a DFlash block-diffusion draft against a frozen target";
-  description.keys =
-      "target (path, dtype), draft (num_layers, target_layer_ids, block_size, "
-      "mask_token_id, intermediate_size, num_attention_heads, "
-      "num_key_value_heads, head_dim, rope_theta, dtype, init_std), loss (gamma, "
-      "max_anchors, chunk_tokens, fp32_lm_head, teacher: labels | target; with "
-      "target: divergence, beta, temperature, hard_label_weight), data.capture";
+  description.keys = {&keys::target::group,       &keys::draft::group,
+                      &keys::dflash_draft::group, &keys::dflash_loss::group,
+                      &keys::chunked_loss::group, &keys::lm_head::group,
+                      &keys::distill_loss::group, &keys::capture::group};
   description.make = [](const Config& config, const RunContext& run) {
     return std::make_unique<DFlashObjective>(dflash_options(config, run));
   };

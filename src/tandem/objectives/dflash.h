@@ -1,21 +1,11 @@
 #pragma once
-// DFlash block-diffusion draft training (SPEC §6) against a frozen target. Online, the target
-// runs on every micro-batch (no autograd) and its layer outputs become the draft's context;
+// DFlash block-diffusion draft training (docs/dflash.md) against a frozen target. Online, the
+// target runs on every micro-batch (no autograd) and its layer outputs become the draft's context;
 // offline (data.capture), they are read from a `tandem capture` directory and only the target's
 // embedding and lm_head are loaded.
 //
-// Anchors: per row, up to max_anchors positions a, drawn without replacement among the loss-masked
-// positions whose whole block fits in their document (a + bs - 1 <= the document's last column),
-// then sorted; documents with fewer than 2 * bs loss tokens give none (counted as skipped). The
-// draw is seeded by the training seed, the identities of the row's documents (dataset index,
-// first token) and the sampler epoch each was drawn in, so count() and compute() pick the same
-// anchors for a micro-batch, a resumed run picks the same ones again, a row's anchors do not
-// depend on the rows batched with it, and each epoch sees other anchors of the same document.
-//
-// Labels (same-position prediction, as at inference): block slot k >= 1 of anchor a predicts
-// input_ids[a + k], counted iff a + k is in a's document, real and loss-masked. Slot 0 (the anchor
-// itself) has no loss. Weight w_k = exp(-(k - 1) / gamma).
-// What each counted slot is trained towards (loss.teacher):
+// Anchors and labels (where blocks sit, what each slot predicts): objectives/dflash_anchors.h.
+// A counted slot k weighs w_k = exp(-(k - 1) / gamma). What it is trained towards (loss.teacher):
 //   labels (default; z-lab, SpecForge): the token input_ids[a + k]. Per-slot loss
 //     CE(target_lm_head(draft hidden), label), chunked through the frozen lm_head
 //     (fused_vocab_loss.h).
@@ -25,7 +15,7 @@
 //     loss.beta), mixed (1 - alpha) D + alpha CE(label) by loss.hard_label_weight = alpha
 //     (distill_loss.h). This teaches the draft what verification accepts: the target's argmax.
 // Loss: sum over counted slots of w_k * per-slot loss, divided by the STEP's total weight
-// sum_k w_k * count_k (SPEC §5: every micro-batch loss is divided by step totals;
+// sum_k w_k * count_k (every micro-batch loss is divided by step totals, docs/training.md;
 // StepTotals.unroll_tokens[k] = count_k). For a one-micro-batch step this is SpecForge's
 // sum(w * CE) / sum(w).
 // Metrics per slot k >= 1: acc_k (argmax through the target lm_head == label; with teacher
@@ -46,7 +36,9 @@
 #include "tandem/models/dflash.h"
 #include "tandem/models/frozen.h"
 #include "tandem/objectives/description.h"
+#include "tandem/objectives/dflash_anchors.h"
 #include "tandem/objectives/distill_loss.h"
+#include "tandem/objectives/draft_objective.h"
 #include "tandem/objectives/fused_vocab_loss.h"
 #include "tandem/objectives/objective.h"
 
@@ -62,7 +54,7 @@ struct DFlashOptions {
   DFlashDims dims;                        // draft.num_layers, sizes (0: the target's)
   std::vector<int64_t> target_layer_ids;  // empty: DFlashConfig::default_target_layers
   int64_t block_size = 16;
-  std::optional<int64_t> mask_token_id;  // unset: resolved from the tokenizer (SPEC §4)
+  std::optional<int64_t> mask_token_id;  // unset: resolved from the tokenizer (docs/dflash.md)
   std::string tokenizer_dir;             // data.tokenizer; "" = the target dir's, if it has one
   std::optional<double> rope_theta;      // set: unscaled RoPE with this theta; else the target's
   double init_std = 0.02;
@@ -76,7 +68,8 @@ struct DFlashOptions {
   RunContext run;              // device (and rank-0 loading, sharding on load)
 };
 
-/// Reads `target.*`, `draft.*`, `loss.*`, `data.tokenizer`, `data.capture` and `training.seed`.
+/// Reads `target.*`, `draft.*`, `loss.*`, `data.tokenizer` and `data.capture`; the seed is
+/// `run.seed` (training.seed).
 /// The distillation keys (loss.divergence, beta, temperature, hard_label_weight) are errors
 /// unless loss.teacher is target.
 DFlashOptions dflash_options(const Config& config, const RunContext& run = {});
@@ -87,25 +80,6 @@ double dflash_default_gamma(int64_t block_size);
 
 /// (bs,) fp32: w_0 = 0 (the anchor slot), w_k = exp(-(k - 1) / gamma).
 at::Tensor dflash_slot_weights(int64_t block_size, double gamma);
-
-/// The anchors of one micro-batch and the documents that gave none.
-struct DFlashAnchors {
-  DFlashBlocks blocks;  // A = the most anchors of any row (at least 1); rows pad with invalid slots
-  int64_t skipped_documents = 0;  // fewer than 2 * block_size loss tokens
-};
-
-/// Draws the anchors of `batch` (see the top of this file), on the host (the blocks are CPU
-/// tensors, read from the batch's host copy). Deterministic in its arguments and the identities
-/// of each row's documents.
-DFlashAnchors sample_dflash_anchors(const PackedBatch& batch, int64_t block_size,
-                                    int64_t max_anchors, uint64_t seed);
-
-/// What each block slot predicts.
-struct DFlashTargets {
-  at::Tensor labels;  // (B, A, bs) int64: input_ids[a + k]; 0 where a + k >= S or a is invalid
-  at::Tensor valid;   // (B, A, bs) bool: the label counts (k >= 1, same document, real, trained)
-};
-DFlashTargets dflash_targets(const PackedBatch& batch, const DFlashBlocks& blocks);
 
 /// Model FLOPs of one draft forward on `batch` (host tensors) with `blocks` (host), Q = valid
 /// anchors * block_size block queries: fc 2 * tokens * k H_t H; per layer the context keys and
@@ -128,20 +102,17 @@ struct DFlashResult {
   std::vector<int64_t> counts;  // (bs) labels at slot k (counted on the host)
 };
 
-class DFlashObjective : public Objective {
+class DFlashObjective : public DraftObjective {
  public:
   explicit DFlashObjective(const DFlashOptions& options);
   std::string name() const override { return "dflash"; }
-  std::vector<std::string> frozen_models() const override { return {"target"}; }
   torch::nn::Module& trainable() override { return *draft_; }
   StepTotals count(const PackedBatch& batch) const override;
   ObjectiveOutput compute(const PackedBatch& batch, const StepTotals& totals) override;
   /// Writes the z-lab DFlashDraftModel export into `dir` (objectives/dflash_export.h), with the
   /// grown mask row beside it when the mask token was grown.
   void export_model(const std::string& dir) const override;
-  bool export_at_checkpoints() const override { return true; }
   double model_flops(const PackedBatch& batch) const override;
-  void finish_metrics(std::vector<std::pair<std::string, double>>& step_metrics) const override;
   /// Offline: checks the capture was made from this data at this seq_len.
   void attach_data(const DataContext& data) override;
 
@@ -159,7 +130,6 @@ class DFlashObjective : public Objective {
 
   DFlashDraft& draft() { return draft_; }
   const FrozenModel& target() const { return *target_; }  // online only
-  bool offline() const { return capture_.has_value(); }
   const DFlashOptions& options() const { return options_; }
   const MaskTokenChoice& mask_token() const { return mask_token_; }
   double gamma() const { return gamma_; }
@@ -167,11 +137,9 @@ class DFlashObjective : public Objective {
   const at::Tensor& input_embedding() const { return input_embedding_; }
 
  private:
+  std::vector<std::string> acceptance_metrics() const override;  // acc_1 .. acc_{bs-1}
+
   DFlashOptions options_;
-  std::optional<FrozenModel> target_;    // online only
-  std::optional<CaptureStore> capture_;  // offline only
-  std::unique_ptr<FrozenHead> head_;
-  DecoderConfig target_config_;
   MaskTokenChoice mask_token_;
   at::Tensor input_embedding_;  // the target's embed_tokens, shared; a grown copy if rule Grown
   at::Tensor mask_embedding_;   // (H,) the grown mask row, kept whole for the export

@@ -6,10 +6,12 @@
 #include <filesystem>
 #include <fstream>
 
+#include "tandem/core/dtype.h"
 #include "tandem/core/error.h"
 #include "tandem/core/file_io.h"
 #include "tandem/core/json_file.h"
 #include "tandem/eval/dflash_decode.h"
+#include "tandem/io/export_dir.h"
 #include "tandem/io/hf_checkpoint.h"
 #include "tandem/io/tensor_io.h"
 #include "tandem/models/frozen.h"
@@ -21,10 +23,6 @@ namespace {
 constexpr const char* kArchitecture = "DFlashDraftModel";
 constexpr const char* kMaskEmbeddingPt = "mask_embedding.pt";
 constexpr const char* kMaskEmbeddingSafetensors = "mask_embedding.safetensors";
-
-std::string dtype_name(c10::ScalarType dtype) {
-  return dtype == at::kBFloat16 ? "bfloat16" : dtype == at::kHalf ? "float16" : "float32";
-}
 
 // The fields the export adds to a Qwen3 config.json; erased before DecoderConfig reads the rest.
 const std::vector<std::string>& dflash_fields() {
@@ -47,7 +45,7 @@ nlohmann::json dflash_export_config(const DFlashConfig& config, c10::ScalarType 
   layer.family = DecoderFamily::Qwen3;
   layer.sliding_window.assign(static_cast<size_t>(layer.num_hidden_layers), 0);
   layer.tie_word_embeddings = false;
-  layer.torch_dtype = dtype_name(dtype);
+  layer.torch_dtype = hf_dtype_name(dtype);
   nlohmann::json json = layer.to_json();  // dims, rms_norm_eps, rope_theta/rope_scaling, silu
   json["architectures"] = {kArchitecture};
   json["model_type"] = "qwen3";
@@ -81,41 +79,32 @@ void write_dflash_export(const DFlashDraftImpl& draft, const std::string& dir,
   for (const auto& parameter : draft.named_parameters())
     weights.emplace_back(parameter.key(), parameter.value().detach());
 
-  // Written beside the destination and renamed over it: a crash never leaves half an export.
-  const std::filesystem::path target(dir);
-  if (target.has_parent_path()) std::filesystem::create_directories(target.parent_path());
-  const std::string staging = dir + ".tmp";
-  std::filesystem::remove_all(staging);
-  std::filesystem::create_directories(staging);
-  write_hf_weights(staging, weights);
-  replace_file(staging + "/config.json", dflash_export_config(config, dtype, info).dump(2) + "\n",
-               "[export]");
-  if (grown) {
-    const at::Tensor row =
-        info.mask_embedding.detach().to(at::kCPU, dtype).reshape(-1).contiguous();
-    check(row.numel() == config.layer.hidden_size, "[export] ", dir, ": the mask embedding has ",
-          row.numel(), " values, hidden_size is ", config.layer.hidden_size);
-    write_tensors(staging + "/" + kMaskEmbeddingSafetensors, {{"mask_embedding", row}});
-    write_file(staging + "/" + kMaskEmbeddingPt, torch::jit::pickle_save(row));
-    replace_file(staging + "/README.md",
-                 "# Serving this DFlash draft\n\n"
-                 "The mask token was not in the target's vocabulary: training grew the input "
-                 "embedding by one row, so `dflash_config.mask_token_id` = " +
-                     std::to_string(config.mask_token_id) + " = the target's `vocab_size`.\n\n" +
-                     info.serving_note +
-                     ".\n\n- `mask_embedding.pt`: the grown row, a (hidden_size,) tensor "
-                     "(`torch.load`); vLLM's DFlash loader reads this file to replace the "
-                     "embedding of `mask_token_id`.\n- `mask_embedding.safetensors`: the same "
-                     "row as `mask_embedding`.\n\nSGLang refuses a `mask_token_id` >= the "
-                     "target's vocab_size: retrain with `draft.mask_token_id` set to an id the "
-                     "target has a row for but never emits.\n",
+  publish_export_dir(dir, [&](const std::string& staging) {
+    write_hf_weights(staging, weights);
+    replace_file(staging + "/config.json", dflash_export_config(config, dtype, info).dump(2) + "\n",
                  "[export]");
-  }
-  const std::string old = dir + ".old";
-  std::filesystem::remove_all(old);
-  if (std::filesystem::exists(dir)) std::filesystem::rename(dir, old);
-  std::filesystem::rename(staging, dir);
-  std::filesystem::remove_all(old);
+    if (grown) {
+      const at::Tensor row =
+          info.mask_embedding.detach().to(at::kCPU, dtype).reshape(-1).contiguous();
+      check(row.numel() == config.layer.hidden_size, "[export] ", dir, ": the mask embedding has ",
+            row.numel(), " values, hidden_size is ", config.layer.hidden_size);
+      write_tensors(staging + "/" + kMaskEmbeddingSafetensors, {{"mask_embedding", row}});
+      write_file(staging + "/" + kMaskEmbeddingPt, torch::jit::pickle_save(row));
+      replace_file(staging + "/README.md",
+                   "# Serving this DFlash draft\n\n"
+                   "The mask token was not in the target's vocabulary: training grew the input "
+                   "embedding by one row, so `dflash_config.mask_token_id` = " +
+                       std::to_string(config.mask_token_id) + " = the target's `vocab_size`.\n\n" +
+                       info.serving_note +
+                       ".\n\n- `mask_embedding.pt`: the grown row, a (hidden_size,) tensor "
+                       "(`torch.load`); vLLM's DFlash loader reads this file to replace the "
+                       "embedding of `mask_token_id`.\n- `mask_embedding.safetensors`: the same "
+                       "row as `mask_embedding`.\n\nSGLang refuses a `mask_token_id` >= the "
+                       "target's vocab_size: retrain with `draft.mask_token_id` set to an id the "
+                       "target has a row for but never emits.\n",
+                   "[export]");
+    }
+  });
 }
 
 bool is_dflash_export(const std::string& dir) {
@@ -223,10 +212,10 @@ class DFlashDraftDecoder : public DraftDecoder {
     check_vocab_and_width(dir_, config.layer.vocab_size, config.target_hidden_size, target,
                           target_dir);
   }
-  SpeculativeOutput decode(const FrozenModel& target, const std::vector<int64_t>& prompt,
-                           int64_t draft_tokens, const DecodeOptions& options) const override {
-    return dflash_decode(target, *export_.draft, export_.mask_embedding, prompt, draft_tokens,
-                         options);
+  std::unique_ptr<DraftProposer> proposer(const FrozenModel& target,
+                                          int64_t draft_tokens) const override {
+    return std::make_unique<DFlashProposer>(target, *export_.draft, export_.mask_embedding,
+                                            draft_tokens);
   }
 
  private:

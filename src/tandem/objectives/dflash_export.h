@@ -1,6 +1,7 @@
 #pragma once
-// DFlash draft checkpoints for serving engines (SPEC §6), in z-lab's format (DFlashDraftModel,
-// loaded by SGLang `models/dflash.py` and vLLM `models/qwen3_dflash.py`), and reading them back.
+// DFlash draft checkpoints for serving engines (docs/dflash.md), in z-lab's format
+// (DFlashDraftModel, loaded by SGLang `models/dflash.py` and vLLM `models/qwen3_dflash.py`), and
+// reading them back.
 //
 //   <dir>/config.json        Qwen3 dims of the draft (hidden_size = the target's,
 //                            num_hidden_layers = draft layers, vocab_size = the target's),
@@ -9,7 +10,7 @@
 //                            dflash_config {mask_token_id, target_layer_ids}
 //   <dir>/model.safetensors  fc, hidden_norm, norm, layers.{i}.* (unprefixed); never the
 //                            target's embed_tokens or lm_head (engines share the target's)
-//   and only when the mask token was grown (id = target vocab_size, SPEC §4):
+//   and only when the mask token was grown (id = target vocab_size, docs/dflash.md):
 //   <dir>/mask_embedding.pt           the grown row, a (H,) tensor saved for torch.load: vLLM
 //                                     reads this file name to replace embed[mask_token_id]
 //   <dir>/mask_embedding.safetensors  the same row as "mask_embedding" (tandem reads this one)

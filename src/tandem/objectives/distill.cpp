@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "tandem/core/config.h"
+#include "tandem/core/config_schema.h"
 #include "tandem/core/device.h"
 #include "tandem/core/dtype.h"
 #include "tandem/core/error.h"
@@ -17,30 +18,20 @@ namespace tandem {
 DistillOptions distill_options(const Config& config, const RunContext& run) {
   DistillOptions options;
   options.student = sft_options(config, run);
-  const Config teacher = config.section("teacher");
-  options.teacher_path = teacher.get_string("path");
-  options.teacher_dtype = parse_compute_dtype(
-      teacher.get_string("dtype", frozen_dtype_default(run.device)), teacher.where("dtype"));
-  const Config loss = config.section("loss");
-  options.loss = read_distill_loss(loss, "distill");
+  options.teacher_path = keys::teacher::path.read(config);
+  options.teacher_dtype = keys::teacher::dtype.read(config, keys::frozen_dtype(run.device));
+  options.loss = read_distill_loss(config);
   options.loss.chunk_tokens = options.student.loss.chunk_tokens;
   options.loss.fp32_head = options.student.loss.fp32_head;
   return options;
 }
 
-DistillLossOptions read_distill_loss(const Config& loss, const std::string& component) {
+DistillLossOptions read_distill_loss(const Config& config) {
   DistillLossOptions options;
-  options.divergence = parse_divergence(
-      loss.get_choice("divergence", {"forward_kl", "reverse_kl", "jsd"}, "forward_kl"));
-  options.beta = loss.get_double("beta", 0.5);
-  check(options.beta >= 0 && options.beta <= 1, "[", component, "] ", loss.where("beta"),
-        ": must be in [0, 1], got ", options.beta);
-  options.temperature = loss.get_double("temperature", 1.0);
-  check(std::isfinite(options.temperature) && options.temperature > 0, "[", component, "] ",
-        loss.where("temperature"), ": must be a finite number > 0, got ", options.temperature);
-  options.hard_label_weight = loss.get_double("hard_label_weight", 0.0);
-  check(options.hard_label_weight >= 0 && options.hard_label_weight <= 1, "[", component, "] ",
-        loss.where("hard_label_weight"), ": must be in [0, 1], got ", options.hard_label_weight);
+  options.divergence = keys::distill_loss::divergence.read(config);
+  options.beta = keys::distill_loss::beta.read(config);
+  options.temperature = keys::distill_loss::temperature.read(config);
+  options.hard_label_weight = keys::distill_loss::hard_label_weight.read(config);
   return options;
 }
 
@@ -102,10 +93,8 @@ ObjectiveDescription distill_description() {
   ObjectiveDescription description;
   description.name = "distill";
   description.summary = "a student distilled from a frozen teacher (same vocabulary)";
-  description.keys =
-      "model (the student, as sft), teacher (path, dtype), loss (divergence: "
-      "forward_kl | reverse_kl | jsd, beta, temperature, hard_label_weight, "
-      "chunk_tokens, fp32_lm_head, router_aux_loss_coef)";
+  description.keys = {&keys::model::group,        &keys::teacher::group, &keys::distill_loss::group,
+                      &keys::chunked_loss::group, &keys::lm_head::group, &keys::router_loss::group};
   description.make = [](const Config& config, const RunContext& run) {
     return std::make_unique<DistillObjective>(distill_options(config, run));
   };

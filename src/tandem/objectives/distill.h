@@ -1,5 +1,5 @@
 #pragma once
-// Knowledge distillation (SPEC §6 "Distillation"): a student causal LM (trained, configured like
+// Knowledge distillation (docs/distillation.md): a student causal LM (trained, configured like
 // SFT's `model`) learns the next-token distributions of a frozen teacher (`teacher`) on the same
 // batch, through objectives/distill_loss.h (both LM heads fused into a chunked loss). Normalised
 // by the loss-masked next-token targets of the step. Exports the student as an HF checkpoint.
@@ -23,10 +23,10 @@ struct DistillOptions {
 /// Reads `model.*`, `teacher.*` and `loss.*` (divergence, beta, temperature, hard_label_weight).
 DistillOptions distill_options(const Config& config, const RunContext& run = {});
 
-/// `loss.divergence`, `beta` (in [0, 1]), `temperature` (finite, > 0) and `hard_label_weight`
-/// (in [0, 1]), each checked where it is read; `component` prefixes the errors ("distill",
-/// "dflash"). Distillation's loss and DFlash's `teacher: target` read them alike.
-DistillLossOptions read_distill_loss(const Config& loss, const std::string& component);
+/// `loss.divergence`, `beta`, `temperature` and `hard_label_weight` (core/config_schema.h
+/// keys::distill_loss), each checked where it is read. Distillation's loss and DFlash's
+/// `teacher: target` read them alike.
+DistillLossOptions read_distill_loss(const Config& config);
 
 class DistillObjective : public Objective {
  public:

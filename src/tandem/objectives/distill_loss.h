@@ -1,5 +1,5 @@
 #pragma once
-// Distillation losses (SPEC §6 "Distillation") through both LM heads, chunked over tokens: each
+// Distillation losses (docs/distillation.md) through both LM heads, chunked over tokens: each
 // chunk's student and teacher logits are formed, reduced and dropped, so neither side's
 // (tokens, vocab) logits exist for the whole batch. The student's gradients are formed in the
 // same pass, in closed form (Liger's fused linear losses), and backward only scales them: no

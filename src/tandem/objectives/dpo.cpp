@@ -7,6 +7,7 @@
 #include <map>
 
 #include "tandem/core/config.h"
+#include "tandem/core/config_schema.h"
 #include "tandem/core/device.h"
 #include "tandem/core/dtype.h"
 #include "tandem/core/error.h"
@@ -22,24 +23,18 @@ namespace tandem {
 DpoOptions dpo_options(const Config& config, const RunContext& run) {
   DpoOptions options;
   options.policy = sft_options(config, run);
-  const Config reference = config.section("reference");
-  options.reference_logprobs = reference.get_string("logprobs", "");
-  options.reference_path = reference.get_string("path", "");
+  options.reference_logprobs = keys::reference::logprobs.read(config);
+  options.reference_path = keys::reference::path.read(config);
   if (options.reference_path.empty()) {
     check(!options.policy.model_path.empty() || !options.reference_logprobs.empty(), "[dpo] ",
-          reference.where("path"),
+          keys::reference::path.where(config),
           ": a fresh policy (model.config) has no starting checkpoint "
           "to serve as the reference; set reference.path or reference.logprobs");
     options.reference_path = options.policy.model_path;  // the usual choice: the initial policy
   }
-  options.reference_dtype = parse_compute_dtype(
-      reference.get_string("dtype", frozen_dtype_default(run.device)), reference.where("dtype"));
-  const Config loss = config.section("loss");
-  options.loss_type =
-      parse_dpo_loss_type(loss.get_choice("type", {"sigmoid", "hinge", "ipo"}, "sigmoid"));
-  options.beta = loss.get_double("beta", 0.1);
-  check(std::isfinite(options.beta) && options.beta > 0, "[dpo] ", loss.where("beta"),
-        ": must be a finite number > 0, got ", options.beta);
+  options.reference_dtype = keys::reference::dtype.read(config, keys::frozen_dtype(run.device));
+  options.loss_type = keys::dpo_loss::type.read(config);
+  options.beta = keys::dpo_loss::beta.read(config);
   return options;
 }
 
@@ -153,9 +148,9 @@ ObjectiveOutput DpoObjective::compute(const PackedBatch& batch, const StepTotals
     const at::Tensor reference_hidden =
         reference_->forward(batch.input_ids, batch.layout(), {}, /*with_logits=*/false)
             .final_hidden;
-    const FullParameters reference_head({reference_->lm_head_weight()});  // when sharded
-    reference = document_logprobs(reference_hidden, reference_->lm_head_weight(), batch,
-                                  options_.policy.loss);
+    const GatheredWeight reference_head = reference_->full_lm_head();
+    reference =
+        document_logprobs(reference_hidden, reference_head.value(), batch, options_.policy.loss);
   }
   const double scale = 1.0 / static_cast<double>(step_pairs);
   at::Tensor loss;
@@ -212,10 +207,9 @@ ObjectiveDescription dpo_description() {
   ObjectiveDescription description;
   description.name = "dpo";
   description.summary = "a policy tuned on preference pairs against a frozen reference";
-  description.keys =
-      "model (the policy, as sft), reference (path, dtype, logprobs from `tandem "
-      "reference-logprobs`), loss (type: sigmoid | hinge | ipo, beta, "
-      "router_aux_loss_coef)";
+  description.keys = {&keys::model::group,    &keys::reference::group,
+                      &keys::dpo_loss::group, &keys::chunked_loss::group,
+                      &keys::lm_head::group,  &keys::router_loss::group};
   description.make = [](const Config& config, const RunContext& run) {
     return std::make_unique<DpoObjective>(dpo_options(config, run));
   };

@@ -1,5 +1,5 @@
 #pragma once
-// Direct preference optimisation (SPEC §6 "DPO"): a policy causal LM (trained, configured like
+// Direct preference optimisation (docs/dpo.md): a policy causal LM (trained, configured like
 // SFT's `model`) against a frozen reference, on preference pairs. Each micro-batch holds whole
 // pairs (the sampler draws records); a document's completion log-probability is the sum of its
 // loss-masked next-token log-probabilities, through the chunked LM head. One loss per pair,

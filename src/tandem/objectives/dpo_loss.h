@@ -1,12 +1,12 @@
 #pragma once
-// The DPO loss through the policy's LM head, fused per pair (SPEC §6 "DPO", "Vocabulary-sized
-// losses"). A pair's loss needs both documents' summed log-probabilities before any token's
-// gradient coefficient is known, so a token-chunked log-prob op must compute the logits twice
-// (once for the sums, once in backward). Here the chunk is the pair: its logits are formed once,
-// reduced to the two sums, the pair's loss and its coefficients dL/dsum follow, and the same
-// logits are turned in place into the gradient of hidden and head. Backward only scales those
-// stored gradients. A pair longer than `chunk_tokens` falls back to two passes over sub-chunks
-// (sums, then recomputed gradients), so memory stays bounded by chunk_tokens x vocab.
+// The DPO loss through the policy's LM head, fused per pair (docs/dpo.md). A pair's loss needs both
+// documents' summed log-probabilities before any token's gradient coefficient is known, so a
+// token-chunked log-prob op must compute the logits twice (once for the sums, once in backward).
+// Here the chunk is the pair: its logits are formed once, reduced to the two sums, the pair's loss
+// and its coefficients dL/dsum follow, and the same logits are turned in place into the gradient of
+// hidden and head. Backward only scales those stored gradients. A pair longer than `chunk_tokens`
+// falls back to two passes over sub-chunks (sums, then recomputed gradients), so memory stays
+// bounded by chunk_tokens x vocab.
 #include <ATen/core/Tensor.h>
 
 #include "tandem/objectives/fused_vocab_loss.h"

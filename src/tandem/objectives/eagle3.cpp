@@ -7,6 +7,7 @@
 #include <memory>
 
 #include "tandem/core/config.h"
+#include "tandem/core/config_schema.h"
 #include "tandem/core/device.h"
 #include "tandem/core/dtype.h"
 #include "tandem/core/error.h"
@@ -36,27 +37,20 @@ at::Tensor shift_left(const at::Tensor& x, int64_t k, double fill) {
 Eagle3Options eagle3_options(const Config& config, const RunContext& run) {
   Eagle3Options options;
   options.run = run;
-  const Config target = config.section("target");
-  options.target_path = target.get_string("path");
-  options.target_dtype = parse_compute_dtype(
-      target.get_string("dtype", frozen_dtype_default(run.device)), target.where("dtype"));
-  const Config draft = config.section("draft");
-  options.draft_dtype =
-      parse_compute_dtype(draft.get_string("dtype", "fp32"), draft.where("dtype"));
-  options.aux_layer_ids = draft.get_int_list("aux_layer_ids", std::vector<int64_t>{});
-  options.ttt_length = draft.get_int("ttt_length", 7);
-  check(options.ttt_length >= 1 && options.ttt_length <= 64, "[eagle3] ", draft.where("ttt_length"),
-        ": must be in 1..64, got ", options.ttt_length);
-  options.decay = draft.get_double("decay", 0.8);
-  check(std::isfinite(options.decay) && options.decay > 0, "[eagle3] ", draft.where("decay"),
-        ": must be a finite number > 0, got ", options.decay);
-  options.draft_vocab_size = draft.get_int("draft_vocab_size", 32000);
-  options.intermediate_size = draft.get_int("intermediate_size", 0);
-  options.train_lm_head = draft.get_bool("train_lm_head", true);
-  options.init_std = draft.get_double("init_std", 0.02);
-  options.seed = static_cast<uint64_t>(config.section("training").get_int("seed", 0));
-  options.capture_dir = config.section("data").get_string("capture", "");
-  options.teacher_chunk_tokens = read_chunk_tokens(config.section("loss"), "eagle3");
+  options.target_path = keys::target::path.read(config);
+  options.target_dtype = keys::target::dtype.read(config, keys::frozen_dtype(run.device));
+  options.draft_dtype = keys::draft::dtype.read(config);
+  options.aux_layer_ids =
+      keys::eagle3_draft::aux_layer_ids.find(config).value_or(std::vector<int64_t>{});
+  options.ttt_length = keys::eagle3_draft::ttt_length.read(config);
+  options.decay = keys::eagle3_draft::decay.read(config);
+  options.draft_vocab_size = keys::eagle3_draft::draft_vocab_size.read(config);
+  options.intermediate_size = keys::draft::intermediate_size.read(config);
+  options.train_lm_head = keys::eagle3_draft::train_lm_head.read(config);
+  options.init_std = keys::draft::init_std.read(config);
+  options.seed = run.seed;
+  options.capture_dir = keys::capture::capture.read(config);
+  options.teacher_chunk_tokens = keys::chunked_loss::chunk_tokens.read(config);
   return options;
 }
 
@@ -90,26 +84,15 @@ double Eagle3Objective::model_flops(const PackedBatch& batch) const {
          3 * eagle3_draft_forward_flops(draft_->config(), tokens, pairs, options_.ttt_length);
 }
 
-Eagle3Objective::Eagle3Objective(const Eagle3Options& options) : options_(options) {
-  target_config_ = DecoderConfig::from_dir(options.target_path);
-  load_draft_target(options.target_path, options.target_dtype, !options.capture_dir.empty(),
-                    options.run, target_, head_);
+Eagle3Objective::Eagle3Objective(const Eagle3Options& options)
+    : DraftObjective("eagle3",
+                     {options.target_path, options.target_dtype, options.capture_dir, options.run}),
+      options_(options) {
   const int64_t draft_vocab = std::min(options.draft_vocab_size, target_config_.vocab_size);
   Eagle3Config config = Eagle3Config::for_target(target_config_, options.aux_layer_ids, draft_vocab,
                                                  options.intermediate_size);
-  const int64_t last_layer = target_config_.num_hidden_layers - 1;
-  for (int64_t layer : config.aux_layer_ids) {
-    check(layer >= 0 && layer <= last_layer, "[eagle3] aux layer ", layer,
-          " does not exist: the target ", options.target_path, " has layers 0..", last_layer);
-    // vLLM and SGLang capture layer inputs (the output of layer i = the input of layer i+1), so
-    // the last layer's output is never available at serving time.
-    check(layer < last_layer, "[eagle3] aux layer ", layer,
-          " is the target's last layer: vLLM "
-          "and SGLang capture the outputs of layers 0..",
-          last_layer - 1,
-          " only, so a draft reading it could not be served; choose draft.aux_layer_ids below ",
-          last_layer);
-  }
+  check_servable_layers(config.aux_layer_ids, "aux layer", "draft.aux_layer_ids");
+  check_capture_layers(config.aux_layer_ids, /*needs_last=*/true);
   draft_ = Eagle3Draft(
       config, at::TensorOptions().dtype(options.draft_dtype).device(options.run.placement()));
   draft_->attention_options = options.run.attention;
@@ -118,7 +101,6 @@ Eagle3Objective::Eagle3Objective(const Eagle3Options& options) : options_(option
   draft_->lm_head->weight.set_requires_grad(options.train_lm_head);
   // The identity map until the data's map arrives; a dry run's draft has no memory to fill.
   if (!options.run.dry_run) set_vocab_map(VocabMap{draft_->d2t.clone(), draft_->t2d.clone()});
-  if (!options.capture_dir.empty()) use_capture(options.capture_dir);
 }
 
 void Eagle3Objective::set_vocab_map(const VocabMap& map) {
@@ -132,16 +114,10 @@ void Eagle3Objective::set_vocab_map(const VocabMap& map) {
   at::NoGradGuard no_grad;
   draft_->d2t.copy_(map.d2t);
   draft_->t2d.copy_(map.t2d);
-  // lm_head starts as the target's output rows of the draft vocab (SPEC §6).
-  const FullParameters target_lm_head({head_->lm_head()});  // gathered here when sharded
-  draft_->lm_head->weight.copy_(head_->lm_head().index_select(
-      0, to_device(map.draft_to_target(), head_->lm_head().device())));
-}
-
-void Eagle3Objective::use_capture(const std::string& dir) {
-  capture_.emplace(CaptureStore::open(dir));
-  check_capture_features(*capture_, draft_->config().aux_layer_ids, target_config_.hidden_size,
-                         /*needs_last_hidden=*/true, "[eagle3]");
+  // lm_head starts as the target's output rows of the draft vocab (docs/eagle3.md).
+  const GatheredWeight target_lm_head = head_->full_lm_head();
+  draft_->lm_head->weight.copy_(target_lm_head.value().index_select(
+      0, to_device(map.draft_to_target(), target_lm_head.value().device())));
 }
 
 void Eagle3Objective::attach_data(const DataContext& data) {
@@ -157,7 +133,7 @@ void Eagle3Objective::attach_data(const DataContext& data) {
                          return counter.counts();
                        });
   set_vocab_map(cached.map);
-  if (capture_) check_capture_matches_data(*capture_, dataset, data.seq_len, "[eagle3]");
+  check_capture_data(data);
 }
 
 StepTotals Eagle3Objective::count(const PackedBatch& batch) const {
@@ -170,22 +146,15 @@ StepTotals Eagle3Objective::count(const PackedBatch& batch) const {
 }
 
 TargetFeatures Eagle3Objective::features(const PackedBatch& batch) const {
-  if (target_)
-    return target_features(*target_, batch.input_ids, batch.layout(),
-                           draft_->config().aux_layer_ids, /*with_last=*/true);
-  TargetFeatures features;
-  CapturedBatch captured = read_captured_batch(*capture_, batch, options_.target_dtype, "[eagle3]");
-  features.aux = std::move(captured.aux);
-  features.last = std::move(captured.last);
-  return features;
+  return read_target_features(batch, draft_->config().aux_layer_ids, /*with_last=*/true);
 }
 
 Teacher Eagle3Objective::teacher(const at::Tensor& last_hidden) const {
   at::NoGradGuard no_grad;
-  const FullParameters target_lm_head({head_->lm_head()});  // gathered here when sharded
+  const GatheredWeight target_lm_head = head_->full_lm_head();
   const int64_t rows = last_hidden.size(0), length = last_hidden.size(1);
   const at::Tensor normed = head_->final_norm(last_hidden).reshape({rows * length, -1});  // (N, H)
-  const at::Tensor lm_head = head_->lm_head().to(at::kFloat);                             // (V, H)
+  const at::Tensor lm_head = target_lm_head.value().to(at::kFloat);                       // (V, H)
   const at::Tensor draft_ids = draft_->draft_to_target();                                 // (D,)
   const int64_t total = normed.size(0), chunk = std::max<int64_t>(1, options_.teacher_chunk_tokens);
   std::vector<at::Tensor> entropy, argmax;
@@ -216,8 +185,8 @@ Eagle3Result Eagle3Objective::unroll(const PackedBatch& batch, const TargetFeatu
   at::Tensor teacher_head;  // (D, H_t) fp32: the target's lm_head rows of the draft vocab
   {
     at::NoGradGuard no_grad;
-    const FullParameters target_lm_head({head_->lm_head()});  // gathered here when sharded
-    teacher_head = head_->lm_head().index_select(0, draft_ids).to(at::kFloat);
+    const GatheredWeight target_lm_head = head_->full_lm_head();
+    teacher_head = target_lm_head.value().index_select(0, draft_ids).to(at::kFloat);
   }
   // Soft cross-entropy against the teacher = forward KL + the teacher's entropy: the fused
   // forward-KL loss (objectives/distill_loss.h) forms each chunk's draft logits, teacher
@@ -298,16 +267,10 @@ ObjectiveOutput Eagle3Objective::compute(const PackedBatch& batch, const StepTot
   return output;
 }
 
-void Eagle3Objective::finish_metrics(std::vector<std::pair<std::string, double>>& metrics) const {
-  // Simulated acceptance length: sum_k prod_{i<=k} acc_i (expected accepted draft tokens).
-  double product = 1.0, accepted = 0.0;
-  for (int64_t i = 0; i < options_.ttt_length; ++i) {
-    const std::string name = "acc_" + std::to_string(i);
-    for (const auto& [key, value] : metrics)
-      if (key == name) product *= value;
-    accepted += product;
-  }
-  metrics.emplace_back("sim_accept_length", accepted);
+std::vector<std::string> Eagle3Objective::acceptance_metrics() const {
+  std::vector<std::string> names;
+  for (int64_t i = 0; i < options_.ttt_length; ++i) names.push_back("acc_" + std::to_string(i));
+  return names;
 }
 
 void Eagle3Objective::export_model(const std::string& dir) const {
@@ -321,10 +284,8 @@ ObjectiveDescription eagle3_description() {
   ObjectiveDescription description;
   description.name = "eagle3";
   description.summary = "an EAGLE-3 draft against a frozen target (test-time training)";
-  description.keys =
-      "target (path, dtype), draft (aux_layer_ids, ttt_length, decay, "
-      "draft_vocab_size, intermediate_size, train_lm_head, dtype, init_std), "
-      "data.capture (offline features from `tandem capture`)";
+  description.keys = {&keys::target::group, &keys::draft::group, &keys::eagle3_draft::group,
+                      &keys::chunked_loss::group, &keys::capture::group};
   description.make = [](const Config& config, const RunContext& run) {
     return std::make_unique<Eagle3Objective>(eagle3_options(config, run));
   };

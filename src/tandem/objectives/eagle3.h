@@ -1,5 +1,5 @@
 #pragma once
-// EAGLE-3 draft training (SPEC §6) against a frozen target.
+// EAGLE-3 draft training (docs/eagle3.md) against a frozen target.
 //
 // Shifts: at position t the draft reads the target feature h_t and the embedding of x_{t+1},
 // and learns the target's distribution for x_{t+2} (the target's logits at t+1). Unroll step i
@@ -23,6 +23,7 @@
 #include "tandem/models/eagle3.h"
 #include "tandem/models/frozen.h"
 #include "tandem/objectives/description.h"
+#include "tandem/objectives/draft_objective.h"
 #include "tandem/objectives/objective.h"
 
 namespace tandem {
@@ -31,7 +32,7 @@ struct Eagle3Options {
   std::string target_path;
   c10::ScalarType target_dtype = c10::ScalarType::Float;
   c10::ScalarType draft_dtype = c10::ScalarType::Float;
-  std::vector<int64_t> aux_layer_ids;  // empty: SPEC default for the target's depth
+  std::vector<int64_t> aux_layer_ids;  // empty: the default for the target's depth
   int64_t ttt_length = 7;
   double decay = 0.8;
   int64_t draft_vocab_size = 32000;
@@ -44,7 +45,8 @@ struct Eagle3Options {
   int64_t teacher_chunk_tokens = 1024;
 };
 
-/// Reads `target.*`, `draft.*` and `data.capture` of the config.
+/// Reads `target.*`, `draft.*`, `loss.chunk_tokens` and `data.capture` of the config; the seed
+/// is `run.seed` (training.seed).
 Eagle3Options eagle3_options(const Config& config, const RunContext& run = {});
 
 /// (B, T) bool: position t has a target at unroll step i, i.e. token t+2+i exists in t's
@@ -81,25 +83,20 @@ struct Eagle3Result {
                                            // argmax is in the draft vocab)
 };
 
-class Eagle3Objective : public Objective {
+class Eagle3Objective : public DraftObjective {
  public:
   explicit Eagle3Objective(const Eagle3Options& options);
   std::string name() const override { return "eagle3"; }
-  std::vector<std::string> frozen_models() const override { return {"target"}; }
   torch::nn::Module& trainable() override { return *draft_; }
   StepTotals count(const PackedBatch& batch) const override;
   ObjectiveOutput compute(const PackedBatch& batch, const StepTotals& totals) override;
   /// Writes `dir`/sglang (LlamaForCausalLMEagle3) and `dir`/speculators (Eagle3DraftModel).
   void export_model(const std::string& dir) const override;
   void attach_data(const DataContext& data) override;
-  void finish_metrics(std::vector<std::pair<std::string, double>>& step_metrics) const override;
-  bool export_at_checkpoints() const override { return true; }
   double model_flops(const PackedBatch& batch) const override;
 
   /// Installs the draft vocabulary and re-initialises lm_head from the target's rows for it.
   void set_vocab_map(const VocabMap& map);
-  /// Opens a capture directory for offline features (checked against the draft's layers).
-  void use_capture(const std::string& dir);
   /// Target features for `batch`: from the target (online) or the capture (offline).
   TargetFeatures features(const PackedBatch& batch) const;
   Teacher teacher(const at::Tensor& last_hidden) const;
@@ -109,14 +106,11 @@ class Eagle3Objective : public Objective {
 
   Eagle3Draft& draft() { return draft_; }
   const Eagle3Options& options() const { return options_; }
-  bool offline() const { return capture_.has_value(); }
 
  private:
+  std::vector<std::string> acceptance_metrics() const override;  // acc_0 .. acc_{ttt_length-1}
+
   Eagle3Options options_;
-  std::optional<FrozenModel> target_;  // online only
-  std::unique_ptr<FrozenHead> head_;
-  DecoderConfig target_config_;
-  std::optional<CaptureStore> capture_;
   Eagle3Draft draft_{nullptr};
 };
 

@@ -4,10 +4,13 @@
 
 #include <filesystem>
 
+#include "tandem/core/dtype.h"
 #include "tandem/core/error.h"
 #include "tandem/core/file_io.h"
 #include "tandem/core/json_file.h"
 #include "tandem/data/vocab_map.h"
+#include "tandem/eval/eagle3_decode.h"
+#include "tandem/io/export_dir.h"
 #include "tandem/io/hf_checkpoint.h"
 #include "tandem/models/frozen.h"
 #include "tandem/models/load.h"
@@ -15,10 +18,6 @@
 namespace tandem {
 
 namespace {
-
-std::string dtype_name(c10::ScalarType dtype) {
-  return dtype == at::kBFloat16 ? "bfloat16" : dtype == at::kHalf ? "float16" : "float32";
-}
 
 // Engine numbering of tandem's aux layer i (output of decoder layer i).
 std::vector<int64_t> vllm_layer_ids(const Eagle3Config& config) {
@@ -33,25 +32,19 @@ nlohmann::json layer_json(const Eagle3Config& config, c10::ScalarType dtype) {
   layer.family = DecoderFamily::Llama;
   layer.num_hidden_layers = 1;
   layer.sliding_window = {0};
-  layer.torch_dtype = dtype_name(dtype);
+  layer.torch_dtype = hf_dtype_name(dtype);
   nlohmann::json json = layer.to_json();
   json["num_hidden_layers"] = 1;
   return json;
 }
 
+// A Llama-style export directory: config.json and the weights, published whole.
 void write_export_dir(const std::string& dir, const nlohmann::json& config,
                       const std::vector<std::pair<std::string, at::Tensor>>& weights) {
-  // Written beside the destination and renamed over it: a crash never leaves half an export.
-  const std::string staging = dir + ".tmp";
-  std::filesystem::remove_all(staging);
-  std::filesystem::create_directories(staging);
-  write_hf_weights(staging, weights);
-  replace_file(staging + "/config.json", config.dump(2) + "\n", "[export]");
-  const std::string old = dir + ".old";
-  std::filesystem::remove_all(old);
-  if (std::filesystem::exists(dir)) std::filesystem::rename(dir, old);
-  std::filesystem::rename(staging, dir);
-  std::filesystem::remove_all(old);
+  publish_export_dir(dir, [&](const std::string& staging) {
+    write_hf_weights(staging, weights);
+    replace_file(staging + "/config.json", config.dump(2) + "\n", "[export]");
+  });
 }
 
 }  // namespace
@@ -91,7 +84,7 @@ nlohmann::json eagle3_speculators_config(const Eagle3Config& config, c10::Scalar
   json["target_hidden_size"] = config.target_hidden_size;
   json["norm_before_residual"] = false;
   json["eagle_aux_hidden_state_layer_ids"] = vllm_layer_ids(config);
-  json["torch_dtype"] = dtype_name(dtype);
+  json["torch_dtype"] = hf_dtype_name(dtype);
   json["speculators_config"] = {
       {"algorithm", "eagle3"},
       {"default_proposal_method", "greedy"},
@@ -199,9 +192,9 @@ class Eagle3DraftDecoder : public DraftDecoder {
     check_vocab_and_width(dir_, config.layer.vocab_size, config.target_hidden_size, target,
                           target_dir);
   }
-  SpeculativeOutput decode(const FrozenModel& target, const std::vector<int64_t>& prompt,
-                           int64_t draft_tokens, const DecodeOptions& options) const override {
-    return speculative_decode(target, *draft_, prompt, draft_tokens, options);
+  std::unique_ptr<DraftProposer> proposer(const FrozenModel& target,
+                                          int64_t draft_tokens) const override {
+    return std::make_unique<Eagle3Proposer>(target, *draft_, draft_tokens);
   }
 
  private:

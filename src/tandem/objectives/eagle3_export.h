@@ -1,5 +1,5 @@
 #pragma once
-// EAGLE-3 draft checkpoints for serving engines (SPEC §6), and reading them back:
+// EAGLE-3 draft checkpoints for serving engines (docs/exports.md), and reading them back:
 //   <dir>/sglang       LlamaForCausalLMEagle3 (SGLang; vLLM maps midlayer. -> layers.0.)
 //   <dir>/speculators  Eagle3DraftModel (vLLM speculators format)
 // Weights are unprefixed, embed_tokens is never stored (engines share the target's). Aux layer

@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 
 #include "tandem/core/config.h"
+#include "tandem/core/config_schema.h"
 #include "tandem/core/device.h"
 #include "tandem/core/error.h"
 #include "tandem/data/datasets.h"
@@ -17,12 +18,13 @@ PolicyOptions policy_options(const Config& config, const std::string& objective,
   PolicyOptions options;
   options.policy = sft_options(config, run);
   options.sequence_level = objective == "gspo";
-  const Config loss = config.section("loss");
-  options.clip.low = loss.get_double("epsilon_low", options.sequence_level ? 3e-4 : 0.2);
-  options.clip.high = loss.get_double("epsilon_high", options.sequence_level ? 4e-4 : 0.2);
-  check(options.clip.low >= 0 && options.clip.low < 1, "[", objective, "] ",
-        loss.where("epsilon_low"), ": must be in [0, 1)");
-  check(options.clip.high >= 0, "[", objective, "] ", loss.where("epsilon_high"), ": must be >= 0");
+  // GRPO's and GSPO's clip ranges differ in default (the GSPO paper's are far narrower).
+  const NumberKey& low =
+      options.sequence_level ? keys::gspo_loss::epsilon_low : keys::grpo_loss::epsilon_low;
+  const NumberKey& high =
+      options.sequence_level ? keys::gspo_loss::epsilon_high : keys::grpo_loss::epsilon_high;
+  options.clip.low = low.read(config);
+  options.clip.high = high.read(config);
   return options;
 }
 
@@ -158,14 +160,13 @@ ObjectiveOutput PolicyObjective::compute(const PackedBatch& batch, const StepTot
 
 namespace {
 
-ObjectiveDescription policy_description(const std::string& name, const std::string& summary) {
+ObjectiveDescription policy_description(const std::string& name, const std::string& summary,
+                                        const KeyGroup& loss) {
   ObjectiveDescription description;
   description.name = name;
-  description.summary = summary;
-  description.keys =
-      "model (the policy, as sft), loss (epsilon_low, epsilon_high, router_aux_loss_coef); "
-      "data.format: "
-      "rollout (from `tandem rollout` or any engine)";
+  description.summary = summary + "; data.format: rollout (from `tandem rollout` or any engine)";
+  description.keys = {&keys::model::group, &loss, &keys::chunked_loss::group, &keys::lm_head::group,
+                      &keys::router_loss::group};
   description.make = [name](const Config& config, const RunContext& run) {
     return std::make_unique<PolicyObjective>(policy_options(config, name, run));
   };
@@ -175,11 +176,13 @@ ObjectiveDescription policy_description(const std::string& name, const std::stri
 }  // namespace
 
 ObjectiveDescription grpo_description() {
-  return policy_description("grpo", "a policy tuned on rollouts, clipped per token (GRPO)");
+  return policy_description("grpo", "a policy tuned on rollouts, clipped per token (GRPO)",
+                            keys::grpo_loss::group);
 }
 
 ObjectiveDescription gspo_description() {
-  return policy_description("gspo", "a policy tuned on rollouts, clipped per sequence (GSPO)");
+  return policy_description("gspo", "a policy tuned on rollouts, clipped per sequence (GSPO)",
+                            keys::gspo_loss::group);
 }
 
 }  // namespace tandem

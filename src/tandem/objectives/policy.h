@@ -1,5 +1,5 @@
 #pragma once
-// GRPO and GSPO from rollouts (SPEC §6 "GRPO / GSPO"): a policy causal LM (trained, configured
+// GRPO and GSPO from rollouts (docs/grpo-gspo.md): a policy causal LM (trained, configured
 // like SFT's `model`) on sampled completions with the sampler's per-token log-probabilities
 // (log pi_old) and an advantage per completion (given, or from group rewards). The current
 // log-probabilities come from the chunked LM head (never full logits).

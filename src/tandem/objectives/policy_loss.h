@@ -1,5 +1,5 @@
 #pragma once
-// The losses of learning from preferences and rollouts (SPEC §6 "DPO", "GRPO / GSPO"), on
+// The losses of learning from preferences and rollouts (docs/dpo.md, docs/grpo-gspo.md), on
 // per-token log-probabilities (objectives/fused_vocab_loss.h gives them without full logits).
 // Pure tensor functions: the objectives (dpo.h, policy.h) gather their inputs from a packed
 // batch and divide by the step's totals.

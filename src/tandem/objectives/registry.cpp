@@ -1,6 +1,9 @@
 // The objectives `training.objective` can name: one line each. Their descriptions (what the CLI
 // shows and does for them) live beside them, objectives/<name>.cpp.
+#include <ATen/ATen.h>
+
 #include "tandem/core/config.h"
+#include "tandem/core/config_schema.h"
 #include "tandem/core/error.h"
 #include "tandem/models/frozen.h"
 #include "tandem/objectives/dflash.h"
@@ -46,9 +49,17 @@ void DraftDecoder::check_vocab_and_width(const std::string& draft_dir, int64_t v
         " has ", target.config().hidden_size);
 }
 
+SpeculativeOutput DraftDecoder::decode(const FrozenModel& target,
+                                       const std::vector<int64_t>& prompt, int64_t draft_tokens,
+                                       const DecodeOptions& options) const {
+  at::NoGradGuard no_grad;
+  const std::unique_ptr<DraftProposer> draft = proposer(target, draft_tokens);
+  return speculative_decode(target, *draft, prompt, options);
+}
+
 std::unique_ptr<Objective> make_objective(const Config& config, const RunContext& run) {
-  const Config training = config.section("training");
-  return find_objective(training.get_string("objective", "sft"), training.where("objective"))
+  return find_objective(keys::training::objective.read(config),
+                        keys::training::objective.where(config))
       .make(config, run);
 }
 

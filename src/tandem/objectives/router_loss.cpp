@@ -4,17 +4,9 @@
 
 #include <cmath>
 
-#include "tandem/core/config.h"
 #include "tandem/core/error.h"
 
 namespace tandem {
-
-double read_router_aux_loss_coef(const Config& loss, const std::string& component) {
-  const double coef = loss.get_double("router_aux_loss_coef", 0.0);
-  check(std::isfinite(coef) && coef >= 0 && coef <= 1e3, "[", component, "] ",
-        loss.where("router_aux_loss_coef"), ": must be in [0, 1000], got ", coef);
-  return coef;
-}
 
 TrainedForward trained_forward(const CausalLM& model, const PackedBatch& batch) {
   TrainedForward out;

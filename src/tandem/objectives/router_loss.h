@@ -11,11 +11,6 @@
 
 namespace tandem {
 
-class Config;
-
-/// `loss.router_aux_loss_coef` (default 0, in 0..1e3), checked where it is read.
-double read_router_aux_loss_coef(const Config& loss, const std::string& component);
-
 /// The trained model's forward on `batch`, with its routers' load when it has experts.
 struct TrainedForward {
   at::Tensor hidden;                 // (B, T, H) final-normed hidden states

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tandem/core/config.h"
+#include "tandem/core/config_schema.h"
 #include "tandem/core/device.h"
 #include "tandem/core/dtype.h"
 #include "tandem/core/error.h"
@@ -24,21 +25,18 @@ namespace tandem {
 SftOptions sft_options(const Config& config, const RunContext& run) {
   SftOptions options;
   options.run = run;
-  const Config model = config.section("model");
-  options.model_path = model.get_string("path", "");
-  options.model_config = model.get_string("config", "");
-  check(options.model_path.empty() != options.model_config.empty(), "[sft] ", model.where("path"),
+  options.model_path = keys::model::path.read(config);
+  options.model_config = keys::model::config.read(config);
+  check(options.model_path.empty() != options.model_config.empty(), "[sft] ",
+        keys::model::path.where(config),
         ": set exactly one of model.path (start from a checkpoint) or model.config (a fresh "
         "model from a config.json)");
-  options.dtype = parse_compute_dtype(model.get_string("dtype", "fp32"), model.where("dtype"));
-  options.init_std = model.get_double("init_std", 0.02);
-  check(std::isfinite(options.init_std) && options.init_std >= 0, "[sft] ", model.where("init_std"),
-        ": must be a finite number >= 0, got ", options.init_std);
-  options.seed = static_cast<uint64_t>(config.section("training").get_int("seed", 0));
-  const Config loss = config.section("loss");
-  options.loss.chunk_tokens = read_chunk_tokens(loss, "sft");
-  options.loss.fp32_head = loss.get_bool("fp32_lm_head", false);
-  options.router_aux_loss_coef = read_router_aux_loss_coef(loss, "sft");
+  options.dtype = keys::model::dtype.read(config);
+  options.init_std = keys::model::init_std.read(config);
+  options.seed = run.seed;
+  options.loss.chunk_tokens = keys::chunked_loss::chunk_tokens.read(config);
+  options.loss.fp32_head = keys::lm_head::fp32_lm_head.read(config);
+  options.router_aux_loss_coef = keys::router_loss::router_aux_loss_coef.read(config);
   return options;
 }
 
@@ -69,14 +67,6 @@ NextTokenPositions next_token_positions(const PackedBatch& batch) {
 
 at::Tensor gather_positions(const at::Tensor& hidden, const at::Tensor& index) {
   return hidden.reshape({-1, hidden.size(-1)}).index_select(0, index);
-}
-
-int64_t read_chunk_tokens(const Config& loss, const std::string& component) {
-  const int64_t chunk_tokens = loss.get_int("chunk_tokens", 1024);
-  check(chunk_tokens >= 0 && chunk_tokens <= (int64_t{1} << 24), "[", component, "] ",
-        loss.where("chunk_tokens"), ": must be in 0..16777216 (0: full logits), got ",
-        chunk_tokens);
-  return chunk_tokens;
 }
 
 DecoderConfig student_decoder_config(const SftOptions& options) {
@@ -152,9 +142,7 @@ void export_causal_lm(const CausalLM& model, const std::string& dir) {
   for (const auto& [name, value] : checkpoint_tensors(*model))
     for (auto& stored : split_for_hub(name, value, config)) weights.push_back(std::move(stored));
   const c10::ScalarType dtype = weights.front().second.scalar_type();
-  config.torch_dtype = dtype == at::kBFloat16 ? "bfloat16"
-                       : dtype == at::kHalf   ? "float16"
-                                              : "float32";
+  config.torch_dtype = hf_dtype_name(dtype);
   write_hf_weights(dir, weights);
   replace_file(dir + "/config.json", config.to_json().dump(2) + "\n", "[export]");
 }
@@ -163,9 +151,8 @@ ObjectiveDescription sft_description() {
   ObjectiveDescription description;
   description.name = "sft";
   description.summary = "supervised fine-tuning: next-token cross-entropy on loss-masked tokens";
-  description.keys =
-      "model (path | config, dtype, init_std), loss (chunk_tokens, fp32_lm_head, "
-      "router_aux_loss_coef)";
+  description.keys = {&keys::model::group, &keys::chunked_loss::group, &keys::lm_head::group,
+                      &keys::router_loss::group};
   description.make = [](const Config& config, const RunContext& run) {
     return std::make_unique<SftObjective>(sft_options(config, run));
   };

@@ -22,12 +22,8 @@ struct SftOptions {
   RunContext run;  // device (and rank-0 loading, sharding on load) the model lives with
 };
 
-/// Reads `model.*` and `loss.*` of the config.
+/// Reads `model.*` and `loss.*` of the config; the seed is `run.seed` (training.seed).
 SftOptions sft_options(const Config& config, const RunContext& run = {});
-
-/// `loss.chunk_tokens` (default 1024; 0..2^24, 0: the plain path with full logits), checked where
-/// it is read; `component` prefixes the error. Every objective with a vocabulary loss reads it.
-int64_t read_chunk_tokens(const Config& loss, const std::string& component);
 
 /// The architecture `options` describe: model.path's config.json, or model.config.
 DecoderConfig student_decoder_config(const SftOptions& options);

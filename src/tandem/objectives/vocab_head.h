@@ -14,7 +14,7 @@ inline at::Tensor safe_targets(const at::Tensor& targets, const at::Tensor& weig
   return at::where(weights != 0, targets, at::zeros_like(targets));
 }
 
-/// The dtype the projection runs in: the inputs', or fp32 with the fp32 head (SPEC §3).
+/// The dtype the projection runs in: the inputs', or fp32 with the fp32 head (docs/training.md).
 inline at::ScalarType head_compute_dtype(const at::Tensor& hidden, bool fp32_head) {
   return fp32_head && hidden.scalar_type() != at::kDouble ? at::kFloat : hidden.scalar_type();
 }

@@ -6,28 +6,28 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "tandem/core/config_schema.h"
 #include "tandem/core/error.h"
 
 namespace tandem {
 
 DistributedOptions read_distributed(const Config& config) {
-  const Config section = config.section("distributed");
+  namespace distributed = keys::distributed;
   DistributedOptions options;
-  options.mode = section.get_choice("mode", {"ddp", "shard", "hybrid"}, "ddp");
-  options.where = section.where("mode");
-  options.dp_replicate = section.get_int("dp_replicate", 0);
-  options.dp_shard = section.get_int("dp_shard", 0);
+  options.mode = distributed::mode.read(config);
+  options.where = distributed::mode.where(config);
+  options.dp_replicate = distributed::dp_replicate.read(config);
+  options.dp_shard = distributed::dp_shard.read(config);
   check(options.mode == "hybrid" || (options.dp_replicate == 0 && options.dp_shard == 0),
-        "[train] ", section.where("dp_replicate"), " and dp_shard are for mode: hybrid (mode ",
-        options.mode, " uses all ranks for ", options.mode == "ddp" ? "replicas" : "shards", ")");
+        "[train] ", distributed::dp_replicate.where(config),
+        " and dp_shard are for mode: hybrid (mode ", options.mode, " uses all ranks for ",
+        options.mode == "ddp" ? "replicas" : "shards", ")");
   if (options.mode == "hybrid")
-    check(options.dp_replicate > 0 && options.dp_shard > 0, "[train] ", section.where("mode"),
+    check(options.dp_replicate > 0 && options.dp_shard > 0, "[train] ", options.where,
           ": hybrid needs dp_replicate and dp_shard (positive, dp_replicate x dp_shard = ranks)");
-  options.backend = section.get_choice("backend", {"auto", "gloo", "nccl"}, "auto");
-  const int64_t timeout = section.get_int("timeout_s", 300);
-  check(timeout > 0, "[train] ", section.where("timeout_s"), ": must be positive (seconds)");
-  options.timeout = std::chrono::seconds(timeout);
-  options.check_frozen_weights = section.get_bool("check_frozen_weights", false);
+  options.backend = distributed::backend.read(config);
+  options.timeout = std::chrono::seconds(distributed::timeout_s.read(config));
+  options.check_frozen_weights = distributed::check_frozen_weights.read(config);
   return options;
 }
 

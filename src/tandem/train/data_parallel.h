@@ -1,6 +1,6 @@
 #pragma once
-// Data-parallel training (SPEC §7; distributed.mode: ddp, and the data side of shard and hybrid,
-// whose parameter side is train/sharded_model.h) on a c10d process group: what the
+// Data-parallel training (docs/distributed.md; distributed.mode: ddp, and the data side of shard
+// and hybrid, whose parameter side is train/sharded_model.h) on a c10d process group: what the
 // trainer does differently with more than one rank. The plan keeps a W-rank run equal to the
 // one-process run of the same config (same global batch, same losses, same weights):
 //  - every rank draws the same micro-batches (the sampler and the packing are replicated: host
@@ -28,13 +28,14 @@
 
 namespace tandem {
 
+/// What `distributed:` says (defaults and ranges: core/config_schema.cpp).
 struct DistributedOptions {
-  std::string mode = "ddp";  // ddp | shard | hybrid
+  std::string mode;          // ddp | shard | hybrid
   int64_t dp_replicate = 0;  // hybrid: replicas x shards = ranks
   int64_t dp_shard = 0;
-  std::string where;                  // "FILE: distributed.mode", for errors
-  std::string backend = "auto";       // auto: nccl when training on CUDA, else gloo
-  std::chrono::seconds timeout{300};  // any collective, and joining the job
+  std::string where;               // "FILE: distributed.mode", for errors
+  std::string backend;             // auto: nccl when training on CUDA, else gloo
+  std::chrono::seconds timeout{};  // any collective, and joining the job
   // After loading, every rank checksums the full values of its frozen weights and the job stops
   // if any rank's differ from rank 0's (one gather of each sharded weight; off by default).
   bool check_frozen_weights = false;

@@ -8,6 +8,7 @@
 #include <optional>
 
 #include "tandem/core/config.h"
+#include "tandem/core/config_schema.h"
 #include "tandem/core/dtype.h"
 #include "tandem/core/error.h"
 #include "tandem/models/frozen.h"
@@ -59,7 +60,7 @@ ExportResult export_run(const std::string& run_dir, int64_t step, const std::str
       if (buffer.is_floating_point()) buffer.set_data(buffer.to(*cast));
   }
   objective->export_model(out_dir);
-  const std::string tokenizer_dir = config.section("data").get_string("tokenizer", "");
+  const std::string tokenizer_dir = keys::data::tokenizer.read(config);
   if (!tokenizer_dir.empty()) copy_tokenizer_files(tokenizer_dir, out_dir);
   ExportResult result;
   result.checkpoint_dir = reader->dir();

@@ -1,7 +1,7 @@
 #pragma once
-// The parameter side of distributed.mode shard and hybrid (SPEC §7, ZeRO-3): the trainable
-// model and every frozen model split across a shard group (dist/sharding.h), the optimizer
-// built on the slices, and the sharded checkpoint files.
+// The parameter side of distributed.mode shard and hybrid (docs/distributed.md, ZeRO-3): the
+// trainable model and every frozen model split across a shard group (dist/sharding.h), the
+// optimizer built on the slices, and the sharded checkpoint files.
 //
 // A sharded checkpoint holds, besides the trainer's usual files written by rank 0:
 //   model.shard-<s>-of-<S>.safetensors      shard s's slice of every parameter (flat, unpadded)

@@ -12,6 +12,7 @@
 #include <optional>
 #include <sstream>
 
+#include "tandem/core/config_schema.h"
 #include "tandem/core/device.h"
 #include "tandem/core/error.h"
 #include "tandem/core/host_read.h"
@@ -144,7 +145,7 @@ void TrainingRun::set_up() {
   dist::exit_with_launcher(launch);          // an orphaned rank stops (SIGTERM: save and exit)
   run_ = read_run_context(config_, launch);  // the device, decided once
   check(options_.docs_per_step > 0 || options_.micro_batches % launch.world_size == 0, "[train] ",
-        config_.section("training").where("micro_batches"), " = ", options_.micro_batches,
+        keys::training::micro_batches.where(config_), " = ", options_.micro_batches,
         " is not a multiple of the ", launch.world_size,
         " ranks (each rank runs micro_batches / ranks)");
   replicas_and_shards(distributed, launch.world_size);  // hybrid's dp sizes, before connecting
@@ -167,10 +168,10 @@ void TrainingRun::set_up() {
   if (groups_.sharded) sharded_.emplace(objective_->trainable(), groups_.shard, *load_shards_);
   if (distributed.check_frozen_weights) check_frozen_weights_agree(*group_);
 
-  at::manual_seed(options_.seed);
+  at::manual_seed(run_.seed);
   SamplerOptions sampler_options;
   sampler_options.dataset_size = data_->num_records();
-  sampler_options.seed = options_.seed;
+  sampler_options.seed = run_.seed;
   sampler_.emplace(sampler_options);
   if (sharded_)
     optimizer_.emplace(sharded_->optimizer_parameters(), options_.adamw, sharded_->decays());

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <iostream>
 
+#include "tandem/core/config_schema.h"
 #include "tandem/core/error.h"
 
 namespace tandem {
@@ -98,65 +99,70 @@ void plan_records(TrainingData& data, OnError on_error) {
 
 }  // namespace
 
-TrainingData read_training_data(const Config& config) {
-  const Config data = config.section("data");
-  TrainingData setup;
-  setup.path = data.get_string("path");
-  setup.format = parse_data_format(
-      data.get_choice("format", {"conversations", "text", "pretokenized", "preference", "rollout"},
-                      "conversations"));
+DataOptions read_data_options(const Config& config) {
+  namespace data = keys::data;
+  DataOptions options;
+  options.path = data::path.read(config);
+  options.format = data::format.read(config);
   const bool paired_or_rollout =
-      setup.format == DataFormat::preference || setup.format == DataFormat::rollout;
-  setup.packing.seq_len = data.get_int("seq_len");
-  setup.packing.mode =
-      parse_packing_mode(data.get_choice("packing", {"packed", "padded"}, "packed"));
+      options.format == DataFormat::preference || options.format == DataFormat::rollout;
+  options.packing.seq_len = data::seq_len.read(config);
+  options.packing.mode = data::packing.read(config);
   // A preference side or a rollout is one sequence: splitting it would restart its positions
   // mid-completion, so those formats truncate (or fail) instead.
-  const std::string overlong = data.get_choice("overlong", {"split", "truncate", "error"},
-                                               paired_or_rollout ? "truncate" : "split");
-  check(!(paired_or_rollout && overlong == "split"), "[train] ", data.where("overlong"),
-        ": 'split' would cut a ", data_format_name(setup.format),
+  options.packing.overlong = data::overlong.read(
+      config, paired_or_rollout ? OverlongPolicy::Truncate : OverlongPolicy::Split);
+  check(!(paired_or_rollout && options.packing.overlong == OverlongPolicy::Split), "[train] ",
+        data::overlong.where(config), ": 'split' would cut a ", data_format_name(options.format),
         " sequence into unrelated pieces; use truncate or error");
-  setup.packing.overlong = parse_overlong_policy(overlong);
-  setup.rows = data.get_int("micro_batch_rows", 1);
-  // Stated bounds, checked before any batch is allocated: a micro-batch is rows x seq_len
-  // tokens, and its activations grow with that product times the model's width.
-  check(setup.packing.seq_len > 0 && setup.packing.seq_len <= kMaxSeqLen, "[train] ",
-        data.where("seq_len"), ": must be in 1..", kMaxSeqLen, ", got ", setup.packing.seq_len);
-  check(setup.rows > 0 && setup.rows <= kMaxMicroBatchRows, "[train] ",
-        data.where("micro_batch_rows"), ": must be in 1..", kMaxMicroBatchRows, ", got ",
-        setup.rows);
-  check(setup.rows * setup.packing.seq_len <= kMaxMicroBatchTokens, "[train] ",
-        data.where("micro_batch_rows"), " x ", data.where("seq_len"), " = ",
-        setup.rows * setup.packing.seq_len, " tokens per micro-batch, above the bound of ",
+  options.rows = data::micro_batch_rows.read(config);
+  // A micro-batch is rows x seq_len tokens, and its activations grow with that product times the
+  // model's width: bounded before any batch is allocated.
+  check(options.rows * options.packing.seq_len <= kMaxMicroBatchTokens, "[train] ",
+        data::micro_batch_rows.where(config), " x ", data::seq_len.where(config), " = ",
+        options.rows * options.packing.seq_len, " tokens per micro-batch, above the bound of ",
         kMaxMicroBatchTokens, "; use more micro-batches per step (training.micro_batches)");
-  setup.packing.max_rows = setup.rows;
-  DatasetOptions options;
-  setup.tokenizer_dir = data.get_string("tokenizer", "");
+  options.packing.max_rows = options.rows;
+  options.tokenizer_dir = data::tokenizer.read(config);
+  options.dataset.chat_template = data::chat_template.read(config);
+  options.dataset.max_length = data::max_length.read(config);
+  options.dataset.last_turn_only = data::last_turn_only.read(config);
+  options.dataset.on_error = data::on_error.read(config);
+  options.dataset.vocab_size = data::vocab_size.read(config);
+  options.cache_dir = data::cache_dir.read(config);
+  if (options.format == DataFormat::rollout)
+    options.scale_rewards_by_std = data::scale_rewards_by_std.read(config);
+  return options;
+}
+
+TrainingData read_training_data(const Config& config) {
+  const DataOptions read = read_data_options(config);
+  TrainingData setup;
+  setup.path = read.path;
+  setup.format = read.format;
+  setup.packing = read.packing;
+  setup.rows = read.rows;
+  setup.tokenizer_dir = read.tokenizer_dir;
+  setup.cache_dir = read.cache_dir;
+  DatasetOptions options = read.dataset;
   if (!setup.tokenizer_dir.empty()) {
     setup.tokenizer = Tokenizer::from_dir(setup.tokenizer_dir);
     options.tokenizer = &*setup.tokenizer;
   }
-  options.chat_template = data.get_string("chat_template", "llama3");
-  options.max_length = data.get_int("max_length", 0);
-  options.last_turn_only = data.get_bool("last_turn_only", false);
-  options.on_error = parse_on_error(data.get_choice("on_error", {"fail", "skip"}, "fail"));
-  options.vocab_size = data.get_int("vocab_size", 0);
   CacheOptions cache;
-  cache.dir = data.get_string("cache_dir", "");
-  setup.cache_dir = cache.dir;
+  cache.dir = setup.cache_dir;
   if (setup.format == DataFormat::rollout) {
     RolloutStream stream(setup.path, options);
     RolloutSample sample;
     while (stream.next(sample)) setup.rollouts.push_back(std::move(sample));
-    compute_group_advantages(setup.rollouts, data.get_bool("scale_rewards_by_std", true));
+    compute_group_advantages(setup.rollouts, read.scale_rewards_by_std);
   } else {
     setup.dataset = TokenizedDataset::open(setup.path, setup.format, options, cache);
   }
-  check(setup.num_records() > 0, "[train] ", data.where("path"), ": ", setup.path,
-        " yielded no documents");
+  const std::string where_path = keys::data::path.where(config);
+  check(setup.num_records() > 0, "[train] ", where_path, ": ", setup.path, " yielded no documents");
   plan_records(setup, options.on_error);
-  check(setup.num_records() > 0, "[train] ", data.where("path"), ": ", setup.path,
+  check(setup.num_records() > 0, "[train] ", where_path, ": ", setup.path,
         ": every record was skipped (", setup.skipped_records, " fit in no micro-batch)");
   if (setup.split_documents > 0 || setup.skipped_records > 0)
     std::cerr << "[data] " << setup.split_documents << " document(s) longer than a micro-batch ("

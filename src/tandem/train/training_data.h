@@ -21,11 +21,25 @@
 
 namespace tandem {
 
-/// Bounds on data.seq_len, data.micro_batch_rows and their product (tokens per micro-batch),
-/// checked before anything is allocated.
-inline constexpr int64_t kMaxSeqLen = int64_t{1} << 20;
-inline constexpr int64_t kMaxMicroBatchRows = int64_t{1} << 16;
+/// Bound on data.micro_batch_rows x data.seq_len (tokens per micro-batch), checked before
+/// anything is allocated; each of the two has its own range (core/config_schema.cpp).
 inline constexpr int64_t kMaxMicroBatchTokens = int64_t{1} << 24;
+
+/// What `data:` says, read and checked without opening anything (defaults and ranges:
+/// core/config_schema.cpp).
+struct DataOptions {
+  std::string path;
+  DataFormat format = DataFormat::conversations;
+  PackingOptions packing;  // seq_len, mode, overlong; max_rows = rows
+  int64_t rows = 0;        // micro_batch_rows
+  std::string tokenizer_dir;
+  DatasetOptions dataset;  // chat_template, max_length, last_turn_only, on_error, vocab_size
+  std::string cache_dir;   // "" = the default data cache
+  bool scale_rewards_by_std = false;  // rollout only (read only for rollout data)
+};
+
+/// Reads `data.*` (but data.capture, a draft's), checking each value and the micro-batch size.
+DataOptions read_data_options(const Config& config);
 
 /// A sampler record that is not simply the dataset's record `record`: tokens [begin, end) of a
 /// document longer than a micro-batch (data.overlong: split cuts it into parts of at most
@@ -68,8 +82,8 @@ struct TrainingData {
   int64_t document_length(int64_t index) const;
 };
 
-/// Reads `data.*` (path, format, tokenizer, chat_template, seq_len, packing, ...) and opens the
-/// dataset, tokenizing it into the cache on first use. Rollout files are read whole; samples
+/// Reads `data.*` (read_data_options) and opens the dataset, tokenizing it into the cache on
+/// first use. Rollout files are read whole; samples
 /// without an advantage get one from their group's rewards (data.scale_rewards_by_std). Every
 /// record is then checked against a micro-batch (rows x seq_len): data.overlong: error and
 /// records too long for one micro-batch fail here, naming the document, or with data.on_error:
