@@ -21,7 +21,7 @@ done
 
 # 1. Debian packages (C++ toolchain, libraries, clang for the fuzzer, clang-format for the lint).
 debian_packages=(build-essential cmake pkg-config git python3 python3-venv clang libclang-rt-14-dev
-  clang-format
+  clang-format-14
   nlohmann-json3-dev libyaml-cpp-dev libcli11-dev libfmt-dev libpcre2-dev libgtest-dev
   libgloo-dev)  # libgloo-dev: headers for libtorch's own c10d Gloo backend (distributed training)
 missing=()

@@ -161,9 +161,13 @@ Runner add_regenerate_command(CLI::App& root) {
     bool finished = false;
     if (std::filesystem::exists(settings_path)) {
       std::ifstream in(settings_path);
-      const nlohmann::json previous = nlohmann::json::parse(in, nullptr, false);
+      nlohmann::json previous = nlohmann::json::parse(in, nullptr, false);
       check(previous.is_object(), "[regenerate] ", settings_path, ": unreadable; delete it and ",
             o->out, " to start over");
+      // Outputs begun before the dtype had one spelling recorded it as typed ("bfloat16").
+      if (previous.contains("dtype") && previous["dtype"].is_string())
+        previous["dtype"] = compute_dtype_name(
+            parse_compute_dtype(previous["dtype"].get<std::string>(), settings_path + ": dtype"));
       for (const auto& [key, value] : settings.items())
         check(previous.value(key, nlohmann::json()) == value, "[regenerate] ", o->out,
               " was begun with other settings (", key, ": ",

@@ -2,9 +2,11 @@
 
 #include <ATen/ATen.h>
 
+#include "tandem/core/device.h"
 #include "tandem/core/error.h"
 #include "tandem/core/host_read.h"
 #include "tandem/eval/decode_steps.h"
+#include "tandem/models/key_bands.h"
 
 namespace tandem {
 
@@ -38,9 +40,16 @@ void Eagle3Proposer::extend(const std::vector<int64_t>& ids, const at::Tensor& f
   shifted.push_back(next);
   state_.step_k.clear();  // the last proposal's unroll
   state_.step_v.clear();
-  const at::Tensor out = draft_.extend_context(
-      head_.embed(decode_row(shifted, device)).to(dtype_), draft_.fc->forward(features.to(dtype_)),
-      at::arange(first, first + count, at::kLong).view({1, count}), state_);
+  const at::Tensor embeds = head_.embed(decode_row(shifted, device)).to(dtype_);
+  const at::Tensor hidden = draft_.fc->forward(features.to(dtype_));
+  const at::Tensor positions = at::arange(first, first + count, at::kLong).view({1, count});
+  // From an empty context: step 0 of the training unroll over all of it, causal (the uncached
+  // reference comes here every step). After: only the new positions join the context, which
+  // is what the cached decoder's steps are checked against.
+  const at::Tensor out =
+      first == 0 ? draft_.step(embeds, hidden, to_device(positions, device),
+                               causal_key_bands(AttentionLayout::causal(1, count, device)), state_)
+                 : draft_.extend_context(embeds, hidden, positions, state_);
   seen_ = first + count;
   last_ = out.narrow(1, count - 1, 1);
 }

@@ -29,6 +29,7 @@ SpeculativeOutput speculative_decode(const FrozenModel& target, DraftProposer& p
   // The tokens the target has verified and the draft has not seen (their features in `pass`):
   // the prompt first, then each step's bonus and accepted tokens.
   std::vector<int64_t> fresh = prompt;
+  proposer.reset();  // a proposer may have served another prompt
   while (!decode_finished(output.tokens, options)) {
     proposer.extend(fresh, pass.features, bonus);
     const std::vector<int64_t> proposal = proposer.propose(bonus);

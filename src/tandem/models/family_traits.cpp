@@ -28,24 +28,26 @@ std::vector<FieldRule> rules(std::initializer_list<std::vector<FieldRule>> group
 // Every mixture-of-experts family: the expert count under either name (the hub's Qwen3-MoE
 // configs say num_experts, transformers 5 writes num_local_experts for all three), top-k, the
 // auxiliary loss coefficient (written back on export), the router's jitter (must be 0).
-const std::vector<FieldRule> kMoeFields = {
-    accepted("num_experts"),
-    accepted("num_local_experts"),
-    accepted("num_experts_per_tok"),
-    accepted("router_aux_loss_coef"),
-    accepted("output_router_logits"),
-    accepted("router_jitter_noise"),
-    only("mlp_bias", false, "its MLPs and experts have no bias")};
+std::vector<FieldRule> moe_fields() {
+  return {accepted("num_experts"),
+          accepted("num_local_experts"),
+          accepted("num_experts_per_tok"),
+          accepted("router_aux_loss_coef"),
+          accepted("output_router_logits"),
+          accepted("router_jitter_noise"),
+          only("mlp_bias", false, "its MLPs and experts have no bias")};
+}
 
 // A family whose experts are as wide as intermediate_size, always renormalised, on every
 // layer, with no attention biases (Mixtral, MiniMax-M2). moe_intermediate_size and
 // norm_topk_prob are accepted and not read: transformers' configs of these families have
 // neither, so they change nothing there either.
-const std::vector<FieldRule> kEveryLayerMoeFields = {
-    accepted("moe_intermediate_size"), accepted("norm_topk_prob"),
-    refused("decoder_sparse_step", "every layer has experts there"),
-    refused("mlp_only_layers", "every layer has experts there"),
-    only("attention_bias", false, "its attention projections have no bias")};
+std::vector<FieldRule> every_layer_moe_fields() {
+  return {accepted("moe_intermediate_size"), accepted("norm_topk_prob"),
+          refused("decoder_sparse_step", "every layer has experts there"),
+          refused("mlp_only_layers", "every layer has experts there"),
+          only("attention_bias", false, "its attention projections have no bias")};
+}
 
 }  // namespace
 
@@ -84,7 +86,7 @@ const std::vector<FamilyTraits>& family_table() {
                .reads_norm_topk_prob = true,
                .weights_in_model_dtype = true,
                .dense_layers_listed = true},
-       .fields = rules({kMoeFields,
+       .fields = rules({moe_fields(),
                         {accepted("moe_intermediate_size"), accepted("norm_topk_prob"),
                          accepted("decoder_sparse_step"), accepted("mlp_only_layers")}}),
        .spelling = {.attention_bias = true, .windows = WindowSpelling::UseSlidingWindow}},
@@ -94,7 +96,7 @@ const std::vector<FamilyTraits>& family_table() {
        .architecture = "MixtralForCausalLM",
        .windows = WindowReading::EveryLayer,
        .moe = {.enabled = true, .block_sparse_moe_names = true},
-       .fields = rules({kMoeFields, kEveryLayerMoeFields}),
+       .fields = rules({moe_fields(), every_layer_moe_fields()}),
        .spelling = {.windows = WindowSpelling::SlidingWindow}},
 
       // The released checkpoints' own fields are accepted when they say what transformers
@@ -110,8 +112,8 @@ const std::vector<FamilyTraits>& family_table() {
                .scoring = RouterScoring::SigmoidWithBias,
                .block_sparse_moe_names = true},
        .fields =
-           rules({kMoeFields,
-                  kEveryLayerMoeFields,
+           rules({moe_fields(),
+                  every_layer_moe_fields(),
                   {accepted("rotary_dim"), accepted("partial_rotary_factor"),
                    only("scoring_func", "sigmoid", "sigmoid router scores"),
                    only("use_routing_bias", true, "the e_score_correction_bias of each layer"),

@@ -16,8 +16,6 @@
 
 namespace tandem {
 
-/// The parts of a frozen target that a draft needs besides its hidden states: the token
-/// embedding, the final norm and the output projection. Frozen and registered like a model.
 class FullParameters;  // dist/sharding.h
 
 /// A frozen weight at its full value while this object lives: gathered here when the run shards
@@ -36,6 +34,8 @@ class GatheredWeight {
   std::unique_ptr<FullParameters> gathered_;
 };
 
+/// The parts of a frozen target that a draft needs besides its hidden states: the token
+/// embedding, the final norm and the output projection. Frozen and registered like a model.
 class FrozenHead {
  public:
   /// Reads only those tensors from the HF checkpoint `dir` (offline training: no layers loaded).
