@@ -45,16 +45,15 @@ void DFlashProposer::extend(const std::vector<int64_t>& /*ids: the context is fe
 
 std::vector<int64_t> DFlashProposer::propose(int64_t bonus) {
   check(context_.defined(), "[eval] propose before any extend");
-  const at::Tensor& context = context_;
-  const int64_t n = context.size(1), block_size = draft_.config().block_size;
+  const int64_t n = context_.size(1), block_size = draft_.config().block_size;
   // Every one of the block's queries sees the n context keys (strictly before the anchor at n).
   const KeyBands all_context =
       KeyBands::from_host(at::zeros({1, block_size}, at::kLong),
-                          at::full({1, block_size}, n - 1, at::kLong), context.device());
+                          at::full({1, block_size}, n - 1, at::kLong), context_.device());
   const at::Tensor block_embeds =
       at::cat({embed_tokens_[bonus].to(dtype_).view({1, 1, -1}), masks_}, 1);  // (1, bs, H)
   const at::Tensor hidden =
-      draft_.forward(block_embeds, context, at::arange(n, block_offsets_.options()).view({1, n}),
+      draft_.forward(block_embeds, context_, at::arange(n, block_offsets_.options()).view({1, n}),
                      block_offsets_ + n, all_context, anchor_valid_);
   // Slot k predicts token n + k (same-position prediction); slot 0 is the anchor.
   const at::Tensor predicted = read_on_host(

@@ -24,16 +24,19 @@ const std::vector<int64_t>& Eagle3Proposer::target_layers() const {
   return draft_.config().aux_layer_ids;
 }
 
+int64_t Eagle3Proposer::context_length() const {
+  return state_.context_k.defined() ? state_.context_k.size(2) : 0;
+}
+
 void Eagle3Proposer::reset() {
   state_ = TttState();
-  seen_ = 0;
   last_ = at::Tensor();
 }
 
 void Eagle3Proposer::extend(const std::vector<int64_t>& ids, const at::Tensor& features,
                             int64_t next) {
   const at::Device device = features.device();
-  const int64_t first = seen_, count = static_cast<int64_t>(ids.size());
+  const int64_t first = context_length(), count = static_cast<int64_t>(ids.size());
   check(count > 0 && features.size(1) == count, "[eval] extend: ", count, " ids and features ",
         features.sizes());
   std::vector<int64_t> shifted(ids.begin() + 1, ids.end());  // position t reads token t + 1
@@ -50,14 +53,13 @@ void Eagle3Proposer::extend(const std::vector<int64_t>& ids, const at::Tensor& f
       first == 0 ? draft_.step(embeds, hidden, to_device(positions, device),
                                causal_key_bands(AttentionLayout::causal(1, count, device)), state_)
                  : draft_.extend_context(embeds, hidden, positions, state_);
-  seen_ = first + count;
   last_ = out.narrow(1, count - 1, 1);
 }
 
 std::vector<int64_t> Eagle3Proposer::propose(int64_t /*next: already read by extend*/) {
   check(last_.defined(), "[eval] propose before any extend");
   const at::Device device = last_.device();
-  const int64_t n = seen_;
+  const int64_t n = context_length();
   const KeyBands all_context =  // one query that sees the whole context
       KeyBands::from_host(at::zeros({1, 1}, at::kLong), at::full({1, 1}, n - 1, at::kLong), device);
   const int64_t* draft_to_target = draft_to_target_.data_ptr<int64_t>();

@@ -34,8 +34,9 @@ class Eagle3Proposer : public DraftProposer {
   c10::ScalarType dtype_;
   at::Tensor draft_to_target_;  // (D,) on the host
   TttState state_;              // step-0 keys/values of the positions seen, then the unroll's
-  int64_t seen_ = 0;            // positions in the context
-  at::Tensor last_;             // (1, 1, H): step 0's output at position seen_ - 1
+  at::Tensor last_;             // (1, 1, H): step 0's output at the last context position
+  /// Positions in the context: its step-0 keys.
+  int64_t context_length() const;
 };
 
 /// speculative_decode with an Eagle3Proposer.

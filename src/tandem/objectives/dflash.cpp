@@ -104,8 +104,7 @@ at::Tensor dflash_slot_weights(int64_t block_size, double gamma) {
 }
 
 DFlashObjective::DFlashObjective(const DFlashOptions& options)
-    : DraftObjective("dflash",
-                     {options.target_path, options.target_dtype, options.capture_dir, options.run}),
+    : DraftObjective({options.target_path, options.target_dtype, options.capture_dir, options.run}),
       options_(options) {
   gamma_ = options.gamma > 0 ? options.gamma : dflash_default_gamma(options.block_size);
 

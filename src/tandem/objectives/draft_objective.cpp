@@ -4,21 +4,26 @@
 
 namespace tandem {
 
-DraftObjective::DraftObjective(std::string component, const DraftTargetSource& source)
-    : component_(std::move(component)), source_(source) {
+DraftObjective::DraftObjective(const DraftTargetSource& source) : source_(source) {
   target_config_ = DecoderConfig::from_dir(source.path);
   load_draft_target(source.path, source.dtype, !source.capture_dir.empty(), source.run, target_,
                     head_);
   if (!source.capture_dir.empty()) capture_.emplace(CaptureStore::open(source.capture_dir));
 }
 
+std::string DraftObjective::error_tag() const {
+  std::string tag = "[";
+  tag.append(name()).append("]");
+  return tag;
+}
+
 void DraftObjective::check_servable_layers(const std::vector<int64_t>& layers,
                                            const std::string& what, const std::string& key) const {
   const int64_t last_layer = target_config_.num_hidden_layers - 1;
   for (int64_t layer : layers) {
-    check(layer >= 0 && layer <= last_layer, "[", component_, "] ", what, " ", layer,
+    check(layer >= 0 && layer <= last_layer, error_tag(), " ", what, " ", layer,
           " does not exist: the target ", source_.path, " has layers 0..", last_layer);
-    check(layer < last_layer, "[", component_, "] ", what, " ", layer,
+    check(layer < last_layer, error_tag(), " ", what, " ", layer,
           " is the target's last layer: vLLM and SGLang capture the outputs of layers 0..",
           last_layer - 1, " only, so a draft reading it could not be served; choose ", key,
           " below ", last_layer);
@@ -28,22 +33,19 @@ void DraftObjective::check_servable_layers(const std::vector<int64_t>& layers,
 void DraftObjective::check_capture_layers(const std::vector<int64_t>& layers,
                                           bool needs_last) const {
   if (capture_)
-    check_capture_features(*capture_, layers, target_config_.hidden_size, needs_last,
-                           "[" + component_ + "]");
+    check_capture_features(*capture_, layers, target_config_.hidden_size, needs_last, error_tag());
 }
 
 void DraftObjective::check_capture_data(const DataContext& data) const {
   if (capture_)
-    check_capture_matches_data(*capture_, data.documents(component_), data.seq_len,
-                               "[" + component_ + "]");
+    check_capture_matches_data(*capture_, data.documents(name()), data.seq_len, error_tag());
 }
 
 TargetFeatures DraftObjective::read_target_features(const PackedBatch& batch,
                                                     const std::vector<int64_t>& layers,
                                                     bool with_last) const {
   if (target_) return target_features(*target_, batch.input_ids, batch.layout(), layers, with_last);
-  CapturedBatch captured =
-      read_captured_batch(*capture_, batch, source_.dtype, "[" + component_ + "]");
+  CapturedBatch captured = read_captured_batch(*capture_, batch, source_.dtype, error_tag());
   TargetFeatures features;
   features.aux = std::move(captured.aux);
   if (with_last) features.last = std::move(captured.last);

@@ -44,8 +44,7 @@ class DraftObjective : public Objective {
 
  protected:
   /// Loads the target (online: the whole model; offline: its head) and opens the capture.
-  /// `component` ("eagle3") starts every error.
-  DraftObjective(std::string component, const DraftTargetSource& source);
+  explicit DraftObjective(const DraftTargetSource& source);
 
   /// Refuses target layers the target does not have, or whose output a serving engine cannot
   /// give the draft: vLLM and SGLang capture layer inputs (the output of layer i is the input
@@ -64,8 +63,9 @@ class DraftObjective : public Objective {
                                       bool with_last) const;
   /// The per-position accuracy metrics in draft order (acc_0.., or acc_1.. for DFlash).
   virtual std::vector<std::string> acceptance_metrics() const = 0;
+  /// "[eagle3]": what starts this objective's errors (its name()).
+  std::string error_tag() const;
 
-  std::string component_;  // "eagle3", "dflash"
   DraftTargetSource source_;
   DecoderConfig target_config_;
   std::optional<FrozenModel> target_;  // online only

@@ -85,8 +85,7 @@ double Eagle3Objective::model_flops(const PackedBatch& batch) const {
 }
 
 Eagle3Objective::Eagle3Objective(const Eagle3Options& options)
-    : DraftObjective("eagle3",
-                     {options.target_path, options.target_dtype, options.capture_dir, options.run}),
+    : DraftObjective({options.target_path, options.target_dtype, options.capture_dir, options.run}),
       options_(options) {
   const int64_t draft_vocab = std::min(options.draft_vocab_size, target_config_.vocab_size);
   Eagle3Config config = Eagle3Config::for_target(target_config_, options.aux_layer_ids, draft_vocab,
