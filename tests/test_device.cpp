@@ -201,7 +201,12 @@ TEST(Cuda, OneTrainingStepEqualsTheCpuStep) {
   for (const char* objective : kObjectives) {
     SCOPED_TRACE(objective);
     const std::string yaml = configs.config(objective);
-    expect_same_step(one_step(yaml, at::Device(at::kCUDA, 0)), one_step(yaml, at::kCPU), 1e-5);
+    // DPO's loss is a difference of sequence log-probability sums (policy minus reference,
+    // chosen minus rejected) that cancels most of each sum, so the devices' fp32 rounding of
+    // those sums weighs more against the gradient: measured up to 2.9e-5 on an H200
+    // (2026-11-26), against under 1e-5 for every other objective.
+    const double tolerance = std::string(objective) == "dpo" ? 1e-4 : 1e-5;
+    expect_same_step(one_step(yaml, at::Device(at::kCUDA, 0)), one_step(yaml, at::kCPU), tolerance);
   }
   SCOPED_TRACE("eagle3 offline");
   const std::string offline = configs.eagle3_offline();
