@@ -226,6 +226,56 @@ TEST(DistillLoss, Bf16InputsWithTheFp32HeadGetBf16Gradients) {
   EXPECT_LT(max_rel(head.grad(), ref.at("jsd_b0.25.mix.grad.student_lm_head")), 5e-2);
 }
 
+// A teacher given as log-probabilities formed once (temperature applied) and read through a row
+// index, as EAGLE-3's unroll steps read theirs shifted: every divergence, chunked or not, equals
+// the loss through the teacher's head on the same rows, in value and both student gradients.
+TEST(DistillLoss, TeacherLogProbabilitiesThroughARowIndexEqualTheTeachersHead) {
+  const auto ref = fixture();
+  const at::Tensor mask = ref.at("loss_mask").to(at::kFloat);
+  const at::Tensor weights = mask / mask.sum();
+  const at::Tensor teacher_hidden = ref.at("teacher_hidden"),
+                   teacher_head = ref.at("teacher_lm_head");
+  const int64_t n = teacher_hidden.size(0);
+  // Rows read in another order, one of them twice: a shift by 2 clamped at the last row.
+  const at::Tensor rows = (at::arange(n, at::kLong) + 2).clamp_max_(n - 1);
+  for (const Case& c : kCases) {
+    for (const int64_t chunk : {int64_t{0}, int64_t{5}, int64_t{1024}}) {
+      SCOPED_TRACE(c.name + " chunk " + std::to_string(chunk));
+      tandem::DistillLossOptions options;
+      options.divergence = c.divergence;
+      options.beta = c.beta;
+      options.temperature = 2.0;
+      options.hard_label_weight = 0.3;
+      options.chunk_tokens = chunk;
+      const at::Tensor log_probs =
+          at::log_softmax(at::linear(teacher_hidden, teacher_head) / options.temperature, 1);
+      at::Tensor hidden = ref.at("student_hidden").clone().requires_grad_(true);
+      at::Tensor head = ref.at("student_lm_head").clone().requires_grad_(true);
+      const at::Tensor loss = tandem::fused_distillation_loss_from_log_probs(
+          hidden, head, log_probs, rows, ref.at("labels"), weights, options);
+      loss.backward();
+      at::Tensor hidden_ref = ref.at("student_hidden").clone().requires_grad_(true);
+      at::Tensor head_ref = ref.at("student_lm_head").clone().requires_grad_(true);
+      const at::Tensor loss_ref = tandem::fused_distillation_loss(
+          hidden_ref, head_ref, teacher_hidden.index_select(0, rows), teacher_head,
+          ref.at("labels"), weights, options);
+      loss_ref.backward();
+      EXPECT_NEAR(loss.item<double>(), loss_ref.item<double>(),
+                  1e-5 * std::abs(loss_ref.item<double>()));
+      EXPECT_LT(max_rel(hidden.grad(), hidden_ref.grad()), 1e-5);
+      EXPECT_LT(max_rel(head.grad(), head_ref.grad()), 1e-5);
+    }
+  }
+  // Wrong shapes are named.
+  const at::Tensor log_probs = at::zeros({n, teacher_head.size(0) + 1});
+  EXPECT_NE(tandem::testing::error_of([&] {
+              tandem::fused_distillation_loss_from_log_probs(
+                  ref.at("student_hidden"), ref.at("student_lm_head"), log_probs, rows,
+                  ref.at("labels"), weights, tandem::DistillLossOptions{});
+            }).find("teacher log-probabilities"),
+            std::string::npos);
+}
+
 TEST(DistillLoss, VocabMismatchIsAClearError) {
   const auto ref = fixture();
   const at::Tensor weights = at::ones({24});

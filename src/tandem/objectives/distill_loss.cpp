@@ -4,6 +4,7 @@
 #include <torch/autograd.h>
 
 #include <cmath>
+#include <functional>
 #include <utility>
 #include <vector>
 
@@ -168,21 +169,26 @@ ChunkLoss chunk_loss(at::Tensor student_logits, at::Tensor log_t, const at::Tens
   return out;
 }
 
-// The loss through both heads, chunk by chunk. When the student wants gradients they are formed
-// in the same pass (chunk_loss's closed forms, then the head's two matmuls) and saved: backward
-// only scales them by the incoming gradient, so no logits are ever recomputed.
+// The teacher's log-probabilities of rows [start, start + n): a fresh (n, V) tensor in the
+// reduction dtype, which chunk_loss consumes in place.
+using TeacherChunk = std::function<at::Tensor(int64_t start, int64_t n, at::ScalarType reduce)>;
+
+// The loss through the student's head, chunk by chunk, against a teacher chunk source (the
+// teacher's head over its hidden states, or log-probabilities formed earlier). When the student
+// wants gradients they are formed in the same pass (chunk_loss's closed forms, then the head's
+// two matmuls) and saved: backward only scales them by the incoming gradient, so no logits are
+// ever recomputed.
 class FusedDistillation : public torch::autograd::Function<FusedDistillation> {
  public:
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& student_hidden,
-                            const at::Tensor& student_head, const at::Tensor& teacher_hidden,
-                            const at::Tensor& teacher_head, const at::Tensor& labels,
-                            const at::Tensor& weights, DistillLossOptions options, bool want_hidden,
-                            bool want_head, at::Tensor* student_argmax) {
+                            const at::Tensor& student_head, TeacherChunk teacher_chunk,
+                            const at::Tensor& labels, const at::Tensor& weights,
+                            DistillLossOptions options, bool want_hidden, bool want_head,
+                            at::Tensor* student_argmax) {
     at::NoGradGuard no_grad;
     const at::ScalarType reduce = reduction_dtype(student_hidden);
     const at::Tensor weights_reduced = weights.to(reduce);                  // (N,)
     const at::Tensor head = head_operand(student_head, options.fp32_head);  // (V, H)
-    const at::Tensor teacher_head_compute = head_operand(teacher_head, options.fp32_head);
     // The head's gradient accumulates over chunks in fp32 and returns in the weight's dtype.
     at::Tensor grad_hidden =
         want_hidden ? at::empty(student_hidden.sizes(), student_hidden.options()) : at::Tensor();
@@ -195,12 +201,7 @@ class FusedDistillation : public torch::autograd::Function<FusedDistillation> {
       const int64_t n = std::min(options.chunk_tokens, student_hidden.size(0) - start);
       const at::Tensor hidden =
           head_operand(student_hidden.narrow(0, start, n), options.fp32_head);  // (n, H)
-      at::Tensor teacher_logits =
-          at::linear(head_operand(teacher_hidden.narrow(0, start, n), options.fp32_head),
-                     teacher_head_compute)
-              .to(reduce);
-      at::Tensor log_t = at::log_softmax(teacher_logits.div_(options.temperature), 1);
-      teacher_logits.reset();
+      at::Tensor log_t = teacher_chunk(start, n, reduce);                       // (n, V)
       // Named, then moved: a temporary argument would outlive chunk_loss's release of it.
       at::Tensor student_logits = at::linear(hidden, head).to(reduce);
       if (student_argmax) argmax_parts.push_back(student_logits.argmax(1));
@@ -243,7 +244,7 @@ class FusedDistillation : public torch::autograd::Function<FusedDistillation> {
       return grad.defined() ? grad * grad_total : at::Tensor();
     };
     return {scaled(saved[0]), scaled(saved[1]), at::Tensor(), at::Tensor(), at::Tensor(),
-            at::Tensor(),     at::Tensor(),     at::Tensor(), at::Tensor(), at::Tensor()};
+            at::Tensor(),     at::Tensor(),     at::Tensor(), at::Tensor()};
   }
 };
 
@@ -268,9 +269,55 @@ at::Tensor fused_distillation_loss(const at::Tensor& student_hidden, const at::T
   // Gradients are formed during the forward pass, so decide here (Function::apply turns grad
   // mode off before forward runs) whether they will be wanted at all.
   const bool grad_mode = at::GradMode::is_enabled();
-  return FusedDistillation::apply(student_hidden, student_head, teacher_hidden.detach(),
-                                  teacher_head.detach(), safe_targets(labels, weights), weights,
-                                  options, grad_mode && student_hidden.requires_grad(),
+  const at::Tensor hidden = teacher_hidden.detach();
+  const at::Tensor head = head_operand(teacher_head.detach(), options.fp32_head);
+  TeacherChunk teacher_chunk = [hidden, head, options](int64_t start, int64_t n,
+                                                       at::ScalarType reduce) {
+    at::Tensor logits =
+        at::linear(head_operand(hidden.narrow(0, start, n), options.fp32_head), head).to(reduce);
+    return at::log_softmax(logits.div_(options.temperature), 1);
+  };
+  return FusedDistillation::apply(student_hidden, student_head, std::move(teacher_chunk),
+                                  safe_targets(labels, weights), weights, options,
+                                  grad_mode && student_hidden.requires_grad(),
+                                  grad_mode && student_head.requires_grad(), student_argmax);
+}
+
+at::Tensor fused_distillation_loss_from_log_probs(
+    const at::Tensor& student_hidden, const at::Tensor& student_head,
+    const at::Tensor& teacher_log_probs, const at::Tensor& teacher_rows, const at::Tensor& labels,
+    const at::Tensor& weights, const DistillLossOptions& options, at::Tensor* student_argmax) {
+  check(teacher_log_probs.dim() == 2 && teacher_log_probs.size(1) == student_head.size(0),
+        "[distill] teacher log-probabilities ", teacher_log_probs.sizes(),
+        " must be (M, V) with the student's vocab V = ", student_head.size(0));
+  check(teacher_rows.dim() == 1 && teacher_rows.size(0) == student_hidden.size(0) &&
+            teacher_rows.scalar_type() == at::kLong,
+        "[distill] teacher rows must be (N,) int64 with N = ", student_hidden.size(0), "; got ",
+        teacher_rows.sizes());
+  // The hidden-state checks, with the log-probabilities standing in for a teacher of width V.
+  check_inputs(student_hidden, student_head, student_hidden, student_head, labels, weights,
+               options);
+  const at::Tensor log_probs = teacher_log_probs.detach();
+  if (options.chunk_tokens == 0) {
+    const at::ScalarType reduce = reduction_dtype(student_hidden);
+    const at::Tensor student_logits = head_logits(student_hidden, student_head, options.fp32_head);
+    if (student_argmax) *student_argmax = student_logits.detach().argmax(1);
+    DistillLossOptions plain = options;
+    plain.temperature = 1.0;  // log-softmax of log-probabilities is themselves
+    const at::Tensor losses =
+        token_losses(student_logits, log_probs.index_select(0, teacher_rows).to(reduce),
+                     safe_targets(labels, weights), plain);
+    return (losses * weights.to(reduce)).sum();
+  }
+  const bool grad_mode = at::GradMode::is_enabled();
+  const at::Tensor rows = teacher_rows.detach();
+  TeacherChunk teacher_chunk = [log_probs, rows](int64_t start, int64_t n, at::ScalarType reduce) {
+    // index_select copies: chunk_loss may overwrite what it is given.
+    return log_probs.index_select(0, rows.narrow(0, start, n)).to(reduce);
+  };
+  return FusedDistillation::apply(student_hidden, student_head, std::move(teacher_chunk),
+                                  safe_targets(labels, weights), weights, options,
+                                  grad_mode && student_hidden.requires_grad(),
                                   grad_mode && student_head.requires_grad(), student_argmax);
 }
 

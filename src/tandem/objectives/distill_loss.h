@@ -45,6 +45,16 @@ at::Tensor fused_distillation_loss(const at::Tensor& student_hidden, const at::T
                                    const DistillLossOptions& options,
                                    at::Tensor* student_argmax = nullptr);
 
+/// The same against a teacher whose log-probabilities were formed before (temperature applied):
+/// teacher_log_probs (M, V), row teacher_rows[t] (int64, (N,)) being token t's. For a teacher
+/// read by several losses: EAGLE-3's unroll steps read one per micro-batch, shifted per step.
+/// The temperature option is not applied again.
+at::Tensor fused_distillation_loss_from_log_probs(
+    const at::Tensor& student_hidden, const at::Tensor& student_head,
+    const at::Tensor& teacher_log_probs, const at::Tensor& teacher_rows, const at::Tensor& labels,
+    const at::Tensor& weights, const DistillLossOptions& options,
+    at::Tensor* student_argmax = nullptr);
+
 /// The same with full logits and plain autograd: the reference and the memory benchmark's
 /// "unfused" side.
 at::Tensor unfused_distillation_loss(const at::Tensor& student_hidden,

@@ -152,20 +152,25 @@ Teacher Eagle3Objective::teacher(const at::Tensor& last_hidden) const {
   at::NoGradGuard no_grad;
   const GatheredWeight target_lm_head = head_->full_lm_head();
   const int64_t rows = last_hidden.size(0), length = last_hidden.size(1);
-  const at::Tensor normed = head_->final_norm(last_hidden).reshape({rows * length, -1});  // (N, H)
-  const at::Tensor lm_head = target_lm_head.value().to(at::kFloat);                       // (V, H)
-  const at::Tensor draft_ids = draft_->draft_to_target();                                 // (D,)
+  // The target's own dtype for the GEMM (bf16 weights: bf16 inputs, fp32 accumulation), fp32
+  // from the logits on: no fp32 copy of the (V, H) lm_head.
+  const at::Tensor& lm_head = target_lm_head.value();  // (V, H)
+  const at::Tensor normed = head_->final_norm(last_hidden)
+                                .reshape({rows * length, -1})
+                                .to(lm_head.scalar_type());  // (N, H)
+  const at::Tensor draft_ids = draft_->draft_to_target();    // (D,)
   const int64_t total = normed.size(0), chunk = std::max<int64_t>(1, options_.teacher_chunk_tokens);
-  std::vector<at::Tensor> entropy, argmax;
+  std::vector<at::Tensor> entropy, argmax, log_probs;
   for (int64_t begin = 0; begin < total; begin += chunk) {
     const at::Tensor logits =
-        at::linear(normed.narrow(0, begin, std::min(chunk, total - begin)).to(at::kFloat), lm_head);
+        at::linear(normed.narrow(0, begin, std::min(chunk, total - begin)), lm_head)
+            .to(at::kFloat);  // (n, V)
     argmax.push_back(logits.argmax(-1));
-    const at::Tensor log_p = at::log_softmax(logits.index_select(1, draft_ids), -1);
-    entropy.push_back(-(log_p.exp() * log_p).sum(-1));
+    log_probs.push_back(at::log_softmax(logits.index_select(1, draft_ids), -1));  // (n, D)
+    entropy.push_back(-(log_probs.back().exp() * log_probs.back()).sum(-1));
   }
   Teacher teacher;
-  teacher.normed = normed.to(at::kFloat).view({rows, length, -1});
+  teacher.log_probs = at::cat(log_probs);
   teacher.entropy = at::cat(entropy).view({rows, length});
   teacher.argmax = at::cat(argmax).view({rows, length});
   teacher.in_vocab = draft_->t2d.index({teacher.argmax});
@@ -181,20 +186,21 @@ Eagle3Result Eagle3Objective::unroll(const PackedBatch& batch, const TargetFeatu
   const Teacher teacher_all = teacher(features.last);
   const at::Tensor draft_ids = draft_->draft_to_target();
   const KeyBands context_bands = causal_key_bands(batch.layout());  // the same for every step
-  at::Tensor teacher_head;  // (D, H_t) fp32: the target's lm_head rows of the draft vocab
-  {
-    at::NoGradGuard no_grad;
-    const GatheredWeight target_lm_head = head_->full_lm_head();
-    teacher_head = target_lm_head.value().index_select(0, draft_ids).to(at::kFloat);
-  }
   // Soft cross-entropy against the teacher = forward KL + the teacher's entropy: the fused
-  // forward-KL loss (objectives/distill_loss.h) forms each chunk's draft logits, teacher
-  // distribution and gradient and drops them, so no (T, D) logits are kept for backward.
+  // forward-KL loss (objectives/distill_loss.h) forms each chunk's draft logits and gradient and
+  // drops them, so no (T, D) draft logits are kept for backward; the teacher's log-probabilities
+  // were formed once above and are read shifted by each step.
   DistillLossOptions loss_options;
   loss_options.divergence = Divergence::ForwardKL;
   loss_options.chunk_tokens = options_.teacher_chunk_tokens;
   const int64_t rows = batch.rows(), length = batch.seq_len();
   const at::Tensor no_labels = at::zeros({rows * length}, batch.input_ids.options());
+  const at::Tensor teacher_log_probs = teacher_all.log_probs;
+  // Row r = b * T + t of the flattened batch; its teacher at step i is row b * T + t + 1 + i
+  // (clamped inside the row: positions past the end have weight 0).
+  const at::Tensor columns = at::arange(length, batch.input_ids.options().dtype(at::kLong));
+  const at::Tensor row_starts =
+      at::arange(rows, columns.options()).mul_(length).unsqueeze(1);  // (B, 1)
 
   Eagle3Result result;
   TttState state;
@@ -217,17 +223,18 @@ Eagle3Result Eagle3Objective::unroll(const PackedBatch& batch, const TargetFeatu
     const at::Tensor loss_positions = valid.logical_and(in_vocab);  // (B, T)
     const double normaliser = static_cast<double>(std::max<int64_t>(totals.unroll_tokens[i], 1));
     const at::Tensor weights = loss_positions.to(at::kFloat).reshape(-1) / normaliser;  // (N,)
-    const at::Tensor teacher_hidden =
-        shift_left(teacher_all.normed, 1 + i, 0).reshape({rows * length, -1});  // (N, H_t)
+    const at::Tensor teacher_rows =
+        (columns + (1 + i)).clamp_max_(length - 1).unsqueeze(0).add(row_starts).reshape(-1);
     // The lm_head goes through with_full_parameters (gathered per call when sharded); the draft
     // argmax comes back beside the loss (a shared slot: a sharded backward re-runs the body).
     const auto draft_argmax = std::make_shared<at::Tensor>();
     const at::Tensor divergence = with_full_parameters(
-        {draft_->lm_head->weight},
-        {normed.reshape({rows * length, -1}), teacher_hidden, no_labels, weights},
-        [loss_options, teacher_head, draft_argmax](const auto& in, const auto& head) {
-          return std::vector<at::Tensor>{fused_distillation_loss(
-              in[0], head[0], in[1], teacher_head, in[2], in[3], loss_options, draft_argmax.get())};
+        {draft_->lm_head->weight}, {normed.reshape({rows * length, -1}), no_labels, weights},
+        [loss_options, teacher_log_probs, teacher_rows, draft_argmax](const auto& in,
+                                                                      const auto& head) {
+          return std::vector<at::Tensor>{fused_distillation_loss_from_log_probs(
+              in[0], head[0], teacher_log_probs, teacher_rows, in[1], in[2], loss_options,
+              draft_argmax.get())};
         })[0];
     const at::Tensor teacher_entropy =
         (shift_left(teacher_all.entropy, 1 + i, 0).reshape(-1) * weights).sum();

@@ -59,15 +59,16 @@ at::Tensor eagle3_step_targets(const PackedBatch& batch, int64_t step);
 double eagle3_draft_forward_flops(const Eagle3Config& config, double tokens, double attention_pairs,
                                   int64_t steps);
 
-/// The target's distribution at every position, over the draft vocab.
-/// The target's side of the loss. Its distribution over the draft vocab (softmax of the target
-/// logits at the draft vocab ids) is not stored: the fused loss recomputes it chunk by chunk
-/// from `normed` at every unroll step, so no (T, D) tensor lives across the unroll.
+/// The target's side of the loss, formed once per micro-batch from the target's last hidden
+/// state (one GEMM through its lm_head in its own dtype, fp32 from the logits on): its
+/// distribution over the draft vocab as log-probabilities, which every unroll step reads
+/// shifted, so the teacher is never recomputed inside the unroll. (B * T, D) fp32 lives across
+/// the unroll: 262 MB for 2,048 tokens and a 32,000-id draft vocab.
 struct Teacher {
-  at::Tensor normed;    // (B, T, H_t) fp32: the target's final-normed last hidden state
-  at::Tensor entropy;   // (B, T) fp32: entropy of that distribution (soft CE = KL + entropy)
-  at::Tensor argmax;    // (B, T) int64: full-vocab argmax of the target logits
-  at::Tensor in_vocab;  // (B, T) bool: that argmax is in the draft vocab
+  at::Tensor log_probs;  // (B * T, D) fp32: log-softmax of the target logits over the draft vocab
+  at::Tensor entropy;    // (B, T) fp32: entropy of that distribution (soft CE = KL + entropy)
+  at::Tensor argmax;     // (B, T) int64: full-vocab argmax of the target logits
+  at::Tensor in_vocab;   // (B, T) bool: that argmax is in the draft vocab
 };
 
 /// What one micro-batch's unroll produced (tensors kept for tests).
