@@ -1,0 +1,142 @@
+// ATen operations per training step: every dispatcher call (nested calls included) that one
+// EAGLE-3 and one DFlash step make, online (the frozen target in the loop), split into the
+// forward (target features, teacher, draft, loss), the backward and the AdamW update, with each
+// attention kernel (attention.kernel: fused, the default, and blockwise). On a GPU most of these
+// calls launch a kernel of their own, so the count bounds how launch-bound a step is: at ~5 us
+// per launch, 10,000 calls cost ~50 ms whatever the FLOPs. The CPU step time beside it shows
+// what the count costs here.
+//
+// Shapes: the demo target's (hidden 256, 8 layers, 8/4 heads, vocab 4096, random weights), one
+// row of 2,048 tokens of one document, fp32; EAGLE-3 TTT 7, draft vocab 2048; DFlash 1 layer,
+// blocks of 16, 128 anchors. The counts depend on the structure (layers, unroll steps, tiles,
+// documents), not on the widths.
+#include <ATen/ATen.h>
+#include <ATen/record_function.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <functional>
+
+#include "bench_common.h"
+#include "bench_model.h"
+#include "bench_objective.h"
+#include "tandem/core/threads.h"
+#include "tandem/objectives/dflash.h"
+#include "tandem/objectives/eagle3.h"
+#include "tandem/train/optimizer.h"
+
+namespace {
+
+using namespace tandem;
+
+std::atomic<int64_t> g_calls{0};
+
+// Dispatcher calls made by `work`, and its wall time.
+struct Counted {
+  int64_t calls = 0;
+  double seconds = 0;
+};
+
+Counted count_calls(const std::function<void()>& work) {
+  const at::CallbackHandle handle = at::addGlobalCallback(
+      at::RecordFunctionCallback([](const at::RecordFunction&)
+                                     -> std::unique_ptr<at::ObserverContext> {
+        g_calls.fetch_add(1, std::memory_order_relaxed);
+        return nullptr;
+      }).scopes({at::RecordScope::FUNCTION, at::RecordScope::BACKWARD_FUNCTION}));
+  g_calls = 0;
+  const auto start = std::chrono::steady_clock::now();
+  work();
+  const std::chrono::duration<double> elapsed = std::chrono::steady_clock::now() - start;
+  at::removeCallback(handle);
+  return {g_calls.load(), elapsed.count()};
+}
+
+void print_row(const char* objective, const char* kernel, const Counted& forward,
+               const Counted& backward, const Counted& optimizer) {
+  const int64_t total = forward.calls + backward.calls + optimizer.calls;
+  std::printf(
+      "  %-7s %-9s | calls: forward %7ld, backward %7ld, AdamW %6ld, step %7ld | CPU time: "
+      "forward %.3f s, backward %.3f s, AdamW %.3f s\n",
+      objective, kernel, forward.calls, backward.calls, optimizer.calls, total, forward.seconds,
+      backward.seconds, optimizer.seconds);
+}
+
+// One step counted in three parts: forward (loss), backward, optimizer.
+template <typename Loss>
+void measure(const char* objective, const char* kernel, Loss loss, MixedPrecisionAdamW& optimizer) {
+  loss().backward();  // warm-up
+  optimizer.step(1e-4);
+  optimizer.zero_grad();
+  at::Tensor value;
+  const Counted forward = count_calls([&] { value = loss(); });
+  const Counted backward = count_calls([&] { value.backward(); });
+  const Counted update = count_calls([&] {
+    optimizer.step(1e-4);
+    optimizer.zero_grad();
+  });
+  print_row(objective, kernel, forward, backward, update);
+}
+
+void eagle3(const std::string& target_dir, const PackedBatch& batch, AttentionKernel kernel,
+            const char* name) {
+  Eagle3Options options;
+  options.target_path = target_dir;
+  options.ttt_length = 7;
+  options.draft_vocab_size = 2048;
+  options.run.attention.kernel = kernel;
+  Eagle3Objective objective(options);
+  MixedPrecisionAdamW optimizer(trainable_parameters(*objective.draft()), {});
+  const StepTotals totals = objective.count(batch);
+  measure(
+      "eagle3", name,
+      [&] { return objective.unroll(batch, objective.features(batch), totals).loss; }, optimizer);
+}
+
+void dflash(const std::string& target_dir, const PackedBatch& batch, int64_t vocab) {
+  DFlashOptions options;
+  options.target_path = target_dir;
+  options.block_size = 16;
+  options.dims.num_layers = 1;
+  options.max_anchors = 128;
+  options.mask_token_id = vocab - 1;
+  DFlashObjective objective(options);
+  MixedPrecisionAdamW optimizer(trainable_parameters(*objective.draft()), {});
+  const DFlashAnchors anchors = objective.anchors(batch);
+  const StepTotals totals = objective.totals(batch, anchors.blocks);
+  measure(
+      "dflash", "blockwise",
+      [&] { return objective.run(batch, objective.features(batch), anchors.blocks, totals).loss; },
+      optimizer);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"bench_step_ops: ATen calls per EAGLE-3 and DFlash training step, per kernel"};
+  int64_t seq = 2048;
+  int threads = 0;
+  app.add_option("--seq", seq, "tokens in the step's one row")->capture_default_str();
+  app.add_option("--threads", threads, "0: all usable cores")->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+  const int used_threads = configure_threads(threads);
+  const bench::ModelShape shape = bench::demo_target_shape();
+  const std::string scratch =
+      (std::filesystem::temp_directory_path() / ("tandem-bench-ops-" + std::to_string(::getpid())))
+          .string();
+  const std::string target_dir = bench::write_random_llama(shape, scratch);
+  const PackedBatch batch = bench::random_batch(shape.vocab, 1, seq, 1);
+  std::printf(
+      "bench_step_ops: target hidden %ld, %ld layers, vocab %ld (random weights); one row of %ld "
+      "tokens; fp32; %d threads. Calls = ATen dispatcher calls, nested ones included.\n",
+      shape.hidden, shape.layers, shape.vocab, seq, used_threads);
+  eagle3(target_dir, batch, AttentionKernel::Fused, "fused");
+  eagle3(target_dir, batch, AttentionKernel::Blockwise, "blockwise");
+  dflash(target_dir, batch, shape.vocab);
+  std::filesystem::remove_all(scratch);
+  return 0;
+}
