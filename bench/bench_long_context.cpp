@@ -1,7 +1,8 @@
 // Long-context memory and time of one EAGLE-3 and one DFlash training step (online: the frozen
 // target runs in the loop; forward, backward and the AdamW update), at several sequence
-// lengths, with the blockwise attention kernels (attention.kernel: blockwise, the default) and
-// the dense ones they replaced (attention.kernel: dense).
+// lengths, with the fused kernels (attention.kernel: fused, the default: EAGLE-3's TTT through
+// ATen's flash kernel merged by log-sum-exp; DFlash as blockwise), the blockwise kernels
+// (attention.kernel: blockwise) and the dense ones they replaced (attention.kernel: dense).
 //
 // Each (objective, kernel, length) runs in a child process of its own, so its peak resident
 // memory (VmHWM) is its own: "peak" is the whole process's (weights, libtorch, batch and step);
@@ -161,16 +162,16 @@ std::vector<int64_t> parse_list(const std::string& text) {
 int main(int argc, char** argv) {
   CLI::App app{
       "bench_long_context: memory and time of an EAGLE-3 and a DFlash step at long sequence "
-      "lengths, blockwise attention kernels vs the dense ones"};
+      "lengths, fused and blockwise attention kernels vs the dense ones"};
   Settings s;
   s.target = bench::demo_target_shape();
   std::string lengths_text = "2048,8192,16384,32768", objectives_text = "eagle3,dflash";
-  std::string kernels_text = "blockwise,dense";
+  std::string kernels_text = "fused,blockwise,dense";
   bench::add_shape_options(app, s.target);
   app.add_option("--lengths", lengths_text, "sequence lengths, comma-separated")
       ->capture_default_str();
   app.add_option("--objectives", objectives_text, "eagle3, dflash")->capture_default_str();
-  app.add_option("--kernels", kernels_text, "blockwise, dense")->capture_default_str();
+  app.add_option("--kernels", kernels_text, "fused, blockwise, dense")->capture_default_str();
   app.add_option("--ttt", s.ttt_length)->capture_default_str();
   app.add_option("--block-size", s.block_size)->capture_default_str();
   app.add_option("--draft-layers", s.draft_layers, "DFlash draft layers")->capture_default_str();
@@ -207,9 +208,13 @@ int main(int argc, char** argv) {
   const std::vector<int64_t> lengths = parse_list(lengths_text);
   for (const std::string objective : {std::string("eagle3"), std::string("dflash")}) {
     if (objectives_text.find(objective) == std::string::npos) continue;
-    for (const std::string kernel : {std::string("blockwise"), std::string("dense")}) {
+    for (const std::string kernel :
+         {std::string("fused"), std::string("blockwise"), std::string("dense")}) {
       if (kernels_text.find(kernel) == std::string::npos) continue;
-      s.attention.kernel = kernel == "dense" ? AttentionKernel::Dense : AttentionKernel::Blockwise;
+      if (kernel == "fused" && objective == "dflash") continue;  // DFlash's fused is blockwise
+      s.attention.kernel = kernel == "dense"   ? AttentionKernel::Dense
+                           : kernel == "fused" ? AttentionKernel::Fused
+                                               : AttentionKernel::Blockwise;
       std::vector<double> xs, ys;
       double last_step_mib = 0, last_length = 0;
       for (const int64_t length : lengths) {

@@ -55,30 +55,32 @@ class StepConfigs {
     const std::string qwen3 = tandem::testing::model_fixture("qwen3");
     const std::string training = "training: {objective: " + objective + ", seed: 0}\n";
     if (objective == "sft")
-      return "model: {path: " + llama + "}\nloss: {chunk_tokens: 16}\n" + data() + training;
+      return "model: {path: " + llama + ", dtype: fp32}\nloss: {chunk_tokens: 16}\n" + data() +
+             training;
     if (objective == "eagle3")
       return "target: {path: " + llama +
              ", dtype: fp32}\ndraft: {aux_layer_ids: [0, 1, 2], ttt_length: 3, "
-             "draft_vocab_size: 128, intermediate_size: 96}\n" +
+             "draft_vocab_size: 128, intermediate_size: 96, dtype: fp32}\n" +
              data() + training;
     if (objective == "dflash")
       return "target: {path: " + qwen3 +
              ", dtype: fp32}\ndraft: {num_layers: 2, target_layer_ids: [0, 2], "
-             "block_size: 4, mask_token_id: 511}\nloss: {max_anchors: 8, chunk_tokens: 16}\n" +
+             "block_size: 4, mask_token_id: 511, dtype: fp32}\nloss: {max_anchors: 8, "
+             "chunk_tokens: 16}\n" +
              data() + training;
     if (objective == "distill")
-      return "model: {config: " + llama + "/config.json}\nteacher: {path: " + llama +
+      return "model: {config: " + llama + "/config.json, dtype: fp32}\nteacher: {path: " + llama +
              ", dtype: fp32}\nloss: {divergence: jsd, beta: 0.5, chunk_tokens: 16}\n" + data() +
              training;
     if (objective == "dpo")
-      return "model: {path: " + (dir_ / "policy") + "}\nreference: {dtype: fp32}\n" +
+      return "model: {path: " + (dir_ / "policy") + ", dtype: fp32}\nreference: {dtype: fp32}\n" +
              "loss: {beta: 0.1, chunk_tokens: 64}\n" + "data: {path: " + (dir_ / "pairs.jsonl") +
              ", format: preference, tokenizer: " +
              tandem::testing::source_path("data/demo/tokenizer") + ", seq_len: 512, " +
              "micro_batch_rows: 2, cache_dir: " + (dir_ / "cache") + "}\n" + training;
     if (objective == "gspo")
       return "model: {path: " + llama +
-             "}\nloss: {chunk_tokens: 16}\ndata: {path: " + (dir_ / "rollouts.jsonl") +
+             ", dtype: fp32}\nloss: {chunk_tokens: 16}\ndata: {path: " + (dir_ / "rollouts.jsonl") +
              ", format: rollout, seq_len: 32, micro_batch_rows: 2}\n" + training;
     throw std::runtime_error("no step config for " + objective);
   }
@@ -93,7 +95,7 @@ class StepConfigs {
     return "target: {path: " + tandem::testing::model_fixture("llama3") +
            ", dtype: fp32}\ndraft: {aux_layer_ids: [0, 1, 2], ttt_length: 3, draft_vocab_size: "
            "128, "
-           "intermediate_size: 96}\n" +
+           "intermediate_size: 96, dtype: fp32}\n" +
            data(", capture: " + (dir_ / "capture")) + "training: {objective: eagle3, seed: 0}\n";
   }
 

@@ -202,8 +202,10 @@ TEST(ConfigSchema, ChoicesAgreeWithTheParsersOfTheSameNames) {
     return key.read(
         Config::parse(section + ": {" + key.info().name + ": " + name + "}\n", "c.yaml"));
   };
-  for (const std::string& name : keys::model::dtype.names())
-    EXPECT_EQ(read(keys::model::dtype, "model", name), tandem::parse_compute_dtype(name, name));
+  for (const std::string& name : keys::model::dtype.names())  // a computed default: given one
+    EXPECT_EQ(keys::model::dtype.read(Config::parse("model: {dtype: " + name + "}\n", "c.yaml"),
+                                      c10::ScalarType::Float),
+              tandem::parse_compute_dtype(name, name));
   for (const std::string& name : keys::data::format.names())
     EXPECT_EQ(read(keys::data::format, "data", name), tandem::parse_data_format(name));
   for (const std::string& name : keys::data::packing.names())

@@ -15,6 +15,7 @@
 #include <random>
 
 #include "forked_ranks.h"
+#include "gradients.h"
 #include "step_configs.h"
 #include "tandem/core/config.h"
 #include "tandem/core/device.h"
@@ -23,7 +24,10 @@
 #include "tandem/dist/sharding.h"
 #include "tandem/io/hf_checkpoint.h"
 #include "tandem/models/causal_attention.h"
+#include "tandem/models/decoder.h"
 #include "tandem/models/frozen.h"
+#include "tandem/models/key_bands.h"
+#include "tandem/models/ttt_attention.h"
 #include "tandem/objectives/objective.h"
 #include "tandem/objectives/sft.h"
 #include "tandem/train/training_data.h"
@@ -184,14 +188,15 @@ TEST(CudaDryRun, TheStepTestsModelsGetTheCpuRunsDtypes) {
     ASSERT_FALSE(models.empty());
     for (const std::string& model : models)
       EXPECT_NE(model.find(" Float meta"), std::string::npos) << model;
-    // The same config with no dtype named: frozen models take the GPU default, bf16.
+    // The same config with no dtype named: frozen and trained models take the GPU default, bf16
+    // (trained ones with fp32 masters and moments).
     std::string bare = yaml;
     for (const std::string named : {", dtype: fp32", "reference: {dtype: fp32}\n"})
       for (size_t at = bare.find(named); at != std::string::npos; at = bare.find(named))
         bare.erase(at, named.size());
     for (const std::string& model : planned_models(bare, planned))
       EXPECT_EQ(model,
-                model.rfind("frozen", 0) == 0 ? "frozen BFloat16 meta" : "trained Float meta");
+                model.rfind("frozen", 0) == 0 ? "frozen BFloat16 meta" : "trained BFloat16 meta");
   }
 }
 
@@ -242,6 +247,74 @@ TEST(Cuda, SdpaNeverFallsBackToTheMathKernel) {
               << backend << "\n";
     EXPECT_NE(backend, "math") << c10::toString(c.dtype) << " kv_heads " << c.kv_heads
                                << " head_dim " << c.head_dim << " masked " << c.masked;
+  }
+}
+
+// EAGLE-3's TTT attention on CUDA in bf16 (32/8 heads, head_dim 128, rows of three packed
+// documents): the fused kernel (the CUDA flash kernel per document, merged by log-sum-exp) and
+// the blockwise kernel against the dense kernel in fp32, outputs and every gradient, at unroll
+// steps 0, 1 and 6. The fused kernel's error may be at most twice the blockwise kernel's plus a
+// bf16 ulp; each kernel's time (forward and backward, 2K and 8K tokens) is printed.
+TEST(Cuda, FusedTttAttentionEqualsTheDenseKernelInBf16) {
+  SKIP_WITHOUT_CUDA();
+  const at::Device cuda(at::kCUDA, 0);
+  for (const int64_t length : {int64_t{2048}, int64_t{8192}}) {
+    at::Tensor documents = at::zeros({1, length}, at::kLong);
+    documents[0].narrow(0, length / 3, length / 3).fill_(1);
+    documents[0].narrow(0, 2 * (length / 3), length - 2 * (length / 3)).fill_(2);
+    const tandem::AttentionLayout layout{at::zeros({1, length}, at::kLong).to(cuda),
+                                         documents.to(cuda), documents};
+    const tandem::KeyBands bands = tandem::causal_key_bands(layout);
+    at::manual_seed(5);
+    const auto randn = [&](int64_t heads) {
+      return at::randn({1, heads, length, 128}, at::TensorOptions().device(cuda));
+    };
+    std::vector<at::Tensor> inputs = {randn(32), randn(8), randn(8)};
+    for (int64_t j = 0; j < 6; ++j) inputs.push_back(randn(8));
+    for (const int64_t step : {int64_t{0}, int64_t{1}, int64_t{6}}) {
+      const auto attend = [&](const std::vector<at::Tensor>& x, tandem::AttentionKernel kernel) {
+        std::vector<at::Tensor> ks, vs;
+        for (int64_t j = 0; j < step; ++j) {
+          ks.push_back(x[3 + j]);
+          vs.push_back(x[3 + (j + 3) % 6]);
+        }
+        return tandem::ttt_attention(x[0], x[1], x[2], bands, ks, vs, {kernel, 512, 1024});
+      };
+      const at::Tensor weights = at::randn({1, 32, length, 128}, at::TensorOptions().device(cuda));
+      std::vector<at::Tensor> bf16;
+      for (const at::Tensor& input : inputs) bf16.push_back(input.to(at::kBFloat16));
+      const auto run = [&](tandem::AttentionKernel kernel, const std::vector<at::Tensor>& x) {
+        return tandem::test::output_and_gradients(
+            [&](const std::vector<at::Tensor>& leaves) { return attend(leaves, kernel); }, x,
+            weights);
+      };
+      const bool dense_fits = length <= 2048;  // (32, T, T) fp32 scores: 8 GiB at 8K
+      const auto reference = dense_fits ? run(tandem::AttentionKernel::Dense, inputs)
+                                        : run(tandem::AttentionKernel::Blockwise, inputs);
+      double seconds[2] = {0, 0};
+      double errors[2] = {0, 0};
+      const tandem::AttentionKernel kernels[2] = {tandem::AttentionKernel::Fused,
+                                                  tandem::AttentionKernel::Blockwise};
+      for (int i = 0; i < 2; ++i) {
+        run(kernels[i], bf16);  // warm-up
+        tandem::synchronize(cuda);
+        const auto start = std::chrono::steady_clock::now();
+        const auto result = run(kernels[i], bf16);
+        tandem::synchronize(cuda);
+        seconds[i] =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        errors[i] = tandem::test::relative_error(result.out, reference.out);
+        for (size_t g = 0; g < result.grads.size(); ++g)
+          if (reference.grads[g].defined() && result.grads[g].defined())
+            errors[i] = std::max(errors[i],
+                                 tandem::test::relative_error(result.grads[g], reference.grads[g]));
+      }
+      std::cout << "[ ttt      ] bf16 T " << length << " step " << step << ": fused "
+                << seconds[0] * 1e3 << " ms (max rel error " << errors[0] << "), blockwise "
+                << seconds[1] * 1e3 << " ms (" << errors[1] << "), reference "
+                << (dense_fits ? "dense" : "blockwise") << " fp32\n";
+      EXPECT_LE(errors[0], 2 * errors[1] + 8e-3) << "T " << length << " step " << step;
+    }
   }
 }
 

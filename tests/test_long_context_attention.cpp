@@ -16,6 +16,7 @@
 #include "tandem/models/decoder.h"
 #include "tandem/models/dflash.h"
 #include "tandem/models/dflash_attention.h"
+#include "tandem/models/fused_ttt_attention.h"
 #include "tandem/models/ttt_attention.h"
 #include "tandem/train/training_options.h"
 
@@ -33,12 +34,13 @@ const AttentionOptions kDense{AttentionKernel::Dense, 512, 1024};
 using tandem::test::output_and_gradients;
 using tandem::test::relative_error;
 
-// Blockwise at both chunkings equals dense: output and each named gradient.
-void expect_blockwise_equals_dense(const std::function<at::Tensor(const std::vector<at::Tensor>&,
-                                                                  const AttentionOptions&)>& attend,
-                                   const std::vector<at::Tensor>& inputs,
-                                   const std::vector<std::string>& names, at::ScalarType dtype,
-                                   const std::string& what) {
+// Each of `kernels` equals dense: output and each named gradient.
+void expect_kernels_equal_dense(const std::vector<AttentionOptions>& kernels,
+                                const std::function<at::Tensor(const std::vector<at::Tensor>&,
+                                                               const AttentionOptions&)>& attend,
+                                const std::vector<at::Tensor>& inputs,
+                                const std::vector<std::string>& names, at::ScalarType dtype,
+                                const std::string& what) {
   const double bound = dtype == at::kBFloat16 ? 2e-2 : 1e-5;
   std::vector<at::Tensor> cast;
   for (const at::Tensor& input : inputs) cast.push_back(input.to(dtype));
@@ -47,10 +49,12 @@ void expect_blockwise_equals_dense(const std::function<at::Tensor(const std::vec
   const at::Tensor weights = at::randn(probe.sizes());
   const auto dense = output_and_gradients(
       [&](const std::vector<at::Tensor>& x) { return attend(x, kDense); }, cast, weights);
-  for (const AttentionOptions& options : kBlockwise) {
+  for (const AttentionOptions& options : kernels) {
     const auto blockwise = output_and_gradients(
         [&](const std::vector<at::Tensor>& x) { return attend(x, options); }, cast, weights);
-    const std::string where = what + " (chunks " + std::to_string(options.query_chunk) + " x " +
+    const std::string kernel = options.kernel == AttentionKernel::Fused ? "fused" : "blockwise";
+    const std::string where = what + " (" + kernel + ", chunks " +
+                              std::to_string(options.query_chunk) + " x " +
                               std::to_string(options.key_chunk) + ", " + c10::toString(dtype) + ")";
     EXPECT_EQ(blockwise.out.scalar_type(), dtype) << where;
     EXPECT_LE(relative_error(blockwise.out, dense.out), bound) << where << ": output";
@@ -72,6 +76,17 @@ tandem::AttentionLayout packed_layout() {
   return {at::zeros({2, 100}, at::kLong), documents, documents};
 }
 
+// Blockwise at both chunkings equals dense.
+void expect_blockwise_equals_dense(const std::function<at::Tensor(const std::vector<at::Tensor>&,
+                                                                  const AttentionOptions&)>& attend,
+                                   const std::vector<at::Tensor>& inputs,
+                                   const std::vector<std::string>& names, at::ScalarType dtype,
+                                   const std::string& what) {
+  expect_kernels_equal_dense(kBlockwise, attend, inputs, names, dtype, what);
+}
+
+// The TTT kernels (blockwise at both chunkings, and fused: ATen's flash kernel per document
+// merged by log-sum-exp) equal dense at every unroll step: packed documents, padding, GQA.
 TEST(LongContextAttention, TttEveryStepEqualsTheDenseKernel) {
   const int64_t batch = 2, heads = 4, kv_heads = 2, length = 100, dim = 16, steps = 7;
   const tandem::AttentionLayout layout = packed_layout();
@@ -95,7 +110,10 @@ TEST(LongContextAttention, TttEveryStepEqualsTheDenseKernel) {
         names.push_back("step_k " + std::to_string(j + 1));
         names.push_back("step_v " + std::to_string(j + 1));
       }
-      expect_blockwise_equals_dense(
+      std::vector<AttentionOptions> kernels = kBlockwise;
+      kernels.push_back({AttentionKernel::Fused, 512, 1024});
+      expect_kernels_equal_dense(
+          kernels,
           [&](const std::vector<at::Tensor>& x, const AttentionOptions& options) {
             std::vector<at::Tensor> ks, vs;
             for (size_t j = 3; j < x.size(); j += 2) {
@@ -246,6 +264,42 @@ TEST(SdpaPolicy, GroupedCallsFlashCannotTakeRepeatKeysAndValuesOnCuda) {
                            1e-6, 1e-6));
 }
 
+// Where the fused TTT kernel runs: every float dtype on the CPU; on CUDA what the flash kernel
+// takes (bf16/fp16, head dim a multiple of 8 up to 256); blockwise and dense when asked.
+TEST(TttKernelPolicy, FusedWhereTheFlashKernelsTakeTheCallBlockwiseElsewhere) {
+  using tandem::choose_ttt_kernel;
+  const AttentionKernel fused = AttentionKernel::Fused, blockwise = AttentionKernel::Blockwise;
+  EXPECT_EQ(choose_ttt_kernel(fused, c10::kCPU, at::kFloat, 16).kernel, fused);
+  EXPECT_EQ(choose_ttt_kernel(fused, c10::kCPU, at::kBFloat16, 100).kernel, fused);
+  EXPECT_EQ(choose_ttt_kernel(fused, c10::kCUDA, at::kBFloat16, 128).kernel, fused);
+  EXPECT_EQ(choose_ttt_kernel(fused, c10::kCUDA, at::kHalf, 256).kernel, fused);
+  const tandem::TttKernelChoice fp32 = choose_ttt_kernel(fused, c10::kCUDA, at::kFloat, 128);
+  EXPECT_EQ(fp32.kernel, blockwise);
+  EXPECT_NE(fp32.reason.find("bf16 or fp16"), std::string::npos) << fp32.reason;
+  EXPECT_EQ(choose_ttt_kernel(fused, c10::kCUDA, at::kBFloat16, 100).kernel, blockwise);
+  EXPECT_EQ(choose_ttt_kernel(fused, c10::kCUDA, at::kBFloat16, 512).kernel, blockwise);
+  EXPECT_EQ(choose_ttt_kernel(fused, c10::kMeta, at::kBFloat16, 128).kernel, blockwise);
+  EXPECT_EQ(choose_ttt_kernel(blockwise, c10::kCPU, at::kFloat, 16).kernel, blockwise);
+  EXPECT_EQ(choose_ttt_kernel(AttentionKernel::Dense, c10::kCUDA, at::kBFloat16, 128).kernel,
+            AttentionKernel::Dense);
+}
+
+// The fused kernel reads the documents from the bands; bands it cannot express (a window, a query
+// that sees nothing) have no segments, and ttt_attention runs the blockwise kernel for them.
+TEST(TttKernelPolicy, SegmentsAreTheDocumentsOfCausalBandsAndNothingElse) {
+  const tandem::KeyBands bands = tandem::causal_key_bands(packed_layout());
+  const at::Tensor segments = tandem::causal_document_segments(bands);
+  ASSERT_TRUE(segments.defined());
+  EXPECT_TRUE(segments.equal(
+      at::tensor({0, 0, 37, 0, 37, 43, 0, 80, 20, 1, 0, 100}, at::kLong).view({4, 3})))
+      << segments;
+  EXPECT_FALSE(
+      tandem::causal_document_segments(tandem::causal_key_bands(packed_layout(), 8)).defined());
+  const tandem::KeyBands nothing = tandem::KeyBands::from_host(
+      at::zeros({1, 4}, at::kLong), at::full({1, 4}, -1, at::kLong), c10::kCPU);
+  EXPECT_FALSE(tandem::causal_document_segments(nothing).defined());
+}
+
 // A query that sees no key (an invalid DFlash block) gives 0 and no NaN, forward and backward.
 TEST(LongContextAttention, AQueryThatSeesNothingGivesZeroAndFiniteGradients) {
   const tandem::KeyBands nothing = tandem::KeyBands::from_host(
@@ -273,7 +327,7 @@ TEST(LongContextAttention, TheAttentionSectionIsReadAndCheckedByKey) {
         tandem::Config::parse(yaml, "run.yaml").section("attention"));
   };
   const AttentionOptions defaults = read("training: {steps: 1}\n");
-  EXPECT_EQ(defaults.kernel, AttentionKernel::Blockwise);
+  EXPECT_EQ(defaults.kernel, AttentionKernel::Fused);
   EXPECT_EQ(defaults.query_chunk, 512);
   EXPECT_EQ(defaults.key_chunk, 1024);
   const AttentionOptions dense =

@@ -25,6 +25,8 @@ const DtypeKey::Choices kDtypes = {
     {"bfloat16", c10::ScalarType::BFloat16}, {"float16", c10::ScalarType::Half},
 };
 const char* const kFrozenDtype = "bf16 on a GPU, fp32 on the CPU";
+const char* const kTrainedDtype =
+    "bf16 on a GPU, fp32 on the CPU (name it to resume a run on the other kind of device)";
 
 }  // namespace
 
@@ -71,6 +73,9 @@ const StringKey device{group, "device", "auto",
                        "`cuda:N`; under torchrun `cuda` is `cuda:LOCAL_RANK`"};
 const BoolKey deterministic{group, "deterministic", false,
                             "deterministic kernels, for bit-exact resume on a GPU"};
+const BoolKey tf32{group, "tf32", false,
+                   "fp32 matmuls and convolutions on NVIDIA GPUs through TF32 tensor cores (10 "
+                   "mantissa bits, ~8x faster); off: full fp32. bf16 models are unaffected"};
 const ChoiceKey mfu{group,
                     "mfu",
                     "auto",
@@ -187,10 +192,14 @@ KeyGroup group{"attention", "the attention kernels"};
 const EnumKey<AttentionKernel> kernel{
     group,
     "kernel",
-    AttentionKernel::Blockwise,
-    {{"blockwise", AttentionKernel::Blockwise}, {"dense", AttentionKernel::Dense}},
-    "`blockwise`: memory linear in the sequence length; `dense`: the earlier (T, T) kernels, "
-    "for comparison"};
+    AttentionKernel::Fused,
+    {{"fused", AttentionKernel::Fused},
+     {"blockwise", AttentionKernel::Blockwise},
+     {"dense", AttentionKernel::Dense}},
+    "`fused`: ATen's fused attention where it applies (EAGLE-3's test-time training: flash "
+    "kernels merged by log-sum-exp), `blockwise` elsewhere; `blockwise`: the hand-written "
+    "kernel everywhere, memory linear in the sequence length; `dense`: the earlier (T, T) "
+    "kernels, for comparison"};
 const IntKey query_chunk{group, "query_chunk", 512, IntRange::between(1, int64_t{1} << 20),
                          "queries per tile of the blockwise kernel (whole DFlash blocks)"};
 const IntKey key_chunk{group, "key_chunk", 1024, IntRange::between(1, int64_t{1} << 20),
@@ -208,8 +217,8 @@ KeyGroup group{"model", "the trained model"};
 const StringKey path{group, "path", "", "an HF checkpoint to start from"};
 const StringKey config{group, "config", "",
                        "a `config.json` for a fresh model (set exactly one of `path`, `config`)"};
-const DtypeKey dtype{group, "dtype", c10::ScalarType::Float, kDtypes,
-                     "parameter dtype (fp32 masters either way); set `bf16` on GPUs"};
+const DtypeKey dtype{group, "dtype", Computed{kTrainedDtype}, kDtypes,
+                     "parameter dtype (fp32 masters and AdamW moments either way)"};
 const NumberKey init_std{group, "init_std", 0.02, NumberRange::at_least(0),
                          "normal init of a fresh model"};
 }  // namespace model
@@ -249,8 +258,8 @@ const StringKey capture{group, "capture", "",
 
 namespace draft {
 KeyGroup group{"draft", "every draft"};
-const DtypeKey dtype{group, "dtype", c10::ScalarType::Float, kDtypes,
-                     "parameter dtype (fp32 masters either way)"};
+const DtypeKey dtype{group, "dtype", Computed{kTrainedDtype}, kDtypes,
+                     "parameter dtype (fp32 masters and AdamW moments either way)"};
 const IntKey intermediate_size{group, "intermediate_size", 0, IntRange::between(0, 1 << 20),
                                "MLP width; 0: the target's"};
 const NumberKey init_std{group, "init_std", 0.02, NumberRange::at_least(0),

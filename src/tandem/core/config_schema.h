@@ -50,6 +50,7 @@ extern const IntKey log_every;
 extern const BoolKey export_at_end;  // training.export
 extern const StringKey device;
 extern const BoolKey deterministic;
+extern const BoolKey tf32;
 extern const ChoiceKey mfu;
 extern const ChoiceKey on_nonfinite;
 extern const IntKey max_consecutive_skips;

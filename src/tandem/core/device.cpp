@@ -58,6 +58,11 @@ void use_deterministic_algorithms(bool on) {
   if (on) at::globalContext().setBenchmarkCuDNN(false);
 }
 
+void use_tf32(bool on) {
+  at::globalContext().setAllowTF32CuBLAS(on);
+  at::globalContext().setAllowTF32CuDNN(on);
+}
+
 at::Tensor to_device(const at::Tensor& host, const c10::Device& device) {
   if (host.device() == device) return host;
   if (!device.is_cuda() || !host.is_cpu()) return host.to(device);

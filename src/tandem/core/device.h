@@ -37,6 +37,10 @@ std::string frozen_dtype_default(const c10::Device& device);
 /// set before cuBLAS starts). Slower on CUDA; the CPU is deterministic already.
 void use_deterministic_algorithms(bool on);
 
+/// TF32 tensor cores for fp32 matmuls (cuBLAS) and convolutions (cuDNN) on NVIDIA GPUs
+/// (training.tf32); off by default, so fp32 stays fp32. No effect on the CPU or on bf16.
+void use_tf32(bool on);
+
 /// `host` (a CPU tensor) on `device`: pinned and copied without waiting when `device` is a GPU
 /// (the copy is ordered before later work on the device's stream); itself on the CPU.
 at::Tensor to_device(const at::Tensor& host, const c10::Device& device);

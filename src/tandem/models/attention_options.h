@@ -7,6 +7,10 @@
 namespace tandem {
 
 enum class AttentionKernel {
+  // ATen's fused attention where it applies, the blockwise kernel elsewhere: EAGLE-3's TTT as one
+  // fused causal call per document merged by log-sum-exp with the earlier steps' keys
+  // (models/fused_ttt_attention.h; choose_ttt_kernel says where). Otherwise as Blockwise.
+  Fused,
   // Memory linear in the sequence length: SDPA per document for the decoders, the blockwise
   // kernel with a hand-written backward (models/banded_attention.h) for TTT and DFlash blocks.
   Blockwise,
@@ -16,7 +20,7 @@ enum class AttentionKernel {
 };
 
 struct AttentionOptions {
-  AttentionKernel kernel = AttentionKernel::Blockwise;
+  AttentionKernel kernel = AttentionKernel::Fused;
   int64_t query_chunk = 512;  // queries per tile of the blockwise kernel
   int64_t key_chunk = 1024;   // keys per tile
 };

@@ -3,9 +3,14 @@
 #include <ATen/ATen.h>
 
 #include <cmath>
+#include <iostream>
+#include <mutex>
+#include <set>
+#include <tuple>
 
 #include "tandem/core/error.h"
 #include "tandem/models/banded_attention.h"
+#include "tandem/models/fused_ttt_attention.h"
 
 namespace tandem {
 
@@ -42,6 +47,25 @@ at::Tensor dense_ttt_attention(const at::Tensor& q, const at::Tensor& context_k,
   return out.to(q.scalar_type());
 }
 
+// The kernel chosen for each kind of call (device, dtype, head dim), logged the first time.
+void log_choice_once(const at::Tensor& q, const TttKernelChoice& choice) {
+  using Kind = std::tuple<int, int, int64_t, int>;
+  static std::mutex mutex;
+  static std::set<Kind> logged;
+  const Kind kind{static_cast<int>(q.device().type()), static_cast<int>(q.scalar_type()), q.size(3),
+                  static_cast<int>(choice.kernel)};
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (!logged.insert(kind).second) return;
+  }
+  const char* name = choice.kernel == AttentionKernel::Fused       ? "fused"
+                     : choice.kernel == AttentionKernel::Blockwise ? "blockwise"
+                                                                   : "dense";
+  std::cerr << "[attention] TTT on " << q.device().str() << " (" << c10::toString(q.scalar_type())
+            << ", head_dim " << q.size(3) << "): " << name << " kernel, " << choice.reason
+            << std::endl;
+}
+
 }  // namespace
 
 at::Tensor ttt_attention(const at::Tensor& q, const at::Tensor& context_k,
@@ -61,7 +85,15 @@ at::Tensor ttt_attention(const at::Tensor& q, const at::Tensor& context_k,
               step_v[j].sizes() == step_k[j].sizes(),
           "[ttt_attention] the keys of step ", j + 1, " are ", step_k[j].sizes(),
           ", expected (B, kv_heads, Tq, d) aligned with the queries ", q.sizes());
-  if (options.kernel == AttentionKernel::Dense)
+  const TttKernelChoice choice =
+      choose_ttt_kernel(options.kernel, q.device().type(), q.scalar_type(), q.size(3));
+  if (q.is_cuda()) log_choice_once(q, choice);  // as SDPA's choice is (models/causal_attention.h)
+  if (choice.kernel == AttentionKernel::Fused) {
+    const at::Tensor segments = causal_document_segments(context_bands);
+    if (segments.defined())
+      return fused_ttt_attention(q, context_k, context_v, segments, step_k, step_v);
+  }
+  if (choice.kernel == AttentionKernel::Dense)
     return dense_ttt_attention(q, context_k, context_v,
                                context_bands.dense_mask(context_k.size(2)).unsqueeze(1), step_k,
                                step_v);

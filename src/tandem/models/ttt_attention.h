@@ -4,7 +4,9 @@
 //   - the step-0 keys at positions t' <= t of its own document (the context the target produced),
 //   - and, for each later step j = 1..i, the one key step j computed at the same position t
 //     (the draft tokens it proposed itself at inference).
-// One softmax runs over all of them. The blockwise kernel (models/banded_attention.h) takes the
+// One softmax runs over all of them. The fused kernel (models/fused_ttt_attention.h, the default
+// where choose_ttt_kernel allows it) runs ATen's flash attention per document and merges the
+// step keys by log-sum-exp. The blockwise kernel (models/banded_attention.h) takes the
 // context as a band per query and the i step keys as local keys: memory linear in T, scores
 // recomputed in backward. The dense kernel (AttentionKernel::Dense) builds the (Tq, Tk) block
 // and is kept as the reference.

@@ -39,7 +39,7 @@ Eagle3Options eagle3_options(const Config& config, const RunContext& run) {
   options.run = run;
   options.target_path = keys::target::path.read(config);
   options.target_dtype = keys::target::dtype.read(config, keys::frozen_dtype(run.device));
-  options.draft_dtype = keys::draft::dtype.read(config);
+  options.draft_dtype = keys::draft::dtype.read(config, keys::frozen_dtype(run.device));
   options.aux_layer_ids =
       keys::eagle3_draft::aux_layer_ids.find(config).value_or(std::vector<int64_t>{});
   options.ttt_length = keys::eagle3_draft::ttt_length.read(config);

@@ -28,6 +28,7 @@ RunContext read_run_context(const Config& config, const dist::LaunchEnv& launch,
   if (!dry_run) make_current(run.device);  // once per rank: cuda:LOCAL_RANK under torchrun
   run.deterministic = keys::training::deterministic.read(config);
   if (!dry_run) use_deterministic_algorithms(run.deterministic);
+  if (!dry_run && keys::training::tf32.read(config)) use_tf32(true);  // off: torch's default
   run.seed = static_cast<uint64_t>(keys::training::seed.read(config));
   run.attention = read_attention_options(config);
   return run;
