@@ -251,9 +251,11 @@ TEST(DistillLoss, TeacherLogProbabilitiesThroughARowIndexEqualTheTeachersHead) {
           at::log_softmax(at::linear(teacher_hidden, teacher_head) / options.temperature, 1);
       at::Tensor hidden = ref.at("student_hidden").clone().requires_grad_(true);
       at::Tensor head = ref.at("student_lm_head").clone().requires_grad_(true);
+      const at::Tensor kept = log_probs.clone();
       const at::Tensor loss = tandem::fused_distillation_loss_from_log_probs(
           hidden, head, log_probs, rows, ref.at("labels"), weights, options);
       loss.backward();
+      EXPECT_TRUE(log_probs.equal(kept)) << "the teacher's log-probabilities were overwritten";
       at::Tensor hidden_ref = ref.at("student_hidden").clone().requires_grad_(true);
       at::Tensor head_ref = ref.at("student_lm_head").clone().requires_grad_(true);
       const at::Tensor loss_ref = tandem::fused_distillation_loss(

@@ -264,23 +264,29 @@ TEST(SdpaPolicy, GroupedCallsFlashCannotTakeRepeatKeysAndValuesOnCuda) {
                            1e-6, 1e-6));
 }
 
-// Where the fused TTT kernel runs: every float dtype on the CPU; on CUDA what the flash kernel
-// takes (bf16/fp16, head dim a multiple of 8 up to 256); blockwise and dense when asked.
+// Where the fused TTT kernel runs: fp32, bf16 and fp16 on the CPU; on CUDA what the flash kernel
+// takes (bf16/fp16, head dim a multiple of 8 up to 256, a GPU that runs it); blockwise and dense
+// when asked.
 TEST(TttKernelPolicy, FusedWhereTheFlashKernelsTakeTheCallBlockwiseElsewhere) {
   using tandem::choose_ttt_kernel;
   const AttentionKernel fused = AttentionKernel::Fused, blockwise = AttentionKernel::Blockwise;
-  EXPECT_EQ(choose_ttt_kernel(fused, c10::kCPU, at::kFloat, 16).kernel, fused);
-  EXPECT_EQ(choose_ttt_kernel(fused, c10::kCPU, at::kBFloat16, 100).kernel, fused);
-  EXPECT_EQ(choose_ttt_kernel(fused, c10::kCUDA, at::kBFloat16, 128).kernel, fused);
-  EXPECT_EQ(choose_ttt_kernel(fused, c10::kCUDA, at::kHalf, 256).kernel, fused);
-  const tandem::TttKernelChoice fp32 = choose_ttt_kernel(fused, c10::kCUDA, at::kFloat, 128);
+  EXPECT_EQ(choose_ttt_kernel(fused, c10::kCPU, at::kFloat, 16, false).kernel, fused);
+  EXPECT_EQ(choose_ttt_kernel(fused, c10::kCPU, at::kBFloat16, 100, false).kernel, fused);
+  EXPECT_EQ(choose_ttt_kernel(fused, c10::kCPU, at::kDouble, 16, false).kernel, blockwise);
+  EXPECT_EQ(choose_ttt_kernel(fused, c10::kCUDA, at::kBFloat16, 128, true).kernel, fused);
+  EXPECT_EQ(choose_ttt_kernel(fused, c10::kCUDA, at::kHalf, 256, true).kernel, fused);
+  const tandem::TttKernelChoice fp32 = choose_ttt_kernel(fused, c10::kCUDA, at::kFloat, 128, true);
   EXPECT_EQ(fp32.kernel, blockwise);
   EXPECT_NE(fp32.reason.find("bf16 or fp16"), std::string::npos) << fp32.reason;
-  EXPECT_EQ(choose_ttt_kernel(fused, c10::kCUDA, at::kBFloat16, 100).kernel, blockwise);
-  EXPECT_EQ(choose_ttt_kernel(fused, c10::kCUDA, at::kBFloat16, 512).kernel, blockwise);
-  EXPECT_EQ(choose_ttt_kernel(fused, c10::kMeta, at::kBFloat16, 128).kernel, blockwise);
-  EXPECT_EQ(choose_ttt_kernel(blockwise, c10::kCPU, at::kFloat, 16).kernel, blockwise);
-  EXPECT_EQ(choose_ttt_kernel(AttentionKernel::Dense, c10::kCUDA, at::kBFloat16, 128).kernel,
+  const tandem::TttKernelChoice old_gpu =
+      choose_ttt_kernel(fused, c10::kCUDA, at::kBFloat16, 128, false);
+  EXPECT_EQ(old_gpu.kernel, blockwise);
+  EXPECT_NE(old_gpu.reason.find("compute capability"), std::string::npos) << old_gpu.reason;
+  EXPECT_EQ(choose_ttt_kernel(fused, c10::kCUDA, at::kBFloat16, 100, true).kernel, blockwise);
+  EXPECT_EQ(choose_ttt_kernel(fused, c10::kCUDA, at::kBFloat16, 512, true).kernel, blockwise);
+  EXPECT_EQ(choose_ttt_kernel(fused, c10::kMeta, at::kBFloat16, 128, true).kernel, blockwise);
+  EXPECT_EQ(choose_ttt_kernel(blockwise, c10::kCPU, at::kFloat, 16, false).kernel, blockwise);
+  EXPECT_EQ(choose_ttt_kernel(AttentionKernel::Dense, c10::kCUDA, at::kBFloat16, 128, true).kernel,
             AttentionKernel::Dense);
 }
 

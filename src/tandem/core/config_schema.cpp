@@ -74,8 +74,9 @@ const StringKey device{group, "device", "auto",
 const BoolKey deterministic{group, "deterministic", false,
                             "deterministic kernels, for bit-exact resume on a GPU"};
 const BoolKey tf32{group, "tf32", false,
-                   "fp32 matmuls and convolutions on NVIDIA GPUs through TF32 tensor cores (10 "
-                   "mantissa bits, ~8x faster); off: full fp32. bf16 models are unaffected"};
+                   "fp32 matmuls on NVIDIA GPUs through TF32 tensor cores (10 mantissa bits, "
+                   "several times faster); off: PyTorch's defaults (fp32 matmuls in full fp32). "
+                   "bf16 models are unaffected"};
 const ChoiceKey mfu{group,
                     "mfu",
                     "auto",

@@ -4,6 +4,8 @@
 #include <torch/autograd.h>
 
 #include <cmath>
+#include <map>
+#include <mutex>
 #include <tuple>
 
 #include "tandem/core/error.h"
@@ -11,11 +13,11 @@
 namespace tandem {
 
 TttKernelChoice choose_ttt_kernel(AttentionKernel asked, c10::DeviceType device,
-                                  c10::ScalarType dtype, int64_t head_dim) {
+                                  c10::ScalarType dtype, int64_t head_dim, bool cuda_flash) {
   if (asked == AttentionKernel::Dense) return {AttentionKernel::Dense, "asked for (dense)"};
   if (asked == AttentionKernel::Blockwise)
     return {AttentionKernel::Blockwise, "asked for (blockwise)"};
-  if (!c10::isFloatingType(dtype))
+  if (dtype != c10::kFloat && dtype != c10::kBFloat16 && dtype != c10::kHalf)
     return {AttentionKernel::Blockwise, "no fused kernel for " + std::string(c10::toString(dtype))};
   if (device == c10::kCPU)
     return {AttentionKernel::Fused, "the CPU flash kernel, merged by log-sum-exp"};
@@ -29,7 +31,32 @@ TttKernelChoice choose_ttt_kernel(AttentionKernel asked, c10::DeviceType device,
             "the CUDA flash kernel needs a head dim that is a "
             "multiple of 8 up to 256, not " +
                 std::to_string(head_dim)};
+  if (!cuda_flash)
+    return {AttentionKernel::Blockwise,
+            "this GPU or PyTorch build does not run the CUDA flash kernel (compute capability "
+            "8.0 or later needed)"};
   return {AttentionKernel::Fused, "the CUDA flash kernel, merged by log-sum-exp"};
+}
+
+bool cuda_flash_attention_runs(const c10::Device& device) {
+  static std::mutex mutex;
+  static std::map<int, bool> known;
+  std::lock_guard<std::mutex> lock(mutex);
+  const auto found = known.find(device.index());
+  if (found != known.end()) return found->second;
+  bool runs = true;
+  try {
+    const at::Tensor x =
+        at::zeros({1, 1, 16, 64}, at::TensorOptions().dtype(at::kBFloat16).device(device));
+    const auto result = at::_scaled_dot_product_flash_attention(x, x, x, 0.0, true, false);
+    at::_scaled_dot_product_flash_attention_backward(
+        x, x, x, x, std::get<0>(result), std::get<1>(result), at::Tensor(), at::Tensor(), 16, 16,
+        0.0, true, std::get<6>(result), std::get<7>(result));
+  } catch (const std::exception&) {
+    runs = false;
+  }
+  known[device.index()] = runs;
+  return runs;
 }
 
 namespace {
@@ -232,6 +259,11 @@ at::Tensor fused_ttt_attention(const at::Tensor& q, const at::Tensor& context_k,
         "[fused_ttt_attention] needs documents as (row, start, length) and as many queries as "
         "context keys; got queries ",
         q.sizes(), " and context ", context_k.sizes());
+  // Every (row, position) in exactly one document: the output is written document by document.
+  check(segments.numel() > 0 && segments.select(1, 0).max().item<int64_t>() < q.size(0) &&
+            segments.select(1, 2).sum().item<int64_t>() == q.size(0) * q.size(2),
+        "[fused_ttt_attention] the documents (", segments.size(0),
+        ") do not cover the queries' rows and positions ", q.sizes());
   return FusedTttFunction::apply(q, context_k, context_v, at::TensorList(step_k),
                                  at::TensorList(step_v), segments);
 }

@@ -85,14 +85,22 @@ at::Tensor ttt_attention(const at::Tensor& q, const at::Tensor& context_k,
               step_v[j].sizes() == step_k[j].sizes(),
           "[ttt_attention] the keys of step ", j + 1, " are ", step_k[j].sizes(),
           ", expected (B, kv_heads, Tq, d) aligned with the queries ", q.sizes());
-  const TttKernelChoice choice =
-      choose_ttt_kernel(options.kernel, q.device().type(), q.scalar_type(), q.size(3));
-  if (q.is_cuda()) log_choice_once(q, choice);  // as SDPA's choice is (models/causal_attention.h)
+  check(context_bands.rows() == q.size(0) && context_bands.queries() == q.size(2),
+        "[ttt_attention] the bands cover (", context_bands.rows(), ", ", context_bands.queries(),
+        ") queries, the queries are ", q.sizes());
+  TttKernelChoice choice =
+      choose_ttt_kernel(options.kernel, q.device().type(), q.scalar_type(), q.size(3),
+                        q.is_cuda() && options.kernel == AttentionKernel::Fused &&
+                            cuda_flash_attention_runs(q.device()));
+  at::Tensor segments;
   if (choice.kernel == AttentionKernel::Fused) {
-    const at::Tensor segments = causal_document_segments(context_bands);
-    if (segments.defined())
-      return fused_ttt_attention(q, context_k, context_v, segments, step_k, step_v);
+    segments = causal_document_segments(context_bands);
+    if (!segments.defined())
+      choice = {AttentionKernel::Blockwise, "bands that are not causal within documents"};
   }
+  if (q.is_cuda()) log_choice_once(q, choice);  // as SDPA's choice is (models/causal_attention.h)
+  if (choice.kernel == AttentionKernel::Fused)
+    return fused_ttt_attention(q, context_k, context_v, segments, step_k, step_v);
   if (choice.kernel == AttentionKernel::Dense)
     return dense_ttt_attention(q, context_k, context_v,
                                context_bands.dense_mask(context_k.size(2)).unsqueeze(1), step_k,

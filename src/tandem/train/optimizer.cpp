@@ -165,36 +165,51 @@ void MixedPrecisionAdamW::update(double lr) {
   ++step_count_;
   const double bias1 = 1.0 - std::pow(options_.beta1, static_cast<double>(step_count_));
   const double bias2 = 1.0 - std::pow(options_.beta2, static_cast<double>(step_count_));
-  // Every parameter with a gradient in one list per role, updated by ATen's multi-tensor
-  // (_foreach) ops: a handful of kernels for the whole model on CUDA instead of ~10 per
-  // parameter; the same elementwise arithmetic, in the same order, as one tensor at a time.
-  std::vector<at::Tensor> step_grads, masters, decayed, exp_avgs, exp_avg_sqs, low_precision,
-      low_precision_masters;
+  // The parameters with a gradient, in lists per role updated by ATen's multi-tensor (_foreach)
+  // ops: a handful of kernels per list on CUDA instead of ~10 per parameter, with the same
+  // elementwise arithmetic as one tensor at a time. Lists hold up to 64M elements, which bounds
+  // the temporaries (clipped gradients, denominators) at 512 MB whatever the model's size.
+  constexpr int64_t kListElements = int64_t{1} << 26;
+  std::vector<size_t> pending;
+  int64_t pending_elements = 0;
+  auto flush = [&] {
+    if (pending.empty()) return;
+    std::vector<at::Tensor> step_grads, masters, decayed, exp_avgs, exp_avg_sqs, low_precision,
+        low_precision_masters;
+    for (const size_t i : pending) {
+      Slot& slot = slots_[i];
+      step_grads.push_back(grads[i]);
+      masters.push_back(slot.master);
+      if (slot.decay && options_.weight_decay > 0) decayed.push_back(slot.master);
+      exp_avgs.push_back(slot.exp_avg);
+      exp_avg_sqs.push_back(slot.exp_avg_sq);
+      if (parameters_[i].second.scalar_type() != at::kFloat) {
+        low_precision.push_back(parameters_[i].second.detach());
+        low_precision_masters.push_back(slot.master);
+      }
+    }
+    if (clip.defined()) step_grads = at::_foreach_mul(step_grads, clip.to(at::kFloat));
+    if (!decayed.empty()) at::_foreach_mul_(decayed, 1.0 - lr * options_.weight_decay);
+    at::_foreach_mul_(exp_avgs, options_.beta1);
+    at::_foreach_add_(exp_avgs, step_grads, 1.0 - options_.beta1);
+    at::_foreach_mul_(exp_avg_sqs, options_.beta2);
+    at::_foreach_addcmul_(exp_avg_sqs, step_grads, step_grads, 1.0 - options_.beta2);
+    step_grads.clear();
+    std::vector<at::Tensor> denominators = at::_foreach_sqrt(exp_avg_sqs);
+    at::_foreach_div_(denominators, std::sqrt(bias2));
+    at::_foreach_add_(denominators, options_.eps);
+    at::_foreach_addcdiv_(masters, exp_avgs, denominators, -lr / bias1);
+    if (!low_precision.empty()) at::_foreach_copy_(low_precision, low_precision_masters);
+    pending.clear();
+    pending_elements = 0;
+  };
   for (size_t i = 0; i < parameters_.size(); ++i) {
     if (!grads[i].defined()) continue;
-    Slot& slot = slots_[i];
-    step_grads.push_back(grads[i]);
-    masters.push_back(slot.master);
-    if (slot.decay && options_.weight_decay > 0) decayed.push_back(slot.master);
-    exp_avgs.push_back(slot.exp_avg);
-    exp_avg_sqs.push_back(slot.exp_avg_sq);
-    if (parameters_[i].second.scalar_type() != at::kFloat) {
-      low_precision.push_back(parameters_[i].second.detach());
-      low_precision_masters.push_back(slot.master);
-    }
+    if (pending_elements > 0 && pending_elements + grads[i].numel() > kListElements) flush();
+    pending.push_back(i);
+    pending_elements += grads[i].numel();
   }
-  if (step_grads.empty()) return;
-  if (clip.defined()) step_grads = at::_foreach_mul(step_grads, clip.to(at::kFloat));
-  if (!decayed.empty()) at::_foreach_mul_(decayed, 1.0 - lr * options_.weight_decay);
-  at::_foreach_mul_(exp_avgs, options_.beta1);
-  at::_foreach_add_(exp_avgs, step_grads, 1.0 - options_.beta1);
-  at::_foreach_mul_(exp_avg_sqs, options_.beta2);
-  at::_foreach_addcmul_(exp_avg_sqs, step_grads, step_grads, 1.0 - options_.beta2);
-  std::vector<at::Tensor> denominators = at::_foreach_sqrt(exp_avg_sqs);
-  at::_foreach_div_(denominators, std::sqrt(bias2));
-  at::_foreach_add_(denominators, options_.eps);
-  at::_foreach_addcdiv_(masters, exp_avgs, denominators, -lr / bias1);
-  if (!low_precision.empty()) at::_foreach_copy_(low_precision, low_precision_masters);
+  flush();
 }
 
 std::vector<std::string> MixedPrecisionAdamW::nonfinite_state() const {

@@ -145,8 +145,11 @@ Counters restore_checkpoint(const RunCheckpoint& checkpoint, MixedPrecisionAdamW
             "'");
       check(found->second.sizes() == parameter.sizes() &&
                 found->second.scalar_type() == parameter.scalar_type(),
-            "[train] ", dir, "/model.safetensors: '", name,
-            "' does not match the model being trained (shape or dtype changed?)");
+            "[train] ", dir, "/model.safetensors: '", name, "' is ", found->second.sizes(), " ",
+            c10::toString(found->second.scalar_type()), ", the model being trained has ",
+            parameter.sizes(), " ", c10::toString(parameter.scalar_type()),
+            " (a dtype left to its default differs between the CPU, fp32, and a GPU, bf16: name "
+            "model.dtype / draft.dtype as the run was started)");
       parameter.detach().copy_(found->second);
     }
   }
