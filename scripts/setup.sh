@@ -51,9 +51,16 @@ make_venv() {  # make_venv NAME LOCKFILE... ; prints the venv path
     local reqs=()
     for f in "$@"; do reqs+=(-r "$f"); done
     "$dir.tmp/bin/pip" install -q "${reqs[@]}" >&2
-    # venv scripts hard-code their directory; the env is only used through bin/python -m.
     mv "$dir.tmp" "$dir"
   fi
+  # The env was built under $dir.tmp and renamed (a half-built env is never taken for done); its
+  # console scripts (torchrun, pip, ...) and activate scripts name that path: point them at
+  # $dir. Also repairs an env an earlier setup left that way.
+  local script
+  for script in "$dir"/bin/*; do
+    [ -f "$script" ] && [ ! -L "$script" ] && grep -qIF -- "$dir.tmp" "$script" &&
+      sed -i "s#$dir\.tmp#$dir#g" "$script"
+  done
   echo "$dir"
 }
 venv=$(make_venv venv requirements.lock)
