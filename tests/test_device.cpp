@@ -75,9 +75,9 @@ TEST(Device, AGpuThatIsNotThereIsAClearError) {
   }
 }
 
-TEST(Device, FrozenModelsDefaultToBf16OnAGpuOnly) {
-  EXPECT_EQ(tandem::frozen_dtype_default(at::Device(at::kCPU)), "fp32");
-  EXPECT_EQ(tandem::frozen_dtype_default(at::Device(at::kCUDA, 0)), "bf16");
+TEST(Device, ModelsDefaultToBf16OnAGpuOnly) {
+  EXPECT_EQ(tandem::device_dtype_default(at::Device(at::kCPU)), "fp32");
+  EXPECT_EQ(tandem::device_dtype_default(at::Device(at::kCUDA, 0)), "bf16");
 }
 
 TEST(Device, ABatchAlreadyOnTheDeviceIsNotCopied) {

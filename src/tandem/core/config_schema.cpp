@@ -319,8 +319,8 @@ const EnumKey<DFlashTeacher> teacher{
     "distillation keys apply)"};
 }  // namespace dflash_loss
 
-c10::ScalarType frozen_dtype(const c10::Device& device) {
-  return parse_compute_dtype(frozen_dtype_default(device), "frozen_dtype_default");
+c10::ScalarType default_dtype(const c10::Device& device) {
+  return parse_compute_dtype(device_dtype_default(device), "device_dtype_default");
 }
 
 namespace teacher {

@@ -174,9 +174,9 @@ extern const IntKey max_anchors;
 extern const EnumKey<DFlashTeacher> teacher;
 }  // namespace dflash_loss
 
-/// The computed default of target.dtype, teacher.dtype and reference.dtype on `device` (bf16 on
-/// a GPU, fp32 on the CPU: core/device.h frozen_dtype_default).
-c10::ScalarType frozen_dtype(const c10::Device& device);
+/// The computed default of every model's dtype key (target, teacher, reference, model, draft) on
+/// `device`: bf16 on a GPU, fp32 on the CPU (core/device.h device_dtype_default).
+c10::ScalarType default_dtype(const c10::Device& device);
 
 namespace teacher {  // distill's frozen teacher
 extern KeyGroup group;

@@ -46,7 +46,7 @@ void make_current(const c10::Device& device) {
   c10::impl::getDeviceGuardImpl(device.type())->setDevice(device);
 }
 
-std::string frozen_dtype_default(const c10::Device& device) {
+std::string device_dtype_default(const c10::Device& device) {
   return device.is_cuda() ? "bf16" : "fp32";
 }
 

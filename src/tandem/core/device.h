@@ -27,10 +27,10 @@ c10::Device resolve_device(const std::string& spec, int64_t local_rank, const st
 /// rank of a multi-GPU job would also use cuda:0.
 void make_current(const c10::Device& device);
 
-/// The dtype a frozen model (target, teacher, reference) gets when its config does not name
-/// one: bf16 on a GPU, fp32 on the CPU. Trained models default to fp32 everywhere, so that a
-/// checkpoint resumes on either device with the same config (set their dtype: bf16 on GPUs).
-std::string frozen_dtype_default(const c10::Device& device);
+/// The dtype a model gets on `device` when its config does not name one, frozen (target,
+/// teacher, reference) or trained (whose masters and AdamW moments stay fp32 either way): bf16 on
+/// a GPU, fp32 on the CPU. A run resumed on the other kind of device must name its dtype.
+std::string device_dtype_default(const c10::Device& device);
 
 /// Deterministic algorithms on (training.deterministic): ATen's deterministic mode, cuDNN
 /// deterministic with benchmarking off, and cuBLAS's fixed workspace (CUBLAS_WORKSPACE_CONFIG,

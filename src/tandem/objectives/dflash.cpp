@@ -59,8 +59,8 @@ DFlashOptions dflash_options(const Config& config, const RunContext& run) {
   DFlashOptions options;
   options.run = run;
   options.target_path = keys::target::path.read(config);
-  options.target_dtype = keys::target::dtype.read(config, keys::frozen_dtype(run.device));
-  options.draft_dtype = keys::draft::dtype.read(config, keys::frozen_dtype(run.device));
+  options.target_dtype = keys::target::dtype.read(config, keys::default_dtype(run.device));
+  options.draft_dtype = keys::draft::dtype.read(config, keys::default_dtype(run.device));
   options.dims.num_layers = keys::dflash_draft::num_layers.read(config);
   options.dims.intermediate_size = keys::draft::intermediate_size.read(config);
   options.dims.num_attention_heads = keys::dflash_draft::num_attention_heads.read(config);

@@ -19,7 +19,7 @@ DistillOptions distill_options(const Config& config, const RunContext& run) {
   DistillOptions options;
   options.student = sft_options(config, run);
   options.teacher_path = keys::teacher::path.read(config);
-  options.teacher_dtype = keys::teacher::dtype.read(config, keys::frozen_dtype(run.device));
+  options.teacher_dtype = keys::teacher::dtype.read(config, keys::default_dtype(run.device));
   options.loss = read_distill_loss(config);
   options.loss.chunk_tokens = options.student.loss.chunk_tokens;
   options.loss.fp32_head = options.student.loss.fp32_head;

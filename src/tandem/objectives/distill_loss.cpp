@@ -15,21 +15,14 @@ namespace tandem {
 
 namespace {
 
-void check_inputs(const at::Tensor& student_hidden, const at::Tensor& student_head,
-                  const at::Tensor& teacher_hidden, const at::Tensor& teacher_head,
-                  const at::Tensor& labels, const at::Tensor& weights,
-                  const DistillLossOptions& options) {
+// The student's side, the labels and weights, the options: what every form of the loss checks.
+void check_student_inputs(const at::Tensor& student_hidden, const at::Tensor& student_head,
+                          const at::Tensor& labels, const at::Tensor& weights,
+                          const DistillLossOptions& options) {
   check(student_hidden.dim() == 2 && student_head.dim() == 2 &&
             student_hidden.size(1) == student_head.size(1),
         "[distill] student hidden (N, H) and head (V, H) disagree: ", student_hidden.sizes(),
         " vs ", student_head.sizes());
-  check(teacher_hidden.dim() == 2 && teacher_head.dim() == 2 &&
-            teacher_hidden.size(1) == teacher_head.size(1) &&
-            teacher_hidden.size(0) == student_hidden.size(0),
-        "[distill] teacher hidden ", teacher_hidden.sizes(), " and head ", teacher_head.sizes(),
-        " do not match the student's ", student_hidden.sizes());
-  check(teacher_head.size(0) == student_head.size(0), "[distill] the teacher's vocab (",
-        teacher_head.size(0), ") differs from the student's (", student_head.size(0), ")");
   check(labels.dim() == 1 && labels.size(0) == student_hidden.size(0) &&
             weights.sizes() == labels.sizes() && labels.scalar_type() == at::kLong,
         "[distill] labels (int64) and weights must be (N,) with N = ", student_hidden.size(0));
@@ -38,6 +31,21 @@ void check_inputs(const at::Tensor& student_hidden, const at::Tensor& student_he
   check(options.hard_label_weight >= 0 && options.hard_label_weight <= 1,
         "[distill] hard_label_weight must be in [0, 1]");
   check(options.chunk_tokens >= 0, "[distill] chunk_tokens must be >= 0 (0: no chunking)");
+}
+
+// Those, and a teacher given as hidden states and a head.
+void check_inputs(const at::Tensor& student_hidden, const at::Tensor& student_head,
+                  const at::Tensor& teacher_hidden, const at::Tensor& teacher_head,
+                  const at::Tensor& labels, const at::Tensor& weights,
+                  const DistillLossOptions& options) {
+  check_student_inputs(student_hidden, student_head, labels, weights, options);
+  check(teacher_hidden.dim() == 2 && teacher_head.dim() == 2 &&
+            teacher_hidden.size(1) == teacher_head.size(1) &&
+            teacher_hidden.size(0) == student_hidden.size(0),
+        "[distill] teacher hidden ", teacher_hidden.sizes(), " and head ", teacher_head.sizes(),
+        " do not match the student's ", student_hidden.sizes());
+  check(teacher_head.size(0) == student_head.size(0), "[distill] the teacher's vocab (",
+        teacher_head.size(0), ") differs from the student's (", student_head.size(0), ")");
 }
 
 // Logits reduced in fp32 (fp64 for fp64 inputs): (n, V).
@@ -248,6 +256,33 @@ class FusedDistillation : public torch::autograd::Function<FusedDistillation> {
   }
 };
 
+// The unfused loss (full logits, plain autograd) against teacher logits already formed, (N, V)
+// in the reduction dtype; the temperature divides them as in token_losses.
+at::Tensor unfused_against(const at::Tensor& student_hidden, const at::Tensor& student_head,
+                           const at::Tensor& teacher_logits, const at::Tensor& labels,
+                           const at::Tensor& weights, const DistillLossOptions& options,
+                           at::Tensor* student_argmax) {
+  const at::Tensor student_logits = head_logits(student_hidden, student_head, options.fp32_head);
+  if (student_argmax) *student_argmax = student_logits.detach().argmax(1);
+  const at::Tensor losses =
+      token_losses(student_logits, teacher_logits, safe_targets(labels, weights), options);
+  return (losses * weights.to(reduction_dtype(student_hidden))).sum();
+}
+
+// The fused loss against `teacher_chunk`. Gradients are formed during the forward pass, so
+// whether they will be wanted is decided here (Function::apply turns grad mode off before
+// forward runs).
+at::Tensor apply_fused(const at::Tensor& student_hidden, const at::Tensor& student_head,
+                       TeacherChunk teacher_chunk, const at::Tensor& labels,
+                       const at::Tensor& weights, const DistillLossOptions& options,
+                       at::Tensor* student_argmax) {
+  const bool grad_mode = at::GradMode::is_enabled();
+  return FusedDistillation::apply(student_hidden, student_head, std::move(teacher_chunk),
+                                  safe_targets(labels, weights), weights, options,
+                                  grad_mode && student_hidden.requires_grad(),
+                                  grad_mode && student_head.requires_grad(), student_argmax);
+}
+
 }  // namespace
 
 Divergence parse_divergence(const std::string& name) {
@@ -266,9 +301,6 @@ at::Tensor fused_distillation_loss(const at::Tensor& student_hidden, const at::T
   if (options.chunk_tokens == 0)
     return unfused_distillation_loss(student_hidden, student_head, teacher_hidden, teacher_head,
                                      labels, weights, options, student_argmax);
-  // Gradients are formed during the forward pass, so decide here (Function::apply turns grad
-  // mode off before forward runs) whether they will be wanted at all.
-  const bool grad_mode = at::GradMode::is_enabled();
   const at::Tensor hidden = teacher_hidden.detach();
   const at::Tensor head = head_operand(teacher_head.detach(), options.fp32_head);
   TeacherChunk teacher_chunk = [hidden, head, options](int64_t start, int64_t n,
@@ -277,10 +309,8 @@ at::Tensor fused_distillation_loss(const at::Tensor& student_hidden, const at::T
         at::linear(head_operand(hidden.narrow(0, start, n), options.fp32_head), head).to(reduce);
     return at::log_softmax(logits.div_(options.temperature), 1);
   };
-  return FusedDistillation::apply(student_hidden, student_head, std::move(teacher_chunk),
-                                  safe_targets(labels, weights), weights, options,
-                                  grad_mode && student_hidden.requires_grad(),
-                                  grad_mode && student_head.requires_grad(), student_argmax);
+  return apply_fused(student_hidden, student_head, std::move(teacher_chunk), labels, weights,
+                     options, student_argmax);
 }
 
 at::Tensor fused_distillation_loss_from_log_probs(
@@ -294,31 +324,23 @@ at::Tensor fused_distillation_loss_from_log_probs(
             teacher_rows.scalar_type() == at::kLong,
         "[distill] teacher rows must be (N,) int64 with N = ", student_hidden.size(0), "; got ",
         teacher_rows.sizes());
-  // The hidden-state checks, with the log-probabilities standing in for a teacher of width V.
-  check_inputs(student_hidden, student_head, student_hidden, student_head, labels, weights,
-               options);
+  check_student_inputs(student_hidden, student_head, labels, weights, options);
   const at::Tensor log_probs = teacher_log_probs.detach();
   if (options.chunk_tokens == 0) {
-    const at::ScalarType reduce = reduction_dtype(student_hidden);
-    const at::Tensor student_logits = head_logits(student_hidden, student_head, options.fp32_head);
-    if (student_argmax) *student_argmax = student_logits.detach().argmax(1);
     DistillLossOptions plain = options;
     plain.temperature = 1.0;  // log-softmax of log-probabilities is themselves
-    const at::Tensor losses =
-        token_losses(student_logits, log_probs.index_select(0, teacher_rows).to(reduce),
-                     safe_targets(labels, weights), plain);
-    return (losses * weights.to(reduce)).sum();
+    return unfused_against(
+        student_hidden, student_head,
+        log_probs.index_select(0, teacher_rows).to(reduction_dtype(student_hidden)), labels,
+        weights, plain, student_argmax);
   }
-  const bool grad_mode = at::GradMode::is_enabled();
   const at::Tensor rows = teacher_rows.detach();
   TeacherChunk teacher_chunk = [log_probs, rows](int64_t start, int64_t n, at::ScalarType reduce) {
     // index_select copies: chunk_loss may overwrite what it is given.
     return log_probs.index_select(0, rows.narrow(0, start, n)).to(reduce);
   };
-  return FusedDistillation::apply(student_hidden, student_head, std::move(teacher_chunk),
-                                  safe_targets(labels, weights), weights, options,
-                                  grad_mode && student_hidden.requires_grad(),
-                                  grad_mode && student_head.requires_grad(), student_argmax);
+  return apply_fused(student_hidden, student_head, std::move(teacher_chunk), labels, weights,
+                     options, student_argmax);
 }
 
 at::Tensor unfused_distillation_loss(const at::Tensor& student_hidden,
@@ -329,17 +351,14 @@ at::Tensor unfused_distillation_loss(const at::Tensor& student_hidden,
                                      at::Tensor* student_argmax) {
   check_inputs(student_hidden, student_head, teacher_hidden, teacher_head, labels, weights,
                options);
-  const at::ScalarType reduce = reduction_dtype(student_hidden);
   at::Tensor teacher_logits;
   {
     at::NoGradGuard no_grad;
-    teacher_logits = head_logits(teacher_hidden, teacher_head, options.fp32_head).to(reduce);
+    teacher_logits = head_logits(teacher_hidden, teacher_head, options.fp32_head)
+                         .to(reduction_dtype(student_hidden));
   }
-  const at::Tensor student_logits = head_logits(student_hidden, student_head, options.fp32_head);
-  if (student_argmax) *student_argmax = student_logits.detach().argmax(1);
-  const at::Tensor losses =
-      token_losses(student_logits, teacher_logits, safe_targets(labels, weights), options);
-  return (losses * weights.to(reduce)).sum();
+  return unfused_against(student_hidden, student_head, teacher_logits, labels, weights, options,
+                         student_argmax);
 }
 
 }  // namespace tandem

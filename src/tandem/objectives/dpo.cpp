@@ -32,7 +32,7 @@ DpoOptions dpo_options(const Config& config, const RunContext& run) {
           "to serve as the reference; set reference.path or reference.logprobs");
     options.reference_path = options.policy.model_path;  // the usual choice: the initial policy
   }
-  options.reference_dtype = keys::reference::dtype.read(config, keys::frozen_dtype(run.device));
+  options.reference_dtype = keys::reference::dtype.read(config, keys::default_dtype(run.device));
   options.loss_type = keys::dpo_loss::type.read(config);
   options.beta = keys::dpo_loss::beta.read(config);
   return options;

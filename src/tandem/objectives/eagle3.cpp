@@ -38,8 +38,8 @@ Eagle3Options eagle3_options(const Config& config, const RunContext& run) {
   Eagle3Options options;
   options.run = run;
   options.target_path = keys::target::path.read(config);
-  options.target_dtype = keys::target::dtype.read(config, keys::frozen_dtype(run.device));
-  options.draft_dtype = keys::draft::dtype.read(config, keys::frozen_dtype(run.device));
+  options.target_dtype = keys::target::dtype.read(config, keys::default_dtype(run.device));
+  options.draft_dtype = keys::draft::dtype.read(config, keys::default_dtype(run.device));
   options.aux_layer_ids =
       keys::eagle3_draft::aux_layer_ids.find(config).value_or(std::vector<int64_t>{});
   options.ttt_length = keys::eagle3_draft::ttt_length.read(config);

@@ -31,7 +31,7 @@ SftOptions sft_options(const Config& config, const RunContext& run) {
         keys::model::path.where(config),
         ": set exactly one of model.path (start from a checkpoint) or model.config (a fresh "
         "model from a config.json)");
-  options.dtype = keys::model::dtype.read(config, keys::frozen_dtype(run.device));
+  options.dtype = keys::model::dtype.read(config, keys::default_dtype(run.device));
   options.init_std = keys::model::init_std.read(config);
   options.seed = run.seed;
   options.loss.chunk_tokens = keys::chunked_loss::chunk_tokens.read(config);
