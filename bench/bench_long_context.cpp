@@ -1,7 +1,8 @@
 // Long-context memory and time of one EAGLE-3 and one DFlash training step (online: the frozen
 // target runs in the loop; forward, backward and the AdamW update), at several sequence
 // lengths, with the fused kernels (attention.kernel: fused, the default: EAGLE-3's TTT through
-// ATen's flash kernel merged by log-sum-exp; DFlash as blockwise), the blockwise kernels
+// ATen's flash kernel merged by log-sum-exp; DFlash's blocks through masked fused calls merged
+// with their own keys), the blockwise kernels
 // (attention.kernel: blockwise) and the dense ones they replaced (attention.kernel: dense).
 //
 // Each (objective, kernel, length) runs in a child process of its own, so its peak resident
@@ -211,7 +212,6 @@ int main(int argc, char** argv) {
     for (const std::string kernel :
          {std::string("fused"), std::string("blockwise"), std::string("dense")}) {
       if (kernels_text.find(kernel) == std::string::npos) continue;
-      if (kernel == "fused" && objective == "dflash") continue;  // DFlash's fused is blockwise
       s.attention.kernel = kernel == "dense"   ? AttentionKernel::Dense
                            : kernel == "fused" ? AttentionKernel::Fused
                                                : AttentionKernel::Blockwise;

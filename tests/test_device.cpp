@@ -11,6 +11,7 @@
 
 #include <chrono>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <random>
 
@@ -25,9 +26,13 @@
 #include "tandem/io/hf_checkpoint.h"
 #include "tandem/models/causal_attention.h"
 #include "tandem/models/decoder.h"
+#include "tandem/models/dflash.h"
+#include "tandem/models/dflash_attention.h"
 #include "tandem/models/frozen.h"
+#include "tandem/models/kernel_choice.h"
 #include "tandem/models/key_bands.h"
 #include "tandem/models/ttt_attention.h"
+#include "tandem/models/varlen_attention.h"
 #include "tandem/objectives/objective.h"
 #include "tandem/objectives/sft.h"
 #include "tandem/train/training_data.h"
@@ -250,6 +255,48 @@ TEST(Cuda, SdpaNeverFallsBackToTheMathKernel) {
   }
 }
 
+// The fused and the blockwise kernel of one attention on CUDA in bf16 against an fp32 reference
+// (`reference`: the same attention's outputs and gradients from fp32 inputs): each kernel's
+// largest relative error over the output and every gradient, and its time for one forward and
+// backward after a warm-up.
+struct KernelComparison {
+  double seconds[2] = {0, 0};  // fused, blockwise
+  double errors[2] = {0, 0};
+};
+KernelComparison compare_fused_and_blockwise(
+    const std::function<at::Tensor(const std::vector<at::Tensor>&, tandem::AttentionKernel)>&
+        attend,
+    const std::vector<at::Tensor>& inputs, const at::Tensor& weights,
+    const tandem::test::OutputAndGradients& reference) {
+  const at::Device cuda(at::kCUDA, 0);
+  std::vector<at::Tensor> bf16;
+  for (const at::Tensor& input : inputs) bf16.push_back(input.to(at::kBFloat16));
+  KernelComparison comparison;
+  const tandem::AttentionKernel kernels[2] = {tandem::AttentionKernel::Fused,
+                                              tandem::AttentionKernel::Blockwise};
+  for (int i = 0; i < 2; ++i) {
+    const auto run = [&] {
+      return tandem::test::output_and_gradients(
+          [&](const std::vector<at::Tensor>& leaves) { return attend(leaves, kernels[i]); }, bf16,
+          weights);
+    };
+    run();  // warm-up
+    tandem::synchronize(cuda);
+    const auto start = std::chrono::steady_clock::now();
+    const auto result = run();
+    tandem::synchronize(cuda);
+    comparison.seconds[i] =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    comparison.errors[i] = tandem::test::relative_error(result.out, reference.out);
+    for (size_t g = 0; g < result.grads.size(); ++g)
+      if (reference.grads[g].defined() && result.grads[g].defined())
+        comparison.errors[i] =
+            std::max(comparison.errors[i],
+                     tandem::test::relative_error(result.grads[g], reference.grads[g]));
+  }
+  return comparison;
+}
+
 // EAGLE-3's TTT attention on CUDA in bf16 (32/8 heads, head_dim 128, rows of three packed
 // documents): the fused kernel (the CUDA flash kernel per document, merged by log-sum-exp) and
 // the blockwise kernel against the dense kernel in fp32, outputs and every gradient, at unroll
@@ -281,41 +328,115 @@ TEST(Cuda, FusedTttAttentionEqualsTheDenseKernelInBf16) {
         return tandem::ttt_attention(x[0], x[1], x[2], bands, ks, vs, {kernel, 512, 1024});
       };
       const at::Tensor weights = at::randn({1, 32, length, 128}, at::TensorOptions().device(cuda));
-      std::vector<at::Tensor> bf16;
-      for (const at::Tensor& input : inputs) bf16.push_back(input.to(at::kBFloat16));
-      const auto run = [&](tandem::AttentionKernel kernel, const std::vector<at::Tensor>& x) {
-        return tandem::test::output_and_gradients(
-            [&](const std::vector<at::Tensor>& leaves) { return attend(leaves, kernel); }, x,
-            weights);
-      };
       const bool dense_fits = length <= 2048;  // (32, T, T) fp32 scores: 8 GiB at 8K
-      const auto reference = dense_fits ? run(tandem::AttentionKernel::Dense, inputs)
-                                        : run(tandem::AttentionKernel::Blockwise, inputs);
-      double seconds[2] = {0, 0};
-      double errors[2] = {0, 0};
-      const tandem::AttentionKernel kernels[2] = {tandem::AttentionKernel::Fused,
-                                                  tandem::AttentionKernel::Blockwise};
-      for (int i = 0; i < 2; ++i) {
-        run(kernels[i], bf16);  // warm-up
-        tandem::synchronize(cuda);
-        const auto start = std::chrono::steady_clock::now();
-        const auto result = run(kernels[i], bf16);
-        tandem::synchronize(cuda);
-        seconds[i] =
-            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-        errors[i] = tandem::test::relative_error(result.out, reference.out);
-        for (size_t g = 0; g < result.grads.size(); ++g)
-          if (reference.grads[g].defined() && result.grads[g].defined())
-            errors[i] = std::max(errors[i],
-                                 tandem::test::relative_error(result.grads[g], reference.grads[g]));
-      }
+      const auto reference = tandem::test::output_and_gradients(
+          [&](const std::vector<at::Tensor>& x) {
+            return attend(x, dense_fits ? tandem::AttentionKernel::Dense
+                                        : tandem::AttentionKernel::Blockwise);
+          },
+          inputs, weights);
+      const KernelComparison c = compare_fused_and_blockwise(attend, inputs, weights, reference);
       std::cout << "[ ttt      ] bf16 T " << length << " step " << step << ": fused "
-                << seconds[0] * 1e3 << " ms (max rel error " << errors[0] << "), blockwise "
-                << seconds[1] * 1e3 << " ms (" << errors[1] << "), reference "
+                << c.seconds[0] * 1e3 << " ms (max rel error " << c.errors[0] << "), blockwise "
+                << c.seconds[1] * 1e3 << " ms (" << c.errors[1] << "), reference "
                 << (dense_fits ? "dense" : "blockwise") << " fp32\n";
-      EXPECT_LE(errors[0], 2 * errors[1] + 8e-3) << "T " << length << " step " << step;
+      EXPECT_LE(c.errors[0], 2 * c.errors[1] + 8e-3) << "T " << length << " step " << step;
     }
   }
+}
+
+// The DFlash draft's attention on CUDA in bf16 (32/8 heads, head_dim 128, blocks of 16 on one
+// anchor per 8 context tokens, a row of three packed documents, some anchors invalid): the fused
+// kernel (the memory-efficient kernel per chunk of blocks with a band mask, merged by log-sum-exp)
+// must pass its own verification on this GPU and match the dense kernel in fp32 (the blockwise
+// at 8K) as closely as the blockwise kernel does; each kernel's time at 2K and 8K is printed.
+TEST(Cuda, FusedDFlashAttentionEqualsTheDenseKernelInBf16) {
+  SKIP_WITHOUT_CUDA();
+  const at::Device cuda(at::kCUDA, 0);
+  EXPECT_TRUE(tandem::fused_dflash_attention_verified(cuda, at::kBFloat16, 128));
+  const int64_t block_size = 16;
+  for (const int64_t length : {int64_t{2048}, int64_t{8192}}) {
+    at::Tensor documents = at::zeros({1, length}, at::kLong);
+    documents[0].narrow(0, length / 3, length / 3).fill_(1);
+    documents[0].narrow(0, 2 * (length / 3), length - 2 * (length / 3)).fill_(2);
+    const int64_t blocks = length / 8;
+    const at::Tensor anchors =  // sorted, every 8th token, the last 4 slots invalid
+        at::arange(blocks, at::kLong).mul_(8).clamp_max_(length - block_size).view({1, blocks});
+    at::Tensor valid = at::ones({1, blocks}, at::kBool);
+    valid.narrow(1, blocks - 4, 4).fill_(false);
+    const tandem::DFlashBlocks host_blocks{block_size, anchors, valid};
+    const tandem::KeyBands bands = tandem::dflash_key_bands(documents, host_blocks, cuda);
+    const at::Tensor valid_device = valid.to(cuda);
+    const int64_t queries = blocks * block_size;
+    at::manual_seed(6);
+    const auto randn = [&](int64_t heads, int64_t n) {
+      return at::randn({1, heads, n, 128}, at::TensorOptions().device(cuda));
+    };
+    const std::vector<at::Tensor> inputs = {randn(32, queries), randn(8, length), randn(8, length),
+                                            randn(8, queries), randn(8, queries)};
+    const auto attend = [&](const std::vector<at::Tensor>& x, tandem::AttentionKernel kernel) {
+      return tandem::dflash_attention(x[0], x[1], x[2], x[3], x[4], bands, valid_device,
+                                      {kernel, 512, 1024});
+    };
+    const at::Tensor weights = at::randn({1, 32, queries, 128}, at::TensorOptions().device(cuda));
+    const bool dense_fits = length <= 2048;  // (32, Q, T) fp32 scores: 16 GiB at 8K
+    const auto reference = tandem::test::output_and_gradients(
+        [&](const std::vector<at::Tensor>& x) {
+          return attend(
+              x, dense_fits ? tandem::AttentionKernel::Dense : tandem::AttentionKernel::Blockwise);
+        },
+        inputs, weights);
+    const KernelComparison c = compare_fused_and_blockwise(attend, inputs, weights, reference);
+    std::cout << "[ dflash   ] bf16 T " << length << ", " << blocks << " blocks of " << block_size
+              << ": fused " << c.seconds[0] * 1e3 << " ms (max rel error " << c.errors[0]
+              << "), blockwise " << c.seconds[1] * 1e3 << " ms (" << c.errors[1] << "), reference "
+              << (dense_fits ? "dense" : "blockwise") << " fp32\n";
+    EXPECT_LE(c.errors[0], 2 * c.errors[1] + 8e-3) << "T " << length;
+  }
+}
+
+// The decoders' causal attention on CUDA in bf16 (32/8 heads, head_dim 128) over a row of three
+// packed documents, without and with a sliding window of 512: the variable-length flash call must
+// pass its self-check on this GPU and match the dense fp32 path as closely as the per-document /
+// blockwise path does; both paths' times at 2K and 8K are printed.
+TEST(Cuda, VarlenFlashAttentionEqualsThePerDocumentPaths) {
+  SKIP_WITHOUT_CUDA();
+  const at::Device cuda(at::kCUDA, 0);
+  EXPECT_TRUE(tandem::cuda_flash_attention_runs(cuda));
+  EXPECT_TRUE(tandem::varlen_attention_verified(cuda, at::kBFloat16, 128));
+  for (const int64_t length : {int64_t{2048}, int64_t{8192}})
+    for (const int64_t window : {int64_t{0}, int64_t{512}}) {
+      at::Tensor documents = at::zeros({1, length}, at::kLong);
+      documents[0].narrow(0, length / 3, length / 3).fill_(1);
+      documents[0].narrow(0, 2 * (length / 3), length - 2 * (length / 3)).fill_(2);
+      const tandem::AttentionLayout layout{at::arange(length, at::kLong).view({1, length}).to(cuda),
+                                           documents.to(cuda), documents};
+      at::manual_seed(8);
+      const auto randn = [&](int64_t heads) {
+        return at::randn({1, heads, length, 128}, at::TensorOptions().device(cuda));
+      };
+      const std::vector<at::Tensor> inputs = {randn(32), randn(8), randn(8)};
+      // Fused: the variable-length call (the plan on CUDA with the fused kernel); Blockwise: SDPA
+      // per document, or the blockwise kernel for the window.
+      const auto attend = [&](const std::vector<at::Tensor>& x, tandem::AttentionKernel kernel) {
+        const tandem::CausalAttentionPlan plan =
+            tandem::plan_causal_attention(layout, window, {kernel, 512, 1024});
+        return tandem::causal_attention({x[0], x[1], x[2]}, plan);
+      };
+      const at::Tensor weights = at::randn({1, 32, length, 128}, at::TensorOptions().device(cuda));
+      const auto reference = tandem::test::output_and_gradients(
+          [&](const std::vector<at::Tensor>& x) {
+            return attend(x, length <= 2048 ? tandem::AttentionKernel::Dense
+                                            : tandem::AttentionKernel::Blockwise);
+          },
+          inputs, weights);
+      const KernelComparison c = compare_fused_and_blockwise(attend, inputs, weights, reference);
+      std::cout << "[ varlen   ] bf16 T " << length << ", 3 documents, window " << window
+                << ": variable-length " << c.seconds[0] * 1e3 << " ms (max rel error "
+                << c.errors[0] << "), per document / blockwise " << c.seconds[1] * 1e3 << " ms ("
+                << c.errors[1] << ")\n";
+      EXPECT_LE(c.errors[0], 2 * c.errors[1] + 8e-3) << "T " << length << " window " << window;
+    }
 }
 
 TEST(Cuda, FrozenWeightsArriveOnTheGpuBitIdentical) {

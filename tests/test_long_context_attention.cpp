@@ -16,8 +16,10 @@
 #include "tandem/models/decoder.h"
 #include "tandem/models/dflash.h"
 #include "tandem/models/dflash_attention.h"
+#include "tandem/models/fused_dflash_attention.h"
 #include "tandem/models/fused_ttt_attention.h"
 #include "tandem/models/ttt_attention.h"
+#include "tandem/models/varlen_attention.h"
 #include "tandem/train/training_options.h"
 
 namespace {
@@ -157,8 +159,14 @@ TEST(LongContextAttention, DFlashBlocksEqualTheDenseKernel) {
         at::randn({batch, heads, queries, dim}), at::randn({batch, kv_heads, length, dim}),
         at::randn({batch, kv_heads, length, dim}), at::randn({batch, kv_heads, queries, dim}),
         at::randn({batch, kv_heads, queries, dim})};
+    // The fused kernel one block per call (queries of a chunk rounded down to whole blocks) and
+    // every block of a row in one call.
+    std::vector<AttentionOptions> kernels = kBlockwise;
+    kernels.push_back({AttentionKernel::Fused, 1, 1024});
+    kernels.push_back({AttentionKernel::Fused, 512, 1024});
     for (const at::ScalarType dtype : {at::kFloat, at::kBFloat16})
-      expect_blockwise_equals_dense(
+      expect_kernels_equal_dense(
+          kernels,
           [&](const std::vector<at::Tensor>& x, const AttentionOptions& options) {
             return tandem::dflash_attention(x[0], x[1], x[2], x[3], x[4], bands,
                                             blocks.anchor_valid, options);
@@ -275,10 +283,10 @@ TEST(TttKernelPolicy, FusedWhereTheFlashKernelsTakeTheCallBlockwiseElsewhere) {
   EXPECT_EQ(choose_ttt_kernel(fused, c10::kCPU, at::kDouble, 16, false).kernel, blockwise);
   EXPECT_EQ(choose_ttt_kernel(fused, c10::kCUDA, at::kBFloat16, 128, true).kernel, fused);
   EXPECT_EQ(choose_ttt_kernel(fused, c10::kCUDA, at::kHalf, 256, true).kernel, fused);
-  const tandem::TttKernelChoice fp32 = choose_ttt_kernel(fused, c10::kCUDA, at::kFloat, 128, true);
+  const tandem::KernelChoice fp32 = choose_ttt_kernel(fused, c10::kCUDA, at::kFloat, 128, true);
   EXPECT_EQ(fp32.kernel, blockwise);
   EXPECT_NE(fp32.reason.find("bf16 or fp16"), std::string::npos) << fp32.reason;
-  const tandem::TttKernelChoice old_gpu =
+  const tandem::KernelChoice old_gpu =
       choose_ttt_kernel(fused, c10::kCUDA, at::kBFloat16, 128, false);
   EXPECT_EQ(old_gpu.kernel, blockwise);
   EXPECT_NE(old_gpu.reason.find("compute capability"), std::string::npos) << old_gpu.reason;
@@ -288,6 +296,70 @@ TEST(TttKernelPolicy, FusedWhereTheFlashKernelsTakeTheCallBlockwiseElsewhere) {
   EXPECT_EQ(choose_ttt_kernel(blockwise, c10::kCPU, at::kFloat, 16, false).kernel, blockwise);
   EXPECT_EQ(choose_ttt_kernel(AttentionKernel::Dense, c10::kCUDA, at::kBFloat16, 128, true).kernel,
             AttentionKernel::Dense);
+}
+
+// Where the fused DFlash kernel runs: fp32, bf16 and fp16 on the CPU; on CUDA where the
+// memory-efficient kernel was verified against the dense kernel for the dtype and head dim, and
+// the head dim is a multiple of 8 up to 256; blockwise and dense when asked.
+TEST(DFlashKernelPolicy, FusedWhereVerifiedBlockwiseElsewhere) {
+  using tandem::choose_dflash_kernel;
+  const AttentionKernel fused = AttentionKernel::Fused, blockwise = AttentionKernel::Blockwise;
+  EXPECT_EQ(choose_dflash_kernel(fused, c10::kCPU, at::kFloat, 100, false).kernel, fused);
+  EXPECT_EQ(choose_dflash_kernel(fused, c10::kCPU, at::kHalf, 16, false).kernel, fused);
+  EXPECT_EQ(choose_dflash_kernel(fused, c10::kCPU, at::kDouble, 16, false).kernel, blockwise);
+  EXPECT_EQ(choose_dflash_kernel(fused, c10::kCUDA, at::kBFloat16, 128, true).kernel, fused);
+  EXPECT_EQ(choose_dflash_kernel(fused, c10::kCUDA, at::kFloat, 256, true).kernel, fused);
+  const tandem::KernelChoice unverified =
+      choose_dflash_kernel(fused, c10::kCUDA, at::kBFloat16, 128, false);
+  EXPECT_EQ(unverified.kernel, blockwise);
+  EXPECT_NE(unverified.reason.find("differed"), std::string::npos) << unverified.reason;
+  EXPECT_EQ(choose_dflash_kernel(fused, c10::kCUDA, at::kBFloat16, 100, true).kernel, blockwise);
+  EXPECT_EQ(choose_dflash_kernel(fused, c10::kCUDA, at::kBFloat16, 512, true).kernel, blockwise);
+  EXPECT_EQ(choose_dflash_kernel(fused, c10::kMeta, at::kBFloat16, 128, true).kernel, blockwise);
+  EXPECT_EQ(choose_dflash_kernel(blockwise, c10::kCPU, at::kFloat, 16, false).kernel, blockwise);
+  EXPECT_EQ(choose_dflash_kernel(AttentionKernel::Dense, c10::kCPU, at::kFloat, 16, false).kernel,
+            AttentionKernel::Dense);
+}
+
+// Where the decoders' variable-length flash call runs: CUDA in bf16/fp16 with a head dim that is
+// a multiple of 8 up to 256, where it was verified; never on the CPU (no such kernel there) or
+// when another kernel is asked for.
+TEST(VarlenKernelPolicy, CudaBf16WhereVerifiedThePerDocumentPathsElsewhere) {
+  using tandem::choose_varlen_kernel;
+  const AttentionKernel fused = AttentionKernel::Fused, blockwise = AttentionKernel::Blockwise;
+  EXPECT_EQ(choose_varlen_kernel(fused, c10::kCUDA, at::kBFloat16, 128, true).kernel, fused);
+  EXPECT_EQ(choose_varlen_kernel(fused, c10::kCUDA, at::kHalf, 64, true).kernel, fused);
+  EXPECT_EQ(choose_varlen_kernel(fused, c10::kCUDA, at::kBFloat16, 128, false).kernel, blockwise);
+  EXPECT_EQ(choose_varlen_kernel(fused, c10::kCUDA, at::kFloat, 128, true).kernel, blockwise);
+  EXPECT_EQ(choose_varlen_kernel(fused, c10::kCUDA, at::kBFloat16, 100, true).kernel, blockwise);
+  EXPECT_EQ(choose_varlen_kernel(fused, c10::kCPU, at::kBFloat16, 128, true).kernel, blockwise);
+  EXPECT_EQ(choose_varlen_kernel(blockwise, c10::kCUDA, at::kBFloat16, 128, true).kernel,
+            blockwise);
+  EXPECT_EQ(
+      choose_varlen_kernel(AttentionKernel::Dense, c10::kCUDA, at::kBFloat16, 128, true).kernel,
+      AttentionKernel::Dense);
+}
+
+// The documents of every row laid end to end: offsets shifted by each row's start, the longest
+// document; no bounds means one document per row.
+TEST(VarlenKernelPolicy, PackedSequencesLayTheRowsDocumentsEndToEnd) {
+  const tandem::PackedSequences packed =
+      tandem::packed_sequences({{0, 37, 80, 100}, {0, 100}}, 2, 100, c10::kCPU);
+  EXPECT_TRUE(packed.offsets.equal(at::tensor({0, 37, 80, 100, 200}, at::kInt))) << packed.offsets;
+  EXPECT_EQ(packed.longest, 100);
+  const tandem::PackedSequences rows = tandem::packed_sequences({}, 3, 8, c10::kCPU);
+  EXPECT_TRUE(rows.offsets.equal(at::tensor({0, 8, 16, 24}, at::kInt))) << rows.offsets;
+  EXPECT_EQ(rows.longest, 8);
+  EXPECT_THROW(tandem::packed_sequences({{0, 50}}, 1, 100, c10::kCPU), tandem::Error);
+}
+
+// The self-check that guards the fused DFlash kernel on a GPU passes wherever the kernel is right:
+// here on the CPU, in fp32 and bf16, at two head dims.
+TEST(DFlashKernelPolicy, TheFusedKernelsSelfCheckPassesOnTheCpu) {
+  for (const at::ScalarType dtype : {at::kFloat, at::kBFloat16})
+    for (const int64_t head_dim : {16, 64})
+      EXPECT_TRUE(tandem::fused_dflash_attention_verified(c10::kCPU, dtype, head_dim))
+          << c10::toString(dtype) << " head_dim " << head_dim;
 }
 
 // The fused kernel reads the documents from the bands; bands it cannot express (a window, a query

@@ -247,11 +247,13 @@ TEST(MoeCheckpoint, StackedAndPerExpertFormsAgreeAndExportsRoundTrip) {
   }
 }
 
-// The grouped compute against a per-token loop: out[n] = sum_k w[n,k] * expert_{i[n,k]}(x[n]),
-// values and the gradients of x, the weights and both expert tensors.
+// The grouped compute against a per-token loop in fp64: out[n] = sum_k w[n,k] *
+// expert_{i[n,k]}(x[n]), values and the gradients of x, the weights and both expert tensors; one
+// expert at a time in fp64 (within 1e-12), ATen's grouped matmul in fp32 (within 1e-5).
 TEST(MoeExperts, GroupedComputeEqualsThePerTokenSum) {
   at::manual_seed(3);
-  const int64_t tokens = 11, hidden = 6, inter = 5, experts = 4, k = 2;
+  // fp32 rows of 32 and 16 bytes: what the grouped kernel takes.
+  const int64_t tokens = 11, hidden = 8, inter = 4, experts = 4, k = 2;
   const at::TensorOptions f64 = at::TensorOptions().dtype(at::kDouble);
   const at::Tensor x = at::randn({tokens, hidden}, f64).requires_grad_();
   const at::Tensor gate_up = at::randn({experts, 2 * inter, hidden}, f64).requires_grad_();
@@ -261,7 +263,6 @@ TEST(MoeExperts, GroupedComputeEqualsThePerTokenSum) {
       at::tensor({0, 1, 0, 2, 1, 0, 2, 0, 0, 1, 1, 2, 0, 2, 2, 1, 0, 1, 2, 0, 1, 0}, at::kLong)
           .view({tokens, k});
   const at::Tensor weights = at::rand({tokens, k}, f64).requires_grad_();
-  const at::Tensor grouped = tandem::run_experts(x, indices, weights, gate_up, down);
   std::vector<at::Tensor> rows;
   for (int64_t n = 0; n < tokens; ++n) {
     at::Tensor sum = at::zeros({hidden}, f64);
@@ -274,13 +275,49 @@ TEST(MoeExperts, GroupedComputeEqualsThePerTokenSum) {
     rows.push_back(sum);
   }
   const at::Tensor reference = at::stack(rows);
-  EXPECT_TRUE(at::allclose(grouped, reference, 1e-12, 1e-12));
   const at::Tensor upstream = at::randn({tokens, hidden}, f64);
-  const auto got = torch::autograd::grad({grouped}, {x, weights, gate_up, down}, {upstream});
   const auto want = torch::autograd::grad({reference}, {x, weights, gate_up, down}, {upstream});
-  for (size_t i = 0; i < got.size(); ++i)
-    EXPECT_TRUE(at::allclose(got[i], want[i], 1e-12, 1e-12)) << "gradient " << i;
-  EXPECT_EQ(got[2][3].abs().max().item<double>(), 0.0);  // the unchosen expert learns nothing
+  struct Case {
+    at::ScalarType dtype;
+    tandem::ExpertGemm gemm;
+    double bound;
+  };
+  for (const Case& c : {Case{at::kDouble, tandem::ExpertGemm::PerExpert, 1e-12},
+                        Case{at::kFloat, tandem::ExpertGemm::Grouped, 1e-5}}) {
+    SCOPED_TRACE(c10::toString(c.dtype));
+    const std::vector<at::Tensor> leaves = {
+        x.detach().to(c.dtype).requires_grad_(), weights.detach().to(c.dtype).requires_grad_(),
+        gate_up.detach().to(c.dtype).requires_grad_(), down.detach().to(c.dtype).requires_grad_()};
+    const at::Tensor grouped =
+        tandem::run_experts(leaves[0], indices, leaves[1], leaves[2], leaves[3], c.gemm);
+    EXPECT_TRUE(at::allclose(grouped.to(at::kDouble), reference, c.bound, c.bound));
+    const auto got = torch::autograd::grad({grouped}, leaves, {upstream.to(c.dtype)});
+    for (size_t i = 0; i < got.size(); ++i)
+      EXPECT_TRUE(at::allclose(got[i].to(at::kDouble), want[i], c.bound, c.bound))
+          << "gradient " << i;
+    EXPECT_EQ(got[2][3].abs().max().item<double>(), 0.0);  // the unchosen expert learns nothing
+  }
+}
+
+// Where the grouped matmul runs: rows of whole 16-byte units; the CPU in fp32/bf16/fp16; CUDA in
+// bf16 where it was verified on the device; the meta device (a planned GPU run) in bf16.
+TEST(MoeExperts, TheGroupedMatmulRunsWhereTheKernelTakesTheCall) {
+  using tandem::choose_expert_gemm;
+  using tandem::ExpertGemm;
+  EXPECT_EQ(choose_expert_gemm(c10::kCPU, at::kFloat, 8, 4, false), ExpertGemm::Grouped);
+  EXPECT_EQ(choose_expert_gemm(c10::kCPU, at::kBFloat16, 16, 8, false), ExpertGemm::Grouped);
+  EXPECT_EQ(choose_expert_gemm(c10::kCPU, at::kBFloat16, 16, 4, false), ExpertGemm::PerExpert);
+  EXPECT_EQ(choose_expert_gemm(c10::kCPU, at::kFloat, 6, 5, false), ExpertGemm::PerExpert);
+  EXPECT_EQ(choose_expert_gemm(c10::kCPU, at::kDouble, 64, 32, false), ExpertGemm::PerExpert);
+  EXPECT_EQ(choose_expert_gemm(c10::kCUDA, at::kBFloat16, 2048, 768, true), ExpertGemm::Grouped);
+  EXPECT_EQ(choose_expert_gemm(c10::kCUDA, at::kBFloat16, 2048, 768, false), ExpertGemm::PerExpert);
+  EXPECT_EQ(choose_expert_gemm(c10::kCUDA, at::kFloat, 2048, 768, true), ExpertGemm::PerExpert);
+  EXPECT_EQ(choose_expert_gemm(c10::kCUDA, at::kBFloat16, 2048, 100, true), ExpertGemm::PerExpert);
+  EXPECT_EQ(choose_expert_gemm(c10::kMeta, at::kBFloat16, 2048, 768, false), ExpertGemm::Grouped);
+  EXPECT_EQ(choose_expert_gemm(c10::kMeta, at::kFloat, 2048, 768, false), ExpertGemm::PerExpert);
+  // The self-check that guards the grouped kernel on a GPU passes here, where the kernel is right.
+  EXPECT_TRUE(tandem::grouped_expert_gemm_verified(c10::kCPU, at::kFloat));
+  EXPECT_TRUE(tandem::grouped_expert_gemm_verified(c10::kCPU, at::kBFloat16));
 }
 
 TEST(MoeRouter, EachFamilyRoutesAsTransformersDoes) {

@@ -197,12 +197,14 @@ const EnumKey<AttentionKernel> kernel{
     {{"fused", AttentionKernel::Fused},
      {"blockwise", AttentionKernel::Blockwise},
      {"dense", AttentionKernel::Dense}},
-    "`fused`: ATen's fused attention where it applies (EAGLE-3's test-time training: flash "
-    "kernels merged by log-sum-exp), `blockwise` elsewhere; `blockwise`: the hand-written "
+    "`fused`: ATen's fused attention where it applies (EAGLE-3's test-time training and "
+    "DFlash's blocks: fused kernels merged by log-sum-exp), `blockwise` elsewhere; `blockwise`: "
+    "the hand-written "
     "kernel everywhere, memory linear in the sequence length; `dense`: the earlier (T, T) "
     "kernels, for comparison"};
 const IntKey query_chunk{group, "query_chunk", 512, IntRange::between(1, int64_t{1} << 20),
-                         "queries per tile of the blockwise kernel (whole DFlash blocks)"};
+                         "queries per tile of the blockwise kernel and per fused DFlash call "
+                         "(whole DFlash blocks)"};
 const IntKey key_chunk{group, "key_chunk", 1024, IntRange::between(1, int64_t{1} << 20),
                        "keys per tile of the blockwise kernel"};
 }  // namespace attention

@@ -9,7 +9,9 @@ namespace tandem {
 enum class AttentionKernel {
   // ATen's fused attention where it applies, the blockwise kernel elsewhere: EAGLE-3's TTT as one
   // fused causal call per document merged by log-sum-exp with the earlier steps' keys
-  // (models/fused_ttt_attention.h; choose_ttt_kernel says where). Otherwise as Blockwise.
+  // (models/fused_ttt_attention.h; choose_ttt_kernel says where), DFlash's blocks as one masked
+  // fused call per chunk of blocks merged with each block's own keys
+  // (models/fused_dflash_attention.h; choose_dflash_kernel). Otherwise as Blockwise.
   Fused,
   // Memory linear in the sequence length: SDPA per document for the decoders, the blockwise
   // kernel with a hand-written backward (models/banded_attention.h) for TTT and DFlash blocks.
@@ -21,7 +23,7 @@ enum class AttentionKernel {
 
 struct AttentionOptions {
   AttentionKernel kernel = AttentionKernel::Fused;
-  int64_t query_chunk = 512;  // queries per tile of the blockwise kernel
+  int64_t query_chunk = 512;  // queries per tile of the blockwise kernel and per fused DFlash call
   int64_t key_chunk = 1024;   // keys per tile
 };
 

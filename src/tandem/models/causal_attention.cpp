@@ -11,6 +11,7 @@
 #include "tandem/core/error.h"
 #include "tandem/models/banded_attention.h"
 #include "tandem/models/decoder.h"
+#include "tandem/models/kernel_choice.h"
 
 namespace tandem {
 
@@ -119,8 +120,18 @@ CausalAttentionPlan plan_causal_attention(const AttentionLayout& layout, int64_t
     plan.dense_mask = attention_mask(layout, sliding_window);
     return plan;
   }
+  const int64_t rows = layout.positions.size(0), length = layout.positions.size(1);
+  const bool cuda_fused =
+      options.kernel == AttentionKernel::Fused && layout.positions.device().is_cuda();
   if (sliding_window > 0) {
     plan.window_bands = causal_key_bands(layout, sliding_window);
+    if (cuda_fused) {
+      plan.window = sliding_window;
+      plan.sequences = packed_sequences(layout.document_ids.defined()
+                                            ? document_bounds(layout.host_document_ids())
+                                            : std::vector<std::vector<int64_t>>{},
+                                        rows, length, layout.positions.device());
+    }
     return plan;
   }
   if (!layout.document_ids.defined()) return plan;
@@ -128,12 +139,31 @@ CausalAttentionPlan plan_causal_attention(const AttentionLayout& layout, int64_t
   const bool single = std::all_of(plan.document_bounds.begin(), plan.document_bounds.end(),
                                   [](const std::vector<int64_t>& row) { return row.size() == 2; });
   if (single) plan.document_bounds.clear();  // every row one document: plain causal
+  if (cuda_fused && !single)
+    plan.sequences =
+        packed_sequences(plan.document_bounds, rows, length, layout.positions.device());
   return plan;
 }
 
 at::Tensor causal_attention(const QueryKeyValue& qkv, const CausalAttentionPlan& plan) {
   if (plan.options.kernel == AttentionKernel::Dense)
     return sdpa(qkv.q, qkv.k, qkv.v, plan.dense_mask);
+  if (plan.sequences.offsets.defined()) {
+    const at::Tensor& q = qkv.q;
+    const auto choose = [&](bool verified) {
+      return choose_varlen_kernel(plan.options.kernel, q.device().type(), q.scalar_type(),
+                                  q.size(3), verified);
+    };
+    KernelChoice choice = choose(true);  // the probes run only where the policy would say yes
+    if (choice.kernel == AttentionKernel::Fused &&
+        !(cuda_flash_attention_runs(q.device()) &&
+          varlen_attention_verified(q.device(), q.scalar_type(), q.size(3))))
+      choice = choose(false);
+    log_kernel_choice_once(
+        plan.window > 0 ? "decoder, sliding window" : "decoder, packed documents", q, choice);
+    if (choice.kernel == AttentionKernel::Fused)
+      return varlen_causal_attention(q, qkv.k, qkv.v, plan.sequences, plan.window);
+  }
   if (plan.window_bands.first.defined())
     return banded_attention(qkv.q, qkv.k, qkv.v, plan.window_bands, at::Tensor(), at::Tensor(),
                             at::Tensor(), plan.options);

@@ -6,6 +6,8 @@
 //   - packed documents, no window: SDPA with is_causal on each document's slice of the row (no
 //     mask, so the flash kernels still run; on CUDA they take grouped-query attention as is);
 //   - a sliding window: the blockwise kernel over per-query key bands (models/banded_attention.h);
+//   - on CUDA in bf16/fp16, packed documents or a window: one variable-length flash call per
+//     layer (models/varlen_attention.h) in place of the two above, where its self-check passed;
 //   - AttentionKernel::Dense: the earlier path, one (B, 1, T, T) boolean mask through SDPA.
 #include <ATen/core/Tensor.h>
 #include <c10/core/DeviceType.h>
@@ -17,6 +19,7 @@
 
 #include "tandem/models/attention_options.h"
 #include "tandem/models/key_bands.h"
+#include "tandem/models/varlen_attention.h"
 
 namespace tandem {
 
@@ -30,6 +33,11 @@ struct CausalAttentionPlan {
   std::vector<std::vector<int64_t>> document_bounds;
   KeyBands window_bands;  // set for a sliding window (blockwise kernel)
   at::Tensor dense_mask;  // (B or 1, 1, T, T) bool, set for AttentionKernel::Dense
+  // On CUDA with the fused kernel, for packed documents or a window: the documents laid end to
+  // end for one variable-length flash call per layer (models/varlen_attention.h), used where
+  // choose_varlen_kernel agrees at the call; the paths above otherwise.
+  PackedSequences sequences;
+  int64_t window = 0;
 };
 
 /// The plan for `layout` and a sliding window (0: none; a window of at least the row's length

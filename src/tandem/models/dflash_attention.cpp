@@ -1,11 +1,18 @@
 #include "tandem/models/dflash_attention.h"
 
 #include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+#include <torch/csrc/autograd/autograd.h>
 
 #include <cmath>
+#include <map>
+#include <mutex>
+#include <tuple>
 
+#include "tandem/core/device.h"
 #include "tandem/core/error.h"
 #include "tandem/models/banded_attention.h"
+#include "tandem/models/fused_dflash_attention.h"
 
 namespace tandem {
 
@@ -84,7 +91,15 @@ at::Tensor dflash_attention(const at::Tensor& q, const at::Tensor& context_k,
         "[dflash_attention] ", q.size(2), " queries and block keys ", block_k.sizes(),
         " do not make ", block_valid.sizes(), " equal blocks");
   const int64_t blocks = block_valid.size(1), block_size = q.size(2) / blocks;
-  if (options.kernel == AttentionKernel::Dense) {
+  const KernelChoice choice = choose_dflash_kernel(
+      options.kernel, q.device().type(), q.scalar_type(), q.size(3),
+      q.is_cuda() && options.kernel == AttentionKernel::Fused &&
+          fused_dflash_attention_verified(q.device(), q.scalar_type(), q.size(3)));
+  if (q.is_cuda()) log_kernel_choice_once("DFlash", q, choice);
+  if (choice.kernel == AttentionKernel::Fused)
+    return fused_dflash_attention(q, context_k, context_v, block_k, block_v, context_bands,
+                                  block_valid, options.query_chunk);
+  if (choice.kernel == AttentionKernel::Dense) {
     const at::Tensor per_block_rows =  // the first query of each block: (B, A, S)
         context_bands.dense_mask(context_k.size(2)).slice(1, 0, c10::nullopt, block_size);
     return dense_dflash_attention(q, context_k, context_v, block_k, block_v, per_block_rows,
@@ -94,6 +109,57 @@ at::Tensor dflash_attention(const at::Tensor& q, const at::Tensor& context_k,
                                           block_k.size(3)};
   return banded_attention(q, context_k, context_v, context_bands, block_k.reshape(per_block),
                           block_v.reshape(per_block), block_valid, options);
+}
+
+bool fused_dflash_attention_verified(const c10::Device& device, c10::ScalarType dtype,
+                                     int64_t head_dim) {
+  static std::mutex mutex;
+  static std::map<std::tuple<int, int, int64_t>, bool> known;
+  std::lock_guard<std::mutex> lock(mutex);
+  const std::tuple<int, int, int64_t> kind{device.index(), static_cast<int>(dtype), head_dim};
+  const auto found = known.find(kind);
+  if (found != known.end()) return found->second;
+  bool equal = false;
+  try {
+    const at::AutoGradMode gradients_on(true);  // the probe may run under a no-grad guard
+    // Two rows of three blocks of 8 over 40 context keys, 4 query heads on 2 key heads; row 0's
+    // first block sees no context, row 1's last block is invalid.
+    const int64_t block_size = 8, blocks = 3, length = 40, queries = blocks * block_size;
+    const at::Tensor anchors = at::tensor({0, 9, 30, 5, 17, 0}, at::kLong).view({2, blocks});
+    const at::Tensor valid = at::tensor({1, 1, 1, 1, 1, 0}, at::kLong).view({2, blocks}) == 1;
+    const at::Tensor first = at::zeros({2, blocks}, at::kLong);
+    const at::Tensor last = at::where(valid, anchors - 1, -1);
+    const KeyBands bands = KeyBands::from_host(first.repeat_interleave(block_size, 1),
+                                               last.repeat_interleave(block_size, 1), device);
+    const at::TensorOptions options = at::TensorOptions().dtype(dtype).device(device);
+    const at::Generator generator = at::detail::createCPUGenerator(20261126);
+    auto random = [&](std::vector<int64_t> sizes) {
+      return at::randn(sizes, generator).to(options).requires_grad_(true);
+    };
+    const std::vector<at::Tensor> inputs = {
+        random({2, 4, queries, head_dim}), random({2, 2, length, head_dim}),
+        random({2, 2, length, head_dim}), random({2, 2, queries, head_dim}),
+        random({2, 2, queries, head_dim})};
+    const at::Tensor weights = at::randn({2, 4, queries, head_dim}, generator).to(options);
+    const at::Tensor valid_device = to_device(valid, device);
+    auto run = [&](bool fused) {
+      const at::Tensor out =
+          fused ? fused_dflash_attention(inputs[0], inputs[1], inputs[2], inputs[3], inputs[4],
+                                         bands, valid_device, 16)
+                : dense_dflash_attention(
+                      inputs[0], inputs[1], inputs[2], inputs[3], inputs[4],
+                      bands.dense_mask(length).slice(1, 0, c10::nullopt, block_size), valid_device);
+      std::vector<at::Tensor> results = {out.detach().to(at::kFloat).cpu()};
+      for (const at::Tensor& gradient : torch::autograd::grad({(out * weights).sum()}, inputs))
+        results.push_back(gradient.to(at::kFloat).cpu());
+      return results;
+    };
+    equal = kernels_agree(run(true), run(false), dtype == at::kFloat ? 1e-4 : 3e-2);
+  } catch (const std::exception&) {
+    equal = false;
+  }
+  known[kind] = equal;
+  return equal;
 }
 
 at::Tensor dflash_dense_mask(const at::Tensor& context_mask, const at::Tensor& block_valid,

@@ -13,6 +13,8 @@
 // An invalid block (a padded anchor slot) sees nothing: its output is 0, never NaN. Its own-block
 // scores keep every softmax row finite; the probabilities are then zeroed.
 #include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
+#include <c10/core/ScalarType.h>
 
 #include "tandem/models/attention_options.h"
 #include "tandem/models/key_bands.h"
@@ -28,6 +30,14 @@ at::Tensor dflash_attention(const at::Tensor& q, const at::Tensor& context_k,
                             const at::Tensor& context_v, const at::Tensor& block_k,
                             const at::Tensor& block_v, const KeyBands& context_bands,
                             const at::Tensor& block_valid, const AttentionOptions& options);
+
+/// Whether the fused kernel (models/fused_dflash_attention.h) runs on `device` for this dtype and
+/// head dim and equals the dense kernel there: a tiny random case (grouped-query, three blocks,
+/// one without context, one invalid), the output and every input gradient, tried once per kind
+/// and remembered. False when it throws or differs, so a GPU where the kernel misbehaves keeps
+/// the blockwise kernel.
+bool fused_dflash_attention_verified(const c10::Device& device, c10::ScalarType dtype,
+                                     int64_t head_dim);
 
 /// The same visibility as one dense boolean mask over [context | all blocks]:
 /// (B, A * bs, S + A * bs), query slot k of block i at row i * bs + k, key slot k' of block i' at

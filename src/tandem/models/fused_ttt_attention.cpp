@@ -4,21 +4,15 @@
 #include <torch/autograd.h>
 
 #include <cmath>
-#include <map>
-#include <mutex>
 #include <tuple>
 
 #include "tandem/core/error.h"
 
 namespace tandem {
 
-TttKernelChoice choose_ttt_kernel(AttentionKernel asked, c10::DeviceType device,
-                                  c10::ScalarType dtype, int64_t head_dim, bool cuda_flash) {
-  if (asked == AttentionKernel::Dense) return {AttentionKernel::Dense, "asked for (dense)"};
-  if (asked == AttentionKernel::Blockwise)
-    return {AttentionKernel::Blockwise, "asked for (blockwise)"};
-  if (dtype != c10::kFloat && dtype != c10::kBFloat16 && dtype != c10::kHalf)
-    return {AttentionKernel::Blockwise, "no fused kernel for " + std::string(c10::toString(dtype))};
+KernelChoice choose_ttt_kernel(AttentionKernel asked, c10::DeviceType device, c10::ScalarType dtype,
+                               int64_t head_dim, bool cuda_flash) {
+  if (const auto common = asked_or_unsupported(asked, dtype)) return *common;
   if (device == c10::kCPU)
     return {AttentionKernel::Fused, "the CPU flash kernel, merged by log-sum-exp"};
   if (device != c10::kCUDA)
@@ -36,27 +30,6 @@ TttKernelChoice choose_ttt_kernel(AttentionKernel asked, c10::DeviceType device,
             "this GPU or PyTorch build does not run the CUDA flash kernel (compute capability "
             "8.0 or later needed)"};
   return {AttentionKernel::Fused, "the CUDA flash kernel, merged by log-sum-exp"};
-}
-
-bool cuda_flash_attention_runs(const c10::Device& device) {
-  static std::mutex mutex;
-  static std::map<int, bool> known;
-  std::lock_guard<std::mutex> lock(mutex);
-  const auto found = known.find(device.index());
-  if (found != known.end()) return found->second;
-  bool runs = true;
-  try {
-    const at::Tensor x =
-        at::zeros({1, 1, 16, 64}, at::TensorOptions().dtype(at::kBFloat16).device(device));
-    const auto result = at::_scaled_dot_product_flash_attention(x, x, x, 0.0, true, false);
-    at::_scaled_dot_product_flash_attention_backward(
-        x, x, x, x, std::get<0>(result), std::get<1>(result), at::Tensor(), at::Tensor(), 16, 16,
-        0.0, true, std::get<6>(result), std::get<7>(result));
-  } catch (const std::exception&) {
-    runs = false;
-  }
-  known[device.index()] = runs;
-  return runs;
 }
 
 namespace {

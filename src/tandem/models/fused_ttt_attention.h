@@ -24,28 +24,19 @@
 #include <vector>
 
 #include "tandem/models/attention_options.h"
+#include "tandem/models/kernel_choice.h"
 #include "tandem/models/key_bands.h"
 
 namespace tandem {
 
-/// Which kernel runs EAGLE-3's TTT attention, and why.
-struct TttKernelChoice {
-  AttentionKernel kernel = AttentionKernel::Blockwise;
-  std::string reason;
-};
-
 /// The policy (pure: no tensors): `dense` and `blockwise` as asked; `fused` on the CPU for fp32,
 /// bf16 and fp16 (ATen's CPU flash kernel), on CUDA for bf16/fp16 with a head dim that is a
 /// multiple of 8 up to 256 where the device runs the flash kernel at all (`cuda_flash`: compute
-/// capability 8.0 or later and a PyTorch built with it; cuda_flash_attention_runs), the
+/// capability 8.0 or later and a PyTorch built with it; cuda_flash_attention_runs,
+/// models/kernel_choice.h), the
 /// blockwise kernel otherwise.
-TttKernelChoice choose_ttt_kernel(AttentionKernel asked, c10::DeviceType device,
-                                  c10::ScalarType dtype, int64_t head_dim, bool cuda_flash);
-
-/// Whether ATen's CUDA flash attention runs forward and backward on `device` (a tiny causal bf16
-/// call, tried once per device and remembered). False on GPUs older than Ampere and on builds
-/// without flash attention.
-bool cuda_flash_attention_runs(const c10::Device& device);
+KernelChoice choose_ttt_kernel(AttentionKernel asked, c10::DeviceType device, c10::ScalarType dtype,
+                               int64_t head_dim, bool cuda_flash);
 
 /// The documents of each row as (row, start, length), (S, 3) int64 on the host, when `bands` are
 /// causal within documents (each query sees its document's keys up to itself: causal_key_bands

@@ -1,11 +1,20 @@
 #include "tandem/models/moe.h"
 
 #include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+#include <torch/csrc/autograd/autograd.h>
+
+#include <map>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "tandem/core/device.h"
 #include "tandem/core/error.h"
 #include "tandem/core/host_read.h"
 #include "tandem/dist/sharding.h"
+#include "tandem/models/kernel_choice.h"
 #include "tandem/models/lean_layers.h"
 
 namespace tandem {
@@ -86,29 +95,39 @@ std::pair<at::Tensor, at::Tensor> route_tokens(const at::Tensor& router_logits,
   return {indices, weights};
 }
 
-at::Tensor run_experts(const at::Tensor& x, const at::Tensor& indices, const at::Tensor& weights,
-                       const at::Tensor& gate_up_proj, const at::Tensor& down_proj) {
-  const int64_t tokens = x.size(0), k = indices.size(1), experts = gate_up_proj.size(0);
+namespace {
+
+// The experts' rows through one grouped matmul each (ATen's _grouped_mm): `rows` (P, H) sorted
+// by expert, `per_expert` (E,) int64 on the device; each expert's rows end at the running sum of
+// the counts. No host wait: the offsets stay on the device.
+at::Tensor grouped_expert_rows(const at::Tensor& rows, const at::Tensor& per_expert,
+                               const at::Tensor& gate_up_proj, const at::Tensor& down_proj) {
   const int64_t intermediate = down_proj.size(2);
-  // The (token, expert) pairs sorted by expert: pair p of the sorted order is token
-  // token_of[p] sent to its expert with weight sorted_weights[p].
-  const at::Tensor flat = indices.reshape(-1);                                      // (N*k,)
-  const at::Tensor order = std::get<1>(at::sort(flat, /*stable=*/true, 0, false));  // (N*k,)
-  const at::Tensor token_of = at::div(order, k, "floor");
-  const at::Tensor sorted_weights = weights.reshape(-1).index_select(0, order);
-  // Rows per expert, on the host: the one device wait of a MoE layer. On the meta device there
-  // is no routing to count: every pair is planned for expert 0.
-  const bool meta = flat.is_meta();
-  const at::Tensor per_expert =
-      meta ? at::empty({experts}, flat.options()) : at::bincount(flat, {}, experts);
+  const at::Tensor ends = per_expert.cumsum(0).to(at::kInt);  // (E,)
+  // a (P, K) x each expert's b (E, K, N) -> (P, N). On the meta device (a planned run; ATen's
+  // grouped matmul reads the offsets there) one matmul of the same shapes stands in for it.
+  const auto grouped_matmul = [&](const at::Tensor& a, const at::Tensor& b) {
+    return a.is_meta() ? at::matmul(a, b[0]) : at::_grouped_mm(a, b, ends);
+  };
+  const at::Tensor gate_up = grouped_matmul(rows, gate_up_proj.transpose(1, 2));  // (P, 2I)
+  const at::Tensor hidden = swiglu(gate_up.narrow(1, 0, intermediate),
+                                   gate_up.narrow(1, intermediate, intermediate));  // (P, I)
+  return grouped_matmul(hidden, down_proj.transpose(1, 2));                         // (P, H)
+}
+
+// The same, one expert at a time, sized by the counts read on the host: the one device wait of
+// a MoE layer. On the meta device there is no routing to count: every pair is planned for
+// expert 0.
+at::Tensor looped_expert_rows(const at::Tensor& rows, const at::Tensor& per_expert,
+                              const at::Tensor& gate_up_proj, const at::Tensor& down_proj) {
+  const int64_t experts = gate_up_proj.size(0), intermediate = down_proj.size(2);
   at::Tensor stand_in;
-  if (meta) {
+  if (rows.is_meta()) {
     stand_in = at::zeros({experts}, at::kLong);
-    stand_in[0] = tokens * k;
+    stand_in[0] = rows.size(0);
   }
   const at::Tensor counts = read_on_host(per_expert, HostRead::MoeExpertCounts, stand_in);
   const int64_t* count = counts.data_ptr<int64_t>();
-  const at::Tensor rows = x.index_select(0, token_of);  // (N*k, H)
   std::vector<at::Tensor> outputs;
   int64_t start = 0;
   for (int64_t e = 0; e < experts; ++e) {
@@ -120,15 +139,91 @@ at::Tensor run_experts(const at::Tensor& x, const at::Tensor& indices, const at:
     outputs.push_back(at::linear(hidden, down_proj[e]));                              // (n_e, H)
     start += count[e];
   }
-  check(start == tokens * k, "[moe] expert rows ", start, " != tokens x top-k ", tokens * k);
+  check(start == rows.size(0), "[moe] expert rows ", start, " != tokens x top-k ", rows.size(0));
+  return at::cat(outputs, 0);
+}
+
+}  // namespace
+
+ExpertGemm choose_expert_gemm(c10::DeviceType device, c10::ScalarType dtype, int64_t hidden_size,
+                              int64_t intermediate_size, bool cuda_verified) {
+  // The grouped kernel takes rows of whole 16-byte units, on every device.
+  const bool float_type = dtype == c10::kFloat || dtype == c10::kBFloat16 || dtype == c10::kHalf;
+  const int64_t bytes = float_type ? static_cast<int64_t>(c10::elementSize(dtype)) : 0;
+  const bool aligned =
+      float_type && (hidden_size * bytes) % 16 == 0 && (intermediate_size * bytes) % 16 == 0;
+  if (device == c10::kCPU) return aligned ? ExpertGemm::Grouped : ExpertGemm::PerExpert;
+  // CUDA (and the meta device, which plans a GPU run): the grouped kernel takes bf16; the meta
+  // device has no kernel to verify.
+  const bool cuda_shapes = aligned && dtype == c10::kBFloat16;
+  if (device == c10::kMeta) return cuda_shapes ? ExpertGemm::Grouped : ExpertGemm::PerExpert;
+  return device == c10::kCUDA && cuda_shapes && cuda_verified ? ExpertGemm::Grouped
+                                                              : ExpertGemm::PerExpert;
+}
+
+at::Tensor run_experts(const at::Tensor& x, const at::Tensor& indices, const at::Tensor& weights,
+                       const at::Tensor& gate_up_proj, const at::Tensor& down_proj,
+                       ExpertGemm gemm) {
+  const int64_t tokens = x.size(0), k = indices.size(1), experts = gate_up_proj.size(0);
+  // The (token, expert) pairs sorted by expert: pair p of the sorted order is token
+  // token_of[p] sent to its expert with weight sorted_weights[p].
+  const at::Tensor flat = indices.reshape(-1);                                      // (N*k,)
+  const at::Tensor order = std::get<1>(at::sort(flat, /*stable=*/true, 0, false));  // (N*k,)
+  const at::Tensor token_of = at::div(order, k, "floor");
+  const at::Tensor sorted_weights = weights.reshape(-1).index_select(0, order);
+  const at::Tensor per_expert =
+      flat.is_meta() ? at::empty({experts}, flat.options()) : at::bincount(flat, {}, experts);
+  const at::Tensor rows = x.index_select(0, token_of);  // (N*k, H)
+  const at::Tensor expert_out =
+      gemm == ExpertGemm::Grouped
+          ? grouped_expert_rows(rows, per_expert, gate_up_proj, down_proj)
+          : looped_expert_rows(rows, per_expert, gate_up_proj, down_proj);  // (N*k, H)
   // Weighted in the weights' dtype (fp32 for Mixtral and MiniMax-M2, the model's for Qwen3-MoE),
   // back in token order, then each token's k outputs summed at once (fp32 accumulation) and
   // rounded to the model's dtype: what transformers' grouped experts do, and deterministic on
   // every device (no scattered adds).
-  const at::Tensor weighted = at::cat(outputs, 0) * sorted_weights.unsqueeze(1);  // (N*k, H)
+  const at::Tensor weighted = expert_out * sorted_weights.unsqueeze(1);  // (N*k, H)
   const at::Tensor inverse =
       at::empty_like(order).scatter_(0, order, at::arange(order.numel(), order.options()));
   return weighted.index_select(0, inverse).view({tokens, k, x.size(1)}).sum(1).to(x.scalar_type());
+}
+
+bool grouped_expert_gemm_verified(const c10::Device& device, c10::ScalarType dtype) {
+  static std::mutex mutex;
+  static std::map<std::pair<std::string, int>, bool> known;
+  std::lock_guard<std::mutex> lock(mutex);
+  const std::pair<std::string, int> kind{device.str(), static_cast<int>(dtype)};
+  const auto found = known.find(kind);
+  if (found != known.end()) return found->second;
+  bool equal = false;
+  try {
+    const at::AutoGradMode gradients_on(true);  // the probe may run under a no-grad guard
+    // 24 tokens, top-2 of 4 experts (one expert left without tokens), hidden 64, intermediate 32.
+    const at::TensorOptions options = at::TensorOptions().dtype(dtype).device(device);
+    const at::Generator generator = at::detail::createCPUGenerator(20261126);
+    auto random = [&](std::vector<int64_t> sizes) {
+      return at::randn(sizes, generator).to(options).requires_grad_(true);
+    };
+    const std::vector<at::Tensor> inputs = {random({24, 64}), random({4, 64, 64}),
+                                            random({4, 64, 32})};
+    const at::Tensor indices = to_device(
+        at::randint(0, 3, {24, 2}, generator, at::TensorOptions().dtype(at::kLong)), device);
+    const at::Tensor weights = to_device(at::rand({24, 2}, generator), device);
+    const at::Tensor probe = at::randn({24, 64}, generator).to(options);
+    auto run = [&](ExpertGemm gemm) {
+      const at::Tensor out = run_experts(inputs[0], indices, weights, inputs[1], inputs[2], gemm);
+      std::vector<at::Tensor> results = {out.detach().to(at::kFloat).cpu()};
+      for (const at::Tensor& gradient : torch::autograd::grad({(out * probe).sum()}, inputs))
+        results.push_back(gradient.to(at::kFloat).cpu());
+      return results;
+    };
+    equal = kernels_agree(run(ExpertGemm::Grouped), run(ExpertGemm::PerExpert),
+                          dtype == at::kFloat ? 1e-4 : 3e-2);
+  } catch (const std::exception&) {
+    equal = false;
+  }
+  known[kind] = equal;
+  return equal;
 }
 
 at::Tensor SparseMoeImpl::forward(const at::Tensor& x, RouterLoad* load) const {
@@ -140,7 +235,10 @@ at::Tensor SparseMoeImpl::forward(const at::Tensor& x, RouterLoad* load) const {
       [config, bias](const auto& in, const auto& w) {
         const at::Tensor router_logits = at::linear(in[0], w[0]);  // (N, E), model dtype
         auto [indices, weights] = route_tokens(router_logits, bias, config);
-        return std::vector<at::Tensor>{run_experts(in[0], indices, weights, w[1], w[2]),
+        const ExpertGemm gemm = choose_expert_gemm(
+            in[0].device().type(), w[1].scalar_type(), w[1].size(2), w[2].size(2),
+            in[0].is_cuda() && grouped_expert_gemm_verified(in[0].device(), w[1].scalar_type()));
+        return std::vector<at::Tensor>{run_experts(in[0], indices, weights, w[1], w[2], gemm),
                                        router_logits};
       });
   if (load) load->add(out[1], moe.experts_per_token);

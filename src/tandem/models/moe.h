@@ -4,9 +4,10 @@
 // router-weighted sum of its experts' outputs.
 //
 // Expert compute is grouped: the (token, expert) pairs are sorted by expert, and each expert runs
-// its two matmuls once, on all of its rows. The work is that of the active parameters (k experts
-// per token), never that of every expert; model FLOPs count 2 * H * E (router) +
-// 2 * k * 3 * H * I (experts) per token (models/flops.cpp).
+// its two matmuls once, on all of its rows: through ATen's grouped matmul (two calls per layer,
+// offsets on the device) where choose_expert_gemm says so, one expert at a time elsewhere. The work
+// is that of the active parameters (k experts per token), never that of every expert; model FLOPs
+// count 2 * H * E (router) + 2 * k * 3 * H * I (experts) per token (models/flops.cpp).
 //
 // Parameters carry transformers 5's names and layout, so `named_parameters()` is what
 // transformers holds in memory: `gate.weight` (E, H), `experts.gate_up_proj` (E, 2I, H; the gate
@@ -14,6 +15,8 @@
 // `e_score_correction_bias` (E,), which only steers the choice of experts and is never trained.
 // Checkpoints store experts one tensor each; models/stored_weights.h maps the names.
 #include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
+#include <c10/core/ScalarType.h>
 #include <torch/nn/module.h>
 #include <torch/nn/pimpl.h>
 
@@ -70,8 +73,27 @@ TORCH_MODULE(SparseMoe);
 std::pair<at::Tensor, at::Tensor> route_tokens(const at::Tensor& router_logits,
                                                const at::Tensor& bias, const MoeConfig& moe);
 
+/// How the experts' matmuls run: ATen's grouped matmul (two calls per layer, the rows of each
+/// expert given by offsets on the device, no host wait) or one pair of matmuls per expert, sized
+/// by the token counts read on the host (one device wait per layer).
+enum class ExpertGemm { Grouped, PerExpert };
+
+/// The policy (pure): grouped where the kernel takes the call: rows of whole 16-byte units
+/// (hidden and intermediate sizes times the element size), on the CPU in fp32, bf16 or fp16 (not
+/// fp64), on CUDA in bf16 where the grouped kernel was verified on the device (`cuda_verified`:
+/// grouped_expert_gemm_verified), on the meta device (a planned GPU run) in bf16; one expert at a
+/// time otherwise.
+ExpertGemm choose_expert_gemm(c10::DeviceType device, c10::ScalarType dtype, int64_t hidden_size,
+                              int64_t intermediate_size, bool cuda_verified);
+
+/// Whether the grouped matmul runs on `device` in `dtype` and equals the per-expert matmuls
+/// there: a tiny random layer (one expert without tokens), the output and every input gradient,
+/// tried once per device and dtype and remembered. False when it throws or differs.
+bool grouped_expert_gemm_verified(const c10::Device& device, c10::ScalarType dtype);
+
 /// sum over k of weights[n, k] * expert_{indices[n, k]}(x[n]), for x (N, H), grouped by expert.
 at::Tensor run_experts(const at::Tensor& x, const at::Tensor& indices, const at::Tensor& weights,
-                       const at::Tensor& gate_up_proj, const at::Tensor& down_proj);
+                       const at::Tensor& gate_up_proj, const at::Tensor& down_proj,
+                       ExpertGemm gemm);
 
 }  // namespace tandem

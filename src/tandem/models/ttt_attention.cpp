@@ -3,14 +3,11 @@
 #include <ATen/ATen.h>
 
 #include <cmath>
-#include <iostream>
-#include <mutex>
-#include <set>
-#include <tuple>
 
 #include "tandem/core/error.h"
 #include "tandem/models/banded_attention.h"
 #include "tandem/models/fused_ttt_attention.h"
+#include "tandem/models/kernel_choice.h"
 
 namespace tandem {
 
@@ -47,25 +44,6 @@ at::Tensor dense_ttt_attention(const at::Tensor& q, const at::Tensor& context_k,
   return out.to(q.scalar_type());
 }
 
-// The kernel chosen for each kind of call (device, dtype, head dim), logged the first time.
-void log_choice_once(const at::Tensor& q, const TttKernelChoice& choice) {
-  using Kind = std::tuple<int, int, int64_t, int>;
-  static std::mutex mutex;
-  static std::set<Kind> logged;
-  const Kind kind{static_cast<int>(q.device().type()), static_cast<int>(q.scalar_type()), q.size(3),
-                  static_cast<int>(choice.kernel)};
-  {
-    std::lock_guard<std::mutex> lock(mutex);
-    if (!logged.insert(kind).second) return;
-  }
-  const char* name = choice.kernel == AttentionKernel::Fused       ? "fused"
-                     : choice.kernel == AttentionKernel::Blockwise ? "blockwise"
-                                                                   : "dense";
-  std::cerr << "[attention] TTT on " << q.device().str() << " (" << c10::toString(q.scalar_type())
-            << ", head_dim " << q.size(3) << "): " << name << " kernel, " << choice.reason
-            << std::endl;
-}
-
 }  // namespace
 
 at::Tensor ttt_attention(const at::Tensor& q, const at::Tensor& context_k,
@@ -88,7 +66,7 @@ at::Tensor ttt_attention(const at::Tensor& q, const at::Tensor& context_k,
   check(context_bands.rows() == q.size(0) && context_bands.queries() == q.size(2),
         "[ttt_attention] the bands cover (", context_bands.rows(), ", ", context_bands.queries(),
         ") queries, the queries are ", q.sizes());
-  TttKernelChoice choice =
+  KernelChoice choice =
       choose_ttt_kernel(options.kernel, q.device().type(), q.scalar_type(), q.size(3),
                         q.is_cuda() && options.kernel == AttentionKernel::Fused &&
                             cuda_flash_attention_runs(q.device()));
@@ -98,7 +76,8 @@ at::Tensor ttt_attention(const at::Tensor& q, const at::Tensor& context_k,
     if (!segments.defined())
       choice = {AttentionKernel::Blockwise, "bands that are not causal within documents"};
   }
-  if (q.is_cuda()) log_choice_once(q, choice);  // as SDPA's choice is (models/causal_attention.h)
+  if (q.is_cuda())
+    log_kernel_choice_once("TTT", q, choice);  // as SDPA's choice is (models/causal_attention.h)
   if (choice.kernel == AttentionKernel::Fused)
     return fused_ttt_attention(q, context_k, context_v, segments, step_k, step_v);
   if (choice.kernel == AttentionKernel::Dense)
