@@ -279,6 +279,26 @@ void expect_offline_equals_online(const tandem::DFlashOptions& options) {
   EXPECT_NEAR(offline_output.loss.item<double>(), online_output.loss.item<double>(),
               1e-6 * online_output.loss.item<double>());
   offline_output.loss.backward();
+
+  // Read ahead on a thread, as the trainer does on a GPU: the same loss, bit for bit. A read
+  // ahead for another batch is let finish and this batch read directly; an error of the read
+  // ahead surfaces in the forward that takes it.
+  offline.set_prefetch(true);
+  offline.prefetch(batch);
+  EXPECT_EQ(offline.compute(batch, totals).loss.item<double>(), offline_output.loss.item<double>());
+  tandem::PackedBatch other = batch;
+  other.documents = {batch.documents[0]};
+  offline.prefetch(other);
+  EXPECT_EQ(offline.compute(batch, totals).loss.item<double>(), offline_output.loss.item<double>());
+  tandem::PackedBatch unknown = batch;
+  unknown.documents[0].dataset_index = -1;
+  offline.prefetch(unknown);
+  EXPECT_NE(tandem::testing::error_of([&] {
+              offline.compute(unknown, totals);
+            }).find("offline training needs batches that know their dataset documents"),
+            std::string::npos);
+  offline.set_prefetch(false);
+
   const auto online_parameters = online.draft()->named_parameters();
   for (const auto& parameter : offline.draft()->named_parameters())
     EXPECT_LT(max_abs_diff(parameter.value().grad(), online_parameters[parameter.key()].grad()),

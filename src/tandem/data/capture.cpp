@@ -292,9 +292,14 @@ void check_capture_matches_data(const CaptureStore& capture, const TokenizedData
 
 CapturedBatch read_captured_batch(const CaptureStore& capture, const PackedBatch& batch,
                                   c10::ScalarType dtype, const std::string& who) {
+  return read_captured_batch(capture, batch, dtype, batch.input_ids.device(), who);
+}
+
+CapturedBatch read_captured_batch(const CaptureStore& capture, const PackedBatch& batch,
+                                  c10::ScalarType dtype, const c10::Device& device,
+                                  const std::string& who) {
   const CaptureSettings& settings = capture.settings();
-  // Assembled on the host (pinned when the batch is on a GPU), then copied once to its device.
-  const at::Device device = batch.input_ids.device();
+  // Assembled on the host (pinned when the device is a GPU), then copied once to the device.
   const at::TensorOptions options =
       at::TensorOptions().dtype(dtype).pinned_memory(device.is_cuda());
   const at::Tensor& input_ids = batch.on_host().input_ids;  // the host copy: no device read

@@ -106,5 +106,9 @@ struct CapturedBatch {
 };
 CapturedBatch read_captured_batch(const CaptureStore& capture, const PackedBatch& batch,
                                   c10::ScalarType dtype, const std::string& who);
+/// The same for a batch that is still on the host, its features copied to `device`.
+CapturedBatch read_captured_batch(const CaptureStore& capture, const PackedBatch& batch,
+                                  c10::ScalarType dtype, const c10::Device& device,
+                                  const std::string& who);
 
 }  // namespace tandem

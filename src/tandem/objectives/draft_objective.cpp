@@ -4,7 +4,22 @@
 
 namespace tandem {
 
-DraftObjective::DraftObjective(const DraftTargetSource& source) : source_(source) {
+namespace {
+
+// What identifies a micro-batch's captured features: its shape and, per document, where it sits
+// and which dataset tokens it holds.
+std::vector<int64_t> features_key(const PackedBatch& batch) {
+  std::vector<int64_t> key = {batch.rows(), batch.seq_len()};
+  for (const PackedDocument& document : batch.documents)
+    key.insert(key.end(), {document.dataset_index, document.source_begin, document.row,
+                           document.begin, document.length});
+  return key;
+}
+
+}  // namespace
+
+DraftObjective::DraftObjective(const DraftTargetSource& source)
+    : source_(source), prefetch_on_(source.run.device.is_cuda()) {
   target_config_ = DecoderConfig::from_dir(source.path);
   load_draft_target(source.path, source.dtype, !source.capture_dir.empty(), source.run, target_,
                     head_);
@@ -45,11 +60,36 @@ TargetFeatures DraftObjective::read_target_features(const PackedBatch& batch,
                                                     const std::vector<int64_t>& layers,
                                                     bool with_last) const {
   if (target_) return target_features(*target_, batch.input_ids, batch.layout(), layers, with_last);
-  CapturedBatch captured = read_captured_batch(*capture_, batch, source_.dtype, error_tag());
+  CapturedBatch captured = captured_features(batch);
   TargetFeatures features;
   features.aux = std::move(captured.aux);
   if (with_last) features.last = std::move(captured.last);
   return features;
+}
+
+void DraftObjective::prefetch(const PackedBatch& upcoming) {
+  if (!capture_ || !prefetch_on_ || source_.run.dry_run) return;
+  if (pending_) pending_->features.wait();  // one read of the capture at a time
+  const PackedBatch host = upcoming.on_host();
+  const CaptureStore* capture = &*capture_;
+  const c10::ScalarType dtype = source_.dtype;
+  const c10::Device device = source_.run.device;
+  const std::string who = error_tag();
+  pending_ = PendingRead{features_key(host),
+                         std::async(std::launch::async, [capture, host, dtype, device, who] {
+                           return read_captured_batch(*capture, host, dtype, device, who);
+                         })};
+}
+
+CapturedBatch DraftObjective::captured_features(const PackedBatch& batch) const {
+  if (pending_) {
+    PendingRead pending = std::move(*pending_);
+    pending_.reset();
+    if (pending.batch_key == features_key(batch.on_host()))
+      return pending.features.get();  // rethrows what the read threw
+    pending.features.wait();          // another batch's read: let it finish, then read this one
+  }
+  return read_captured_batch(*capture_, batch, source_.dtype, error_tag());
 }
 
 void DraftObjective::finish_metrics(

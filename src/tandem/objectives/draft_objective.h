@@ -8,6 +8,7 @@
 // and writes only its model, its loss and its export (docs/adding-a-draft.md).
 #include <c10/core/ScalarType.h>
 
+#include <future>
 #include <memory>
 #include <optional>
 #include <string>
@@ -40,6 +41,12 @@ class DraftObjective : public Objective {
 
   /// True when the features come from a capture directory.
   bool offline() const { return capture_.has_value(); }
+  /// Offline, with prefetching on: reads `upcoming`'s captured features on a thread of its own,
+  /// so the forward on it takes them without waiting for the disk. One read ahead at a time.
+  void prefetch(const PackedBatch& upcoming) override;
+  /// Prefetching is on by default on a GPU, where the host is free while the device computes; on
+  /// the CPU the read would take cores from the step's own work. Tests turn it on to compare.
+  void set_prefetch(bool on) { prefetch_on_ = on; }
   const DecoderConfig& target_config() const { return target_config_; }
 
  protected:
@@ -71,6 +78,19 @@ class DraftObjective : public Objective {
   std::optional<FrozenModel> target_;  // online only
   std::unique_ptr<FrozenHead> head_;   // online: shares the target's tensors
   std::optional<CaptureStore> capture_;
+
+ private:
+  // A read started by prefetch(): the batch it is for (its documents) and the features to come.
+  struct PendingRead {
+    std::vector<int64_t> batch_key;
+    std::future<CapturedBatch> features;
+  };
+  /// The captured features of `batch`: the pending read when it is for this batch, else read now
+  /// (after any other pending read has finished: the capture is read by one thread at a time).
+  CapturedBatch captured_features(const PackedBatch& batch) const;
+
+  bool prefetch_on_ = false;
+  mutable std::optional<PendingRead> pending_;
 };
 
 }  // namespace tandem

@@ -81,6 +81,10 @@ class Objective {
   /// Writes the trained model in its serving format (HF directory for causal LMs).
   virtual void export_model(const std::string& dir) const = 0;
 
+  /// A hint that `upcoming` (a host batch) is the next micro-batch this rank computes: an
+  /// objective may start reading what it needs for it (offline features) while the device works
+  /// on the current one. Never changes results.
+  virtual void prefetch(const PackedBatch& upcoming) { (void)upcoming; }
   /// Called once with the training data, before the optimizer is built (e.g. to build the
   /// draft vocabulary from the data's token counts, or check captured features against it).
   virtual void attach_data(const DataContext& data) { (void)data; }

@@ -299,6 +299,13 @@ bool TrainingRun::step() {
     const PackedBatch batch = step.batches[index].to(run_.device);  // one copy per micro-batch
     ObjectiveOutput output = objective_->compute(batch, step.totals);
     phases_->end("forward");
+    // The next micro-batch of this rank, read ahead (offline features) while this one's forward
+    // and backward run on the device.
+    for (size_t next = index + 1; next < step.batches.size(); ++next)
+      if (owns_micro_batch(*group_, static_cast<int64_t>(next))) {
+        objective_->prefetch(step.batches[next]);
+        break;
+      }
     const at::Tensor part = output.loss.detach().to(at::kDouble);
     loss = loss.defined() ? loss + part : part;
     phases_->begin();
