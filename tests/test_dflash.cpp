@@ -283,9 +283,13 @@ void expect_offline_equals_online(const tandem::DFlashOptions& options) {
   // Read ahead on a thread, as the trainer does on a GPU: the same loss, bit for bit. A read
   // ahead for another batch is let finish and this batch read directly; an error of the read
   // ahead surfaces in the forward that takes it.
+  offline.prefetch(batch);  // off by default on the CPU
+  EXPECT_FALSE(offline.reading_ahead());
   offline.set_prefetch(true);
   offline.prefetch(batch);
+  EXPECT_TRUE(offline.reading_ahead());
   EXPECT_EQ(offline.compute(batch, totals).loss.item<double>(), offline_output.loss.item<double>());
+  EXPECT_FALSE(offline.reading_ahead());  // taken by the forward
   tandem::PackedBatch other = batch;
   other.documents = {batch.documents[0]};
   offline.prefetch(other);

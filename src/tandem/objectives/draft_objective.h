@@ -47,6 +47,8 @@ class DraftObjective : public Objective {
   /// Prefetching is on by default on a GPU, where the host is free while the device computes; on
   /// the CPU the read would take cores from the step's own work. Tests turn it on to compare.
   void set_prefetch(bool on) { prefetch_on_ = on; }
+  /// Whether a read ahead is pending (started by prefetch(), not yet taken by a forward).
+  bool reading_ahead() const { return pending_.has_value(); }
   const DecoderConfig& target_config() const { return target_config_; }
 
  protected:
