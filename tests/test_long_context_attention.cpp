@@ -354,9 +354,9 @@ TEST(VarlenKernelPolicy, PackedSequencesLayTheRowsDocumentsEndToEnd) {
 }
 
 // The self-check that guards the fused DFlash kernel on a GPU passes wherever the kernel is right:
-// here on the CPU, in fp32 and bf16, at two head dims.
+// here on the CPU, in fp32, bf16 and fp16 (whose mask cannot hold -1e30), at two head dims.
 TEST(DFlashKernelPolicy, TheFusedKernelsSelfCheckPassesOnTheCpu) {
-  for (const at::ScalarType dtype : {at::kFloat, at::kBFloat16})
+  for (const at::ScalarType dtype : {at::kFloat, at::kBFloat16, at::kHalf})
     for (const int64_t head_dim : {16, 64})
       EXPECT_TRUE(tandem::fused_dflash_attention_verified(c10::kCPU, dtype, head_dim))
           << c10::toString(dtype) << " head_dim " << head_dim;

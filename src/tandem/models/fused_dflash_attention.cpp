@@ -32,7 +32,9 @@ KernelChoice choose_dflash_kernel(AttentionKernel asked, c10::DeviceType device,
 
 namespace {
 
-constexpr double kMasked = -1e30;  // finite: a query with no visible key keeps a finite softmax
+// The mask's value outside a band: finite, so a query with no visible key keeps a finite softmax,
+// and far below any score (fp16 cannot hold -1e30: its lowest value).
+double masked_value(at::ScalarType dtype) { return dtype == at::kHalf ? -65504.0 : -1e30; }
 
 // One fused call: queries [query_start, query_start + queries) of `row` over the keys
 // [key_start, key_start + keys).
@@ -71,8 +73,8 @@ at::Tensor key_slice(const at::Tensor& t, const Chunk& c) {
 }
 
 // The chunk's additive mask (1, 1, queries, keys) in `dtype`: 0 inside each query's band,
-// kMasked outside. On CUDA the rows are padded to a multiple of 16 elements (the memory-efficient
-// kernel's alignment) and the mask is expanded over the heads.
+// masked_value outside. On CUDA the rows are padded to a multiple of 16 elements (the
+// memory-efficient kernel's alignment) and the mask is expanded over the heads.
 at::Tensor chunk_mask(const KeyBands& bands, const Chunk& c, at::ScalarType dtype, int64_t heads) {
   const at::Tensor first = bands.first.narrow(0, c.row, 1).narrow(1, c.query_start, c.queries);
   const at::Tensor last = bands.last.narrow(0, c.row, 1).narrow(1, c.query_start, c.queries);
@@ -83,7 +85,7 @@ at::Tensor chunk_mask(const KeyBands& bands, const Chunk& c, at::ScalarType dtyp
   const int64_t stride = cuda ? (c.keys + 15) / 16 * 16 : c.keys;
   at::Tensor mask =
       at::zeros({1, 1, c.queries, stride}, first.options().dtype(dtype)).narrow(3, 0, c.keys);
-  mask.masked_fill_(visible.logical_not().view({1, 1, c.queries, c.keys}), kMasked);
+  mask.masked_fill_(visible.logical_not().view({1, 1, c.queries, c.keys}), masked_value(dtype));
   return cuda ? mask.expand({1, heads, c.queries, c.keys}) : mask;
 }
 
@@ -121,12 +123,17 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> chunk_backward(
     const at::Tensor& seed, const at::Tensor& offset, int64_t lse_width) {
   if (q.is_cuda()) {
     const int64_t heads = q.size(1), kv_heads = k.size(1);
-    at::Tensor padded_lse = at::zeros({1, heads, lse_width}, lse.options());
+    // The rows past n as the forward leaves them (+inf: no probability).
+    at::Tensor padded_lse = at::full({1, heads, lse_width}, INFINITY, lse.options());
     padded_lse.narrow(2, 0, q.size(2)).copy_(lse);
+    // The kernel reads the output's rows with a stride of heads * d (it computes D = rowsum(dO * O)
+    // itself for 16-bit types): the output goes in laid out (1, n, heads, d), viewed as
+    // (1, heads, n, d).
+    const at::Tensor out_rows = out.transpose(1, 2).contiguous().transpose(1, 2);
     auto [dq, dk, dv, unused] = at::_scaled_dot_product_efficient_attention_backward(
         grad_out.contiguous(), q.contiguous(), per_query_head(k, heads), per_query_head(v, heads),
-        mask, out.contiguous(), padded_lse, seed, offset, /*dropout_p=*/0.0,
-        {true, true, true, false}, /*is_causal=*/false, scale);
+        mask, out_rows, padded_lse, seed, offset, /*dropout_p=*/0.0, {true, true, true, false},
+        /*is_causal=*/false, scale);
     if (kv_heads != heads) {  // the query heads of each key head, summed back
       dk = dk.view({1, kv_heads, heads / kv_heads, k.size(2), k.size(3)}).sum(2);
       dv = dv.view({1, kv_heads, heads / kv_heads, v.size(2), v.size(3)}).sum(2);

@@ -6,10 +6,10 @@
 // before the anchor) and the bs keys of its own block. So
 //   1. the blocks of a row go through the fused kernel a chunk of whole blocks at a time
 //      (attention.query_chunk queries), over the key range their bands span, with an additive mask
-//      (0 inside each query's band, -1e30 outside: a query that sees no context key gets a
-//      log-sum-exp near -1e30, which the merge turns into weight 0); the kernel returns each
-//      query's output O_c and log-sum-exp c: the CPU flash kernel, or on CUDA the memory-efficient
-//      kernel (the CUDA flash kernel takes no mask);
+//      (0 inside each query's band, -1e30 outside, fp16's lowest value in fp16: a query that sees
+//      no context key gets a log-sum-exp near it, which the merge turns into weight 0); the kernel
+//      returns each query's output O_c and log-sum-exp c: the CPU flash kernel, or on CUDA the
+//      memory-efficient kernel (the CUDA flash kernel takes no mask);
 //   2. the own-block scores s_k = q . k_k * scale join in closed form:
 //        L = logsumexp(c, s_1, ..., s_bs),  O = exp(c - L) O_c + sum_k exp(s_k - L) v_k.
 // Backward: the fused kernel's own backward, given the merged O and L, yields the exact gradients

@@ -76,7 +76,7 @@ at::Tensor varlen_causal_attention(const at::Tensor& q, const at::Tensor& k, con
       packed(q), packed(k), packed(v), sequences.offsets, sequences.offsets, sequences.longest,
       sequences.longest, /*dropout_p=*/0.0, /*is_causal=*/true, /*return_debug_mask=*/false, scale,
       left, right);
-  return std::get<0>(result).view({rows, length, heads, dim}).transpose(1, 2);  // (B, h, T, d)
+  return std::get<0>(result).reshape({rows, length, heads, dim}).transpose(1, 2);  // (B, h, T, d)
 }
 
 bool varlen_attention_verified(const c10::Device& device, c10::ScalarType dtype, int64_t head_dim) {
