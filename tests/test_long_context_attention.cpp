@@ -362,6 +362,13 @@ TEST(DFlashKernelPolicy, TheFusedKernelsSelfCheckPassesOnTheCpu) {
           << c10::toString(dtype) << " head_dim " << head_dim;
 }
 
+// The self-check that guards the fused TTT kernel on a GPU passes wherever the kernel is right:
+// here on the CPU, in fp32, bf16 and fp16.
+TEST(TttKernelPolicy, TheFusedKernelsSelfCheckPassesOnTheCpu) {
+  for (const at::ScalarType dtype : {at::kFloat, at::kBFloat16, at::kHalf})
+    EXPECT_TRUE(tandem::fused_ttt_attention_verified(c10::kCPU, dtype, 16)) << c10::toString(dtype);
+}
+
 // The fused kernel reads the documents from the bands; bands it cannot express (a window, a query
 // that sees nothing) have no segments, and ttt_attention runs the blockwise kernel for them.
 TEST(TttKernelPolicy, SegmentsAreTheDocumentsOfCausalBandsAndNothingElse) {

@@ -28,7 +28,7 @@ KernelChoice choose_ttt_kernel(AttentionKernel asked, c10::DeviceType device, c1
   if (!cuda_flash)
     return {AttentionKernel::Blockwise,
             "this GPU or PyTorch build does not run the CUDA flash kernel (compute capability "
-            "8.0 or later needed)"};
+            "8.0 or later needed), or the fused kernel failed its self-check here"};
   return {AttentionKernel::Fused, "the CUDA flash kernel, merged by log-sum-exp"};
 }
 

@@ -31,9 +31,9 @@ namespace tandem {
 
 /// The policy (pure: no tensors): `dense` and `blockwise` as asked; `fused` on the CPU for fp32,
 /// bf16 and fp16 (ATen's CPU flash kernel), on CUDA for bf16/fp16 with a head dim that is a
-/// multiple of 8 up to 256 where the device runs the flash kernel at all (`cuda_flash`: compute
-/// capability 8.0 or later and a PyTorch built with it; cuda_flash_attention_runs,
-/// models/kernel_choice.h), the
+/// multiple of 8 up to 256 where the device runs the flash kernel and the fused kernel passed its
+/// self-check there (`cuda_flash`: cuda_flash_attention_runs, models/kernel_choice.h, and
+/// fused_ttt_attention_verified, models/ttt_attention.h), the
 /// blockwise kernel otherwise.
 KernelChoice choose_ttt_kernel(AttentionKernel asked, c10::DeviceType device, c10::ScalarType dtype,
                                int64_t head_dim, bool cuda_flash);

@@ -1,11 +1,20 @@
 #include "tandem/models/ttt_attention.h"
 
 #include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/core/grad_mode.h>
+#include <torch/csrc/autograd/autograd.h>
 
 #include <cmath>
+#include <map>
+#include <mutex>
+#include <string>
+#include <tuple>
 
+#include "tandem/core/device.h"
 #include "tandem/core/error.h"
 #include "tandem/models/banded_attention.h"
+#include "tandem/models/decoder.h"
 #include "tandem/models/fused_ttt_attention.h"
 #include "tandem/models/kernel_choice.h"
 
@@ -46,6 +55,54 @@ at::Tensor dense_ttt_attention(const at::Tensor& q, const at::Tensor& context_k,
 
 }  // namespace
 
+bool fused_ttt_attention_verified(const c10::Device& device, c10::ScalarType dtype,
+                                  int64_t head_dim) {
+  static std::mutex mutex;
+  static std::map<std::tuple<std::string, int, int64_t>, bool> known;
+  std::lock_guard<std::mutex> lock(mutex);
+  const std::tuple<std::string, int, int64_t> kind{device.str(), static_cast<int>(dtype), head_dim};
+  const auto found = known.find(kind);
+  if (found != known.end()) return found->second;
+  bool equal = false;
+  try {
+    const at::AutoGradMode gradients_on(true);  // the probe may run under a no-grad guard
+    // Two rows of 24 tokens, row 0 as documents [0, 10) and [10, 24); 4 query heads on 2; the
+    // context plus two steps' keys.
+    const int64_t rows = 2, length = 24;
+    at::Tensor documents = at::zeros({rows, length}, at::kLong);
+    documents[0].narrow(0, 10, 14).fill_(1);
+    const AttentionLayout layout{to_device(at::zeros({rows, length}, at::kLong), device),
+                                 to_device(documents, device), documents};
+    const KeyBands bands = causal_key_bands(layout);
+    const at::TensorOptions options = at::TensorOptions().dtype(dtype).device(device);
+    const at::Generator generator = at::detail::createCPUGenerator(20261126);
+    auto random = [&](int64_t heads) {
+      return at::randn({rows, heads, length, head_dim}, generator).to(options).requires_grad_(true);
+    };
+    const std::vector<at::Tensor> inputs = {random(4), random(2), random(2), random(2),
+                                            random(2), random(2), random(2)};
+    const at::Tensor weights = at::randn({rows, 4, length, head_dim}, generator).to(options);
+    const std::vector<at::Tensor> step_k = {inputs[3], inputs[4]}, step_v = {inputs[5], inputs[6]};
+    auto run = [&](bool fused) {
+      const at::Tensor out =
+          fused ? fused_ttt_attention(inputs[0], inputs[1], inputs[2],
+                                      causal_document_segments(bands), step_k, step_v)
+                : dense_ttt_attention(inputs[0], inputs[1], inputs[2],
+                                      bands.dense_mask(length).unsqueeze(1), step_k, step_v);
+      std::vector<at::Tensor> results = {out.detach().to(at::kFloat).cpu()};
+      for (const at::Tensor& gradient :
+           torch::autograd::grad({(out.to(at::kFloat) * weights.to(at::kFloat)).sum()}, inputs))
+        results.push_back(gradient.to(at::kFloat).cpu());
+      return results;
+    };
+    equal = kernels_agree(run(true), run(false), dtype == at::kFloat ? 1e-4 : 3e-2);
+  } catch (const std::exception&) {
+    equal = false;
+  }
+  known[kind] = equal;
+  return equal;
+}
+
 at::Tensor ttt_attention(const at::Tensor& q, const at::Tensor& context_k,
                          const at::Tensor& context_v, const KeyBands& context_bands,
                          const std::vector<at::Tensor>& step_k,
@@ -66,10 +123,15 @@ at::Tensor ttt_attention(const at::Tensor& q, const at::Tensor& context_k,
   check(context_bands.rows() == q.size(0) && context_bands.queries() == q.size(2),
         "[ttt_attention] the bands cover (", context_bands.rows(), ", ", context_bands.queries(),
         ") queries, the queries are ", q.sizes());
-  KernelChoice choice =
-      choose_ttt_kernel(options.kernel, q.device().type(), q.scalar_type(), q.size(3),
-                        q.is_cuda() && options.kernel == AttentionKernel::Fused &&
-                            cuda_flash_attention_runs(q.device()));
+  const auto choose = [&](bool cuda_flash) {
+    return choose_ttt_kernel(options.kernel, q.device().type(), q.scalar_type(), q.size(3),
+                             cuda_flash);
+  };
+  KernelChoice choice = choose(true);  // the GPU probes run only where the policy would say yes
+  if (q.is_cuda() && choice.kernel == AttentionKernel::Fused &&
+      !(cuda_flash_attention_runs(q.device()) &&
+        fused_ttt_attention_verified(q.device(), q.scalar_type(), q.size(3))))
+    choice = choose(false);
   at::Tensor segments;
   if (choice.kernel == AttentionKernel::Fused) {
     segments = causal_document_segments(context_bands);

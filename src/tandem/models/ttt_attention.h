@@ -11,6 +11,8 @@
 // recomputed in backward. The dense kernel (AttentionKernel::Dense) builds the (Tq, Tk) block
 // and is kept as the reference.
 #include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
+#include <c10/core/ScalarType.h>
 
 #include <vector>
 
@@ -18,6 +20,14 @@
 #include "tandem/models/key_bands.h"
 
 namespace tandem {
+
+/// Whether the fused kernel (models/fused_ttt_attention.h) runs on `device` for this dtype and
+/// head dim and equals the dense kernel there: a tiny random case (two documents in a row,
+/// grouped-query attention, two steps' keys), the output and every input gradient, tried once per
+/// kind and remembered. False when it throws or differs, so a GPU where the kernel misbehaves
+/// keeps the blockwise kernel.
+bool fused_ttt_attention_verified(const c10::Device& device, c10::ScalarType dtype,
+                                  int64_t head_dim);
 
 /// q (B, heads, Tq, d); context_k/context_v (B, kv_heads, Tk, d), query t seeing
 /// context_bands[b, t] of them; step_k/step_v: for each later step, (B, kv_heads, Tq, d) aligned
