@@ -1,10 +1,10 @@
 // ATen operations per training step: every dispatcher call (nested calls included) that one
-// EAGLE-3 and one DFlash step make, online (the frozen target in the loop), split into the
+// EAGLE-3, one DFlash and one SFT step make, online (the frozen target in the loop), split into the
 // forward (target features, teacher, draft, loss), the backward and the AdamW update, with each
 // attention kernel (attention.kernel: fused, the default, and blockwise) for EAGLE-3's TTT and
-// DFlash's blocks. On a GPU most of these
-// calls launch a kernel of their own, so the count bounds how launch-bound a step is: at ~5 us
-// per launch, 10,000 calls cost ~50 ms whatever the FLOPs. The CPU step time beside it shows
+// DFlash's blocks; and per verification step of EAGLE-3 speculative decoding. On a GPU most of
+// these calls launch a kernel of their own, so the count bounds how launch-bound a step is: at ~5
+// us per launch, 10,000 calls cost ~50 ms whatever the FLOPs. The CPU step time beside it shows
 // what the count costs here. Beside the count of every call, the calls that launch a kernel
 // (views, allocations, composite wrappers and autograd bookkeeping left out: launches_no_kernel).
 //
@@ -34,8 +34,11 @@
 #include "bench_model.h"
 #include "bench_objective.h"
 #include "tandem/core/threads.h"
+#include "tandem/eval/eagle3_decode.h"
+#include "tandem/models/frozen.h"
 #include "tandem/objectives/dflash.h"
 #include "tandem/objectives/eagle3.h"
+#include "tandem/objectives/sft.h"
 #include "tandem/train/optimizer.h"
 
 namespace {
@@ -200,6 +203,43 @@ void dflash(const std::string& target_dir, const PackedBatch& batch, int64_t voc
       optimizer);
 }
 
+void sft(const std::string& target_dir, const PackedBatch& batch) {
+  SftOptions options;
+  options.model_path = target_dir;
+  SftObjective objective(options);
+  MixedPrecisionAdamW optimizer(trainable_parameters(objective.trainable()), {});
+  const StepTotals totals = objective.count(batch);
+  measure(
+      "sft", "-", [&] { return objective.compute(batch, totals).loss; }, optimizer);
+}
+
+// EAGLE-3 speculative decoding with the (untrained) draft: the calls of one verification step,
+// each of which proposes 3 tokens, verifies them in one target forward and rolls the caches
+// back; averaged over the steps of a 64-token decode of a 256-token prompt.
+void speculative_step(const std::string& target_dir, int64_t vocab) {
+  Eagle3Options options;
+  options.target_path = target_dir;
+  options.ttt_length = 7;
+  options.draft_vocab_size = 2048;
+  Eagle3Objective objective(options);
+  const FrozenModel target = FrozenModel::load(target_dir, at::kFloat, at::Device(at::kCPU));
+  std::vector<int64_t> prompt(256);
+  for (size_t t = 0; t < prompt.size(); ++t) prompt[t] = static_cast<int64_t>((t * 7919) % vocab);
+  DecodeOptions decode;
+  decode.max_new_tokens = 64;
+  at::NoGradGuard no_grad;
+  eagle3_decode(target, *objective.draft(), prompt, 3, decode);  // warm-up
+  SpeculativeOutput output;
+  const Counted counted =
+      count_calls([&] { output = eagle3_decode(target, *objective.draft(), prompt, 3, decode); });
+  const double steps = static_cast<double>(std::max<size_t>(1, output.accepted.size()));
+  std::printf(
+      "  eagle3  decode    | calls per verification step %7.0f (kernel-launching %6.0f), %zu "
+      "steps for %zu tokens | CPU time per step %.4f s\n",
+      counted.calls / steps, counted.compute_calls / steps, output.accepted.size(),
+      output.tokens.size(), counted.seconds / steps);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -226,6 +266,8 @@ int main(int argc, char** argv) {
   eagle3(target_dir, batch, AttentionKernel::Blockwise, "blockwise");
   dflash(target_dir, batch, shape.vocab, AttentionKernel::Fused, "fused");
   dflash(target_dir, batch, shape.vocab, AttentionKernel::Blockwise, "blockwise");
+  sft(target_dir, batch);
+  speculative_step(target_dir, shape.vocab);
   std::filesystem::remove_all(scratch);
   return 0;
 }
