@@ -2,18 +2,15 @@
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
-#include <ATen/core/grad_mode.h>
-#include <torch/csrc/autograd/autograd.h>
 
 #include <cmath>
-#include <map>
-#include <mutex>
 #include <tuple>
 
 #include "tandem/core/device.h"
 #include "tandem/core/error.h"
 #include "tandem/models/banded_attention.h"
 #include "tandem/models/fused_dflash_attention.h"
+#include "tandem/models/kernel_choice.h"
 
 namespace tandem {
 
@@ -114,15 +111,7 @@ at::Tensor dflash_attention(const at::Tensor& q, const at::Tensor& context_k,
 
 bool fused_dflash_attention_verified(const c10::Device& device, c10::ScalarType dtype,
                                      int64_t head_dim) {
-  static std::mutex mutex;
-  static std::map<std::tuple<int, int, int64_t>, bool> known;
-  std::lock_guard<std::mutex> lock(mutex);
-  const std::tuple<int, int, int64_t> kind{device.index(), static_cast<int>(dtype), head_dim};
-  const auto found = known.find(kind);
-  if (found != known.end()) return found->second;
-  bool equal = false;
-  try {
-    const at::AutoGradMode gradients_on(true);  // the probe may run under a no-grad guard
+  return remembered_check(check_kind("fused dflash", device, dtype, head_dim), [&] {
     // Two rows of three blocks of 8 over 40 context keys, 4 query heads on 2 key heads; row 0's
     // first block sees no context, row 1's last block is invalid.
     const int64_t block_size = 8, blocks = 3, length = 40, queries = blocks * block_size;
@@ -150,17 +139,10 @@ bool fused_dflash_attention_verified(const c10::Device& device, c10::ScalarType 
                 : dense_dflash_attention(
                       inputs[0], inputs[1], inputs[2], inputs[3], inputs[4],
                       bands.dense_mask(length).slice(1, 0, c10::nullopt, block_size), valid_device);
-      std::vector<at::Tensor> results = {out.detach().to(at::kFloat).cpu()};
-      for (const at::Tensor& gradient : torch::autograd::grad({(out * weights).sum()}, inputs))
-        results.push_back(gradient.to(at::kFloat).cpu());
-      return results;
+      return output_and_gradients_on_host(out, inputs, weights);
     };
-    equal = kernels_agree(run(true), run(false), dtype == at::kFloat ? 1e-4 : 3e-2);
-  } catch (const std::exception&) {
-    equal = false;
-  }
-  known[kind] = equal;
-  return equal;
+    return kernels_agree(run(true), run(false), dtype == at::kFloat ? 1e-4 : 3e-2);
+  });
 }
 
 at::Tensor dflash_dense_mask(const at::Tensor& context_mask, const at::Tensor& block_valid,

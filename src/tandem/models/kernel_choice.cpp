@@ -1,6 +1,8 @@
 #include "tandem/models/kernel_choice.h"
 
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
+#include <torch/csrc/autograd/autograd.h>
 
 #include <algorithm>
 #include <iostream>
@@ -60,25 +62,51 @@ void log_kernel_choice_once(const char* attention, const at::Tensor& q,
             << "): " << kernel_name(choice.kernel) << " kernel, " << choice.reason << std::endl;
 }
 
-bool cuda_flash_attention_runs(const c10::Device& device) {
-  static std::mutex mutex;
-  static std::map<int, bool> known;
-  std::lock_guard<std::mutex> lock(mutex);
-  const auto found = known.find(device.index());
+bool remembered_check(const std::string& kind, const std::function<bool()>& check) {
+  // Recursive: a check may itself ask about another kind.
+  static std::recursive_mutex mutex;
+  static std::map<std::string, bool> known;
+  std::lock_guard<std::recursive_mutex> lock(mutex);
+  const auto found = known.find(kind);
   if (found != known.end()) return found->second;
-  bool runs = true;
+  bool answer = false;
   try {
+    const at::AutoGradMode gradients_on(true);
+    answer = check();
+  } catch (const std::exception&) {
+    answer = false;
+  }
+  known[kind] = answer;
+  return answer;
+}
+
+std::string check_kind(const std::string& what, const c10::Device& device, c10::ScalarType dtype,
+                       int64_t head_dim) {
+  std::string kind = what + " " + device.str() + " " + c10::toString(dtype);
+  if (head_dim >= 0) kind += " " + std::to_string(head_dim);
+  return kind;
+}
+
+std::vector<at::Tensor> output_and_gradients_on_host(const at::Tensor& out,
+                                                     const std::vector<at::Tensor>& inputs,
+                                                     const at::Tensor& weights) {
+  std::vector<at::Tensor> results = {out.detach().to(at::kFloat).cpu()};
+  for (const at::Tensor& gradient :
+       torch::autograd::grad({(out.to(at::kFloat) * weights.to(at::kFloat)).sum()}, inputs))
+    results.push_back(gradient.to(at::kFloat).cpu());
+  return results;
+}
+
+bool cuda_flash_attention_runs(const c10::Device& device) {
+  return remembered_check("cuda flash runs " + device.str(), [&] {
     const at::Tensor x =
         at::zeros({1, 1, 16, 64}, at::TensorOptions().dtype(at::kBFloat16).device(device));
     const auto result = at::_scaled_dot_product_flash_attention(x, x, x, 0.0, true, false);
     at::_scaled_dot_product_flash_attention_backward(
         x, x, x, x, std::get<0>(result), std::get<1>(result), at::Tensor(), at::Tensor(), 16, 16,
         0.0, true, std::get<6>(result), std::get<7>(result));
-  } catch (const std::exception&) {
-    runs = false;
-  }
-  known[device.index()] = runs;
-  return runs;
+    return true;
+  });
 }
 
 }  // namespace tandem

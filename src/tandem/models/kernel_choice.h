@@ -6,6 +6,7 @@
 #include <c10/core/Device.h>
 #include <c10/core/ScalarType.h>
 
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -28,6 +29,23 @@ std::optional<KernelChoice> asked_or_unsupported(AttentionKernel asked, c10::Sca
 /// the larger of 1 and want's largest magnitude. Host tensors, in the same order.
 bool kernels_agree(const std::vector<at::Tensor>& got, const std::vector<at::Tensor>& want,
                    double bound);
+
+/// Runs `check` the first time `kind` (what is checked and where: "dflash cuda:0 BFloat16 128")
+/// is asked about and remembers its answer; a check that throws answers false. Gradients are on
+/// while it runs (a caller may hold a no-grad guard). The GPU self-checks of the fused kernels
+/// use it.
+bool remembered_check(const std::string& kind, const std::function<bool()>& check);
+
+/// The kind a self-check is remembered under: "<what> <device> <dtype>[ <head_dim>]" (head_dim
+/// left out when negative).
+std::string check_kind(const std::string& what, const c10::Device& device, c10::ScalarType dtype,
+                       int64_t head_dim = -1);
+
+/// The self-checks' view of one kernel run: `out` and the gradients of sum(out * weights) in fp32
+/// with respect to each of `inputs`, all as fp32 host tensors (what kernels_agree compares).
+std::vector<at::Tensor> output_and_gradients_on_host(const at::Tensor& out,
+                                                     const std::vector<at::Tensor>& inputs,
+                                                     const at::Tensor& weights);
 
 /// "fused", "blockwise" or "dense".
 const char* kernel_name(AttentionKernel kernel);

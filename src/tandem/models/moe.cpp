@@ -2,11 +2,7 @@
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
-#include <ATen/core/grad_mode.h>
-#include <torch/csrc/autograd/autograd.h>
 
-#include <map>
-#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
@@ -190,15 +186,7 @@ at::Tensor run_experts(const at::Tensor& x, const at::Tensor& indices, const at:
 }
 
 bool grouped_expert_gemm_verified(const c10::Device& device, c10::ScalarType dtype) {
-  static std::mutex mutex;
-  static std::map<std::pair<std::string, int>, bool> known;
-  std::lock_guard<std::mutex> lock(mutex);
-  const std::pair<std::string, int> kind{device.str(), static_cast<int>(dtype)};
-  const auto found = known.find(kind);
-  if (found != known.end()) return found->second;
-  bool equal = false;
-  try {
-    const at::AutoGradMode gradients_on(true);  // the probe may run under a no-grad guard
+  return remembered_check(check_kind("grouped expert gemm", device, dtype), [&] {
     // 24 tokens, top-2 of 4 experts (one expert left without tokens), hidden 64, intermediate 32.
     const at::TensorOptions options = at::TensorOptions().dtype(dtype).device(device);
     const at::Generator generator = at::detail::createCPUGenerator(20261126);
@@ -213,18 +201,11 @@ bool grouped_expert_gemm_verified(const c10::Device& device, c10::ScalarType dty
     const at::Tensor probe = at::randn({24, 64}, generator).to(options);
     auto run = [&](ExpertGemm gemm) {
       const at::Tensor out = run_experts(inputs[0], indices, weights, inputs[1], inputs[2], gemm);
-      std::vector<at::Tensor> results = {out.detach().to(at::kFloat).cpu()};
-      for (const at::Tensor& gradient : torch::autograd::grad({(out * probe).sum()}, inputs))
-        results.push_back(gradient.to(at::kFloat).cpu());
-      return results;
+      return output_and_gradients_on_host(out, inputs, probe);
     };
-    equal = kernels_agree(run(ExpertGemm::Grouped), run(ExpertGemm::PerExpert),
-                          dtype == at::kFloat ? 1e-4 : 3e-2);
-  } catch (const std::exception&) {
-    equal = false;
-  }
-  known[kind] = equal;
-  return equal;
+    return kernels_agree(run(ExpertGemm::Grouped), run(ExpertGemm::PerExpert),
+                         dtype == at::kFloat ? 1e-4 : 3e-2);
+  });
 }
 
 at::Tensor SparseMoeImpl::forward(const at::Tensor& x, RouterLoad* load) const {

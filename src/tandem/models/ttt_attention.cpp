@@ -2,14 +2,8 @@
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
-#include <ATen/core/grad_mode.h>
-#include <torch/csrc/autograd/autograd.h>
 
 #include <cmath>
-#include <map>
-#include <mutex>
-#include <string>
-#include <tuple>
 
 #include "tandem/core/device.h"
 #include "tandem/core/error.h"
@@ -57,15 +51,7 @@ at::Tensor dense_ttt_attention(const at::Tensor& q, const at::Tensor& context_k,
 
 bool fused_ttt_attention_verified(const c10::Device& device, c10::ScalarType dtype,
                                   int64_t head_dim) {
-  static std::mutex mutex;
-  static std::map<std::tuple<std::string, int, int64_t>, bool> known;
-  std::lock_guard<std::mutex> lock(mutex);
-  const std::tuple<std::string, int, int64_t> kind{device.str(), static_cast<int>(dtype), head_dim};
-  const auto found = known.find(kind);
-  if (found != known.end()) return found->second;
-  bool equal = false;
-  try {
-    const at::AutoGradMode gradients_on(true);  // the probe may run under a no-grad guard
+  return remembered_check(check_kind("fused ttt", device, dtype, head_dim), [&] {
     // Two rows of 24 tokens, row 0 as documents [0, 10) and [10, 24); 4 query heads on 2; the
     // context plus two steps' keys.
     const int64_t rows = 2, length = 24;
@@ -89,18 +75,10 @@ bool fused_ttt_attention_verified(const c10::Device& device, c10::ScalarType dty
                                       causal_document_segments(bands), step_k, step_v)
                 : dense_ttt_attention(inputs[0], inputs[1], inputs[2],
                                       bands.dense_mask(length).unsqueeze(1), step_k, step_v);
-      std::vector<at::Tensor> results = {out.detach().to(at::kFloat).cpu()};
-      for (const at::Tensor& gradient :
-           torch::autograd::grad({(out.to(at::kFloat) * weights.to(at::kFloat)).sum()}, inputs))
-        results.push_back(gradient.to(at::kFloat).cpu());
-      return results;
+      return output_and_gradients_on_host(out, inputs, weights);
     };
-    equal = kernels_agree(run(true), run(false), dtype == at::kFloat ? 1e-4 : 3e-2);
-  } catch (const std::exception&) {
-    equal = false;
-  }
-  known[kind] = equal;
-  return equal;
+    return kernels_agree(run(true), run(false), dtype == at::kFloat ? 1e-4 : 3e-2);
+  });
 }
 
 at::Tensor ttt_attention(const at::Tensor& q, const at::Tensor& context_k,

@@ -2,13 +2,9 @@
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
-#include <ATen/core/grad_mode.h>
-#include <torch/csrc/autograd/autograd.h>
 
 #include <algorithm>
 #include <cmath>
-#include <map>
-#include <mutex>
 #include <string>
 #include <tuple>
 
@@ -80,15 +76,7 @@ at::Tensor varlen_causal_attention(const at::Tensor& q, const at::Tensor& k, con
 }
 
 bool varlen_attention_verified(const c10::Device& device, c10::ScalarType dtype, int64_t head_dim) {
-  static std::mutex mutex;
-  static std::map<std::tuple<std::string, int, int64_t>, bool> known;
-  std::lock_guard<std::mutex> lock(mutex);
-  const std::tuple<std::string, int, int64_t> kind{device.str(), static_cast<int>(dtype), head_dim};
-  const auto found = known.find(kind);
-  if (found != known.end()) return found->second;
-  bool equal = false;
-  try {
-    const at::AutoGradMode gradients_on(true);  // the probe may run under a no-grad guard
+  return remembered_check(check_kind("varlen", device, dtype, head_dim), [&] {
     // Two rows of 24 tokens, row 0 as documents [0, 10) and [10, 24); 4 query heads on 2.
     const int64_t rows = 2, length = 24, heads = 4, kv_heads = 2;
     const std::vector<std::vector<int64_t>> bounds = {{0, 10, 24}, {0, 24}};
@@ -103,7 +91,7 @@ bool varlen_attention_verified(const c10::Device& device, c10::ScalarType dtype,
     at::Tensor document = at::zeros({rows, length}, at::kLong);
     document[0].narrow(0, 10, 14).fill_(1);
     document = to_device(document, device);
-    equal = true;
+    bool equal = true;
     for (const int64_t window : {int64_t{0}, int64_t{5}}) {
       const at::Tensor index =
           at::arange(length, at::TensorOptions().dtype(at::kLong).device(device));
@@ -123,19 +111,12 @@ bool varlen_attention_verified(const c10::Device& device, c10::ScalarType dtype,
                                         .masked_fill(allowed.logical_not(), -INFINITY);
           out = at::matmul(at::softmax(scores, -1), value);
         }
-        std::vector<at::Tensor> results = {out.detach().to(at::kFloat).cpu()};
-        for (const at::Tensor& gradient :
-             torch::autograd::grad({(out.to(at::kFloat) * weights.to(at::kFloat)).sum()}, inputs))
-          results.push_back(gradient.to(at::kFloat).cpu());
-        return results;
+        return output_and_gradients_on_host(out, inputs, weights);
       };
       equal = equal && kernels_agree(run(true), run(false), 3e-2);
     }
-  } catch (const std::exception&) {
-    equal = false;
-  }
-  known[kind] = equal;
-  return equal;
+    return equal;
+  });
 }
 
 }  // namespace tandem
