@@ -11,6 +11,7 @@
 #include <cstdlib>
 
 #include "tandem/core/error.h"
+#include "tandem/core/host_transfers.h"
 
 namespace tandem {
 
@@ -64,6 +65,7 @@ void use_tf32(bool on) {
 }
 
 at::Tensor to_device(const at::Tensor& host, const c10::Device& device) {
+  if (host.is_cpu()) detail::count_to_device(static_cast<int64_t>(host.nbytes()));
   if (host.device() == device) return host;
   if (!device.is_cuda() || !host.is_cpu()) return host.to(device);
   return (host.is_pinned() ? host : host.pin_memory()).to(device, /*non_blocking=*/true);

@@ -2,7 +2,10 @@
 
 #include <ATen/ATen.h>
 
+#include <atomic>
+
 #include "tandem/core/error.h"
+#include "tandem/core/host_transfers.h"
 
 namespace tandem {
 
@@ -13,7 +16,26 @@ std::map<std::string, int64_t>& counts() {
   return reads;
 }
 
+std::atomic<int64_t> g_to_device_calls{0}, g_to_device_bytes{0}, g_to_host_calls{0},
+    g_to_host_bytes{0};
+
 }  // namespace
+
+namespace detail {
+void count_to_device(int64_t bytes) {
+  g_to_device_calls.fetch_add(1, std::memory_order_relaxed);
+  g_to_device_bytes.fetch_add(bytes, std::memory_order_relaxed);
+}
+void count_to_host(int64_t bytes) {
+  g_to_host_calls.fetch_add(1, std::memory_order_relaxed);
+  g_to_host_bytes.fetch_add(bytes, std::memory_order_relaxed);
+}
+}  // namespace detail
+
+HostTransfers host_transfers() {
+  return {g_to_device_calls.load(), g_to_device_bytes.load(), g_to_host_calls.load(),
+          g_to_host_bytes.load()};
+}
 
 const char* host_read_name(HostRead why) {
   switch (why) {
@@ -34,6 +56,7 @@ const char* host_read_name(HostRead why) {
 }
 
 at::Tensor read_on_host(const at::Tensor& tensor, HostRead why, const at::Tensor& stand_in) {
+  detail::count_to_host(static_cast<int64_t>(tensor.nbytes()));
   if (!tensor.is_meta()) return tensor.cpu();
   ++counts()[host_read_name(why)];
   if (!stand_in.defined()) return at::zeros(tensor.sizes(), tensor.options().device(at::kCPU));

@@ -122,10 +122,11 @@ at::Tensor MixedPrecisionAdamW::step(double lr) {
 
 at::Tensor MixedPrecisionAdamW::gradient_norm() {
   at::NoGradGuard no_grad;
-  // Global norm over every gradient (and, through the hook, every shard): squares in fp32,
-  // summed in fp64, so the clipping factor does not depend on how the sum was split (one
-  // process, or slices on W ranks) beyond rounding far below fp32's.
-  std::vector<at::Tensor> grads(parameters_.size());
+  // Global norm over every gradient (and, through the hook, every shard): each tensor's norm
+  // in fp64 by one multi-tensor call, squared and summed in fp64, so the clipping factor does not
+  // depend on how the sum was split (one process, or slices on W ranks) beyond rounding far below
+  // fp32's.
+  std::vector<at::Tensor> grads(parameters_.size()), present;
   at::Tensor norm_sq;
   for (size_t i = 0; i < parameters_.size(); ++i) {
     const at::Tensor& grad = parameters_[i].second.grad();
@@ -133,9 +134,10 @@ at::Tensor MixedPrecisionAdamW::gradient_norm() {
     if (!grad.defined() && !sum.defined()) continue;
     grads[i] =
         sum.defined() ? (grad.defined() ? sum + grad.to(at::kFloat) : sum) : grad.to(at::kFloat);
-    const at::Tensor part = grads[i].pow(2).sum(at::kDouble);
-    norm_sq = norm_sq.defined() ? norm_sq + part : part;
+    present.push_back(grads[i]);
   }
+  if (!present.empty())
+    norm_sq = at::stack(at::_foreach_norm(present, 2, at::kDouble)).square().sum();
   if (!norm_sq.defined()) {
     const at::Device device =
         parameters_.empty() ? at::Device(at::kCPU) : parameters_.front().second.device();
