@@ -4,7 +4,8 @@
 #   FUZZ_SECONDS=30 fuzz/run_smoke.sh            # seconds per target (default 30)
 #   FUZZ_SECONDS=600 fuzz/run_smoke.sh tokenizer # one target, longer
 # Targets: safetensors (headers), tokenizer (tokenizer.json; encode/decode round trip), model_config
-# (config.json), jsonl (every data format), config (YAML + overrides), manifest (checkpoints).
+# (config.json), jsonl (every data format), config (YAML + overrides), manifest (checkpoints),
+# jinja (chat templates: parse and render).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -13,7 +14,7 @@ obj_dir="$build_dir/obj"
 mkdir -p "$obj_dir"
 seconds=${FUZZ_SECONDS:-30}
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(safetensors tokenizer model_config jsonl config manifest)
+[ ${#targets[@]} -gt 0 ] || targets=(safetensors tokenizer model_config jsonl config manifest jinja)
 
 # -fno-sanitize-recover makes a UBSan report fatal, so the fuzzer counts it as a crash.
 flags=(-std=c++20 -O1 -g -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=all
@@ -30,8 +31,10 @@ declare -A sources=(
   [jsonl]="src/tandem/data/datasets.cpp src/tandem/data/jsonl.cpp ${text[*]} ${core[*]}"
   [config]="src/tandem/core/config.cpp ${core[*]}"
   [manifest]="src/tandem/train/checkpoint_manifest.cpp ${core[*]}"
+  [jinja]="${text[*]} ${core[*]}"
 )
-declare -A libraries=([config]="-lyaml-cpp" [tokenizer]="-lpcre2-8" [jsonl]="-lpcre2-8")
+declare -A libraries=([config]="-lyaml-cpp" [tokenizer]="-lpcre2-8" [jsonl]="-lpcre2-8"
+                      [jinja]="-lpcre2-8")
 
 object_of() { echo "$obj_dir/$(echo "$1" | tr '/' '_').o"; }
 
@@ -67,6 +70,11 @@ for target in "${targets[@]}"; do
            seed jsonl data/demo/preference.jsonl 3 ;;
     config) for f in configs/*.yaml configs/examples/*.yaml; do seed config "$f"; done ;;
     manifest) seed manifest fuzz/seeds/manifest.json ;;
+    jinja) mkdir -p "$build_dir/corpus-jinja"  # every fixture case's template, mode byte 1
+           python3 -c 'import json, sys
+for i, case in enumerate(json.load(open("tests/fixtures/jinja/cases.json"))["cases"]):
+    open(f"{sys.argv[1]}/seed-{i}", "wb").write(b"\x01" + case["template"].encode())' \
+             "$build_dir/corpus-jinja" ;;
   esac
 done
 

@@ -28,7 +28,7 @@ const char* kConversations =
 std::string data_command(const ScratchDir& dir, const std::string& subcommand,
                          const std::string& file, const std::string& extra) {
   return tandem_binary() + " data " + subcommand + " --data " + file + " --tokenizer " +
-         tandem::testing::qwen2_tokenizer_dir() + " --template chatml --cache-dir " +
+         tandem::testing::qwen2_tokenizer_dir() + " --chat-template chatml --cache-dir " +
          (dir / "cache") + " " + extra;
 }
 

@@ -23,7 +23,9 @@ struct DataCommandOptions {
   std::string data;
   std::string format = "conversations";
   std::string tokenizer;
-  std::string chat_template = "llama3";
+  std::string chat_template = "auto";
+  std::string template_kwargs;
+  std::string old_template;  // --template: renamed --chat-template
   int64_t max_length = 0;
   bool last_turn_only = false;
   std::string on_error = "fail";
@@ -59,8 +61,14 @@ void load(const DataCommandOptions& cli, LoadedData& out) {
       out.tokenizer || out.format == DataFormat::pretokenized || out.format == DataFormat::rollout,
       "[data] --format ", cli.format, " needs --tokenizer");
   out.options.tokenizer = out.tokenizer ? &*out.tokenizer : nullptr;
+  check(cli.old_template.empty(),
+        "[data] --template is now --chat-template (the same spelling as the other commands)");
   out.options.chat_template = cli.chat_template;
-  ChatTemplate::from_name(cli.chat_template);  // reject an unknown name for every format
+  out.options.template_kwargs = cli.template_kwargs;
+  if (out.tokenizer)  // reject an unknown name or a broken template for every format
+    ChatTemplate::resolve(cli.chat_template,
+                          std::filesystem::path(out.tokenizer->path()).parent_path().string(),
+                          cli.template_kwargs);
   out.options.max_length = cli.max_length;
   out.options.last_turn_only = cli.last_turn_only;
   out.options.on_error = parse_on_error(cli.on_error);
@@ -268,9 +276,14 @@ void add_common_options(CLI::App* command, DataCommandOptions& options) {
                       "directory holding tokenizer.json, or the file (needed to tokenize; "
                       "optional for pretokenized and rollout, where it shows token text)");
   command
-      ->add_option("--template", options.chat_template,
-                   "chat template: llama3, chatml (Qwen2.5), qwen2, chatml-plain")
+      ->add_option("--chat-template", options.chat_template,
+                   "auto (the tokenizer's own Jinja template), a .jinja file, or llama3, chatml "
+                   "(Qwen2.5), qwen2, chatml-plain")
       ->capture_default_str();
+  command->add_option("--template-kwargs", options.template_kwargs,
+                      "extra Jinja template variables, a JSON object: '{\"enable_thinking\": "
+                      "false}'");
+  command->add_option("--template", options.old_template, "renamed: --chat-template")->group("");
   command
       ->add_option("--max-length", options.max_length,
                    "longest document in tokens; longer ones are bad input (0: no limit)")

@@ -23,7 +23,8 @@ namespace tandem::cli {
 namespace {
 
 struct EvalOptions {
-  std::string target, draft, data, format = "conversations", tokenizer, chat_template = "llama3";
+  std::string target, draft, data, format = "conversations", tokenizer, chat_template = "auto";
+  std::string template_kwargs;
   std::string dtype = "fp32", out, cache_dir, device = "auto";
   int64_t num_prompts = 0, prompt_tokens = 32, max_new_tokens = 64, draft_tokens = 0;
   bool greedy_check = true, no_kv_cache = false;
@@ -49,7 +50,12 @@ Runner add_eval_command(CLI::App& root) {
   command->add_option("--format", o->format, "conversations | text | pretokenized")
       ->check(CLI::IsMember({"conversations", "text", "pretokenized"}));
   command->add_option("--tokenizer", o->tokenizer, "tokenizer directory (default: --target)");
-  command->add_option("--chat-template", o->chat_template, "chat template (default llama3)");
+  command->add_option("--chat-template", o->chat_template,
+                      "auto (the tokenizer's own Jinja template, the default), a .jinja file, or "
+                      "llama3, chatml, qwen2, chatml-plain");
+  command->add_option("--template-kwargs", o->template_kwargs,
+                      "extra Jinja template variables, a JSON object: '{\"enable_thinking\": "
+                      "false}'");
   command->add_option("--num-prompts", o->num_prompts,
                       "prompts to run, from the top (default 0: every document of --data)");
   command->add_option("--prompt-tokens", o->prompt_tokens,
@@ -99,6 +105,7 @@ Runner add_eval_command(CLI::App& root) {
       dataset_options.tokenizer = &*tokenizer;
     }
     dataset_options.chat_template = o->chat_template;
+    dataset_options.template_kwargs = o->template_kwargs;
     dataset_options.vocab_size = target.config().vocab_size;
     CacheOptions cache;
     cache.dir = o->cache_dir;

@@ -30,7 +30,7 @@ namespace tandem::cli {
 namespace {
 
 struct RegenerateOptions {
-  std::string config, target, tokenizer, chat_template, data, out, on_error, dtype;
+  std::string config, target, tokenizer, chat_template, template_kwargs, data, out, on_error, dtype;
   std::string device = "auto";
   int64_t max_new_tokens = 512, max_length = 0, batch_size = 16, limit = 0, top_k = 0;
   double temperature = 0, top_p = 1.0;
@@ -58,6 +58,7 @@ void fill_from_config(RegenerateOptions& o) {
   fill(o.data, keys::data::path.find(config));
   fill(o.tokenizer, keys::data::tokenizer.find(config));
   fill(o.chat_template, keys::data::chat_template.find(config));
+  fill(o.template_kwargs, keys::data::template_kwargs.find(config));
   const std::optional<OnError> on_error = keys::data::on_error.find(config);
   fill(o.on_error, on_error ? std::optional<std::string>(on_error_name(*on_error)) : std::nullopt);
 }
@@ -97,7 +98,12 @@ Runner add_regenerate_command(CLI::App& root) {
   command->add_option("--out", o->out, "output conversations JSONL (resumed when it exists)")
       ->required();
   command->add_option("--tokenizer", o->tokenizer, "tokenizer directory (default: --target)");
-  command->add_option("--chat-template", o->chat_template, "chat template (default llama3)");
+  command->add_option("--chat-template", o->chat_template,
+                      "auto (the tokenizer's own Jinja template, the default), a .jinja file, or "
+                      "llama3, chatml, qwen2, chatml-plain");
+  command->add_option("--template-kwargs", o->template_kwargs,
+                      "extra Jinja template variables, a JSON object: '{\"enable_thinking\": "
+                      "false}' (prompts end as the template's generation prompt does)");
   command->add_option("--max-new-tokens", o->max_new_tokens,
                       "tokens per answer at most (default 512)");
   command->add_option("--max-length", o->max_length,
@@ -119,7 +125,7 @@ Runner add_regenerate_command(CLI::App& root) {
     check(!o->target.empty(), "[regenerate] no target: give --target or a config with target.path");
     check(!o->data.empty(), "[regenerate] no input: give --data or a config with data.path");
     check(o->batch_size >= 1, "[regenerate] --batch-size must be >= 1");
-    if (o->chat_template.empty()) o->chat_template = "llama3";
+    if (o->chat_template.empty()) o->chat_template = "auto";
     if (o->dtype.empty()) o->dtype = "fp32";
     if (o->tokenizer.empty()) o->tokenizer = o->target;
     const OnError on_error = parse_on_error(o->on_error.empty() ? "fail" : o->on_error);
@@ -129,7 +135,8 @@ Runner add_regenerate_command(CLI::App& root) {
     const c10::ScalarType dtype = parse_compute_dtype(o->dtype, "--dtype");
     const FrozenModel model = FrozenModel::load(o->target, dtype, device_from_option(o->device));
     const Tokenizer tokenizer = Tokenizer::from_dir(o->tokenizer);
-    const ChatTemplate chat_template = ChatTemplate::from_name(o->chat_template);
+    const ChatTemplate chat_template =
+        ChatTemplate::resolve(o->chat_template, o->tokenizer, o->template_kwargs);
     RegenerationOptions options;
     options.max_new_tokens = o->max_new_tokens;
     options.max_length = o->max_length;
@@ -145,7 +152,8 @@ Runner add_regenerate_command(CLI::App& root) {
         {"data", o->data},
         {"tokenizer", o->tokenizer},
         {"chat_template", o->chat_template},
-        {"dtype", compute_dtype_name(dtype)},  // one spelling: bf16, not bfloat16
+        {"template", chat_template.fingerprint()},  // the source, special tokens and kwargs
+        {"dtype", compute_dtype_name(dtype)},       // one spelling: bf16, not bfloat16
         {"max_new_tokens", o->max_new_tokens},
         {"max_length", regenerator.max_length()},
         {"stop_ids", regenerator.stop_ids()},
@@ -250,7 +258,9 @@ Runner add_regenerate_command(CLI::App& root) {
           break;
         }
         try {
-          batch.push_back(parse_conversation(value));
+          batch.push_back(parse_conversation(value, chat_template.is_jinja()
+                                                        ? std::string_view(reader.line_text())
+                                                        : std::string_view()));
         } catch (const BadLine& bad) {
           reader.reject(bad);
           continue;
@@ -270,9 +280,15 @@ Runner add_regenerate_command(CLI::App& root) {
             continue;
           }
           nlohmann::json messages = nlohmann::json::array();
-          for (const ChatMessage& message : result.messages)
-            messages.push_back({{"role", std::string(chat_role_name(message.role))},
-                                {"content", message.content}});
+          for (const ChatMessage& message : result.messages) {
+            // The message as it came (its role's spelling, tool calls, reasoning, ...), with
+            // the answer's text where one was generated.
+            nlohmann::json item = {{"role", std::string(chat_role_name(message.role))},
+                                   {"content", message.content}};
+            for (const auto& [key, field] : message.fields.items)
+              item[key] = nlohmann::json::parse(jinja::to_json(field));
+            messages.push_back(std::move(item));
+          }
           nlohmann::json line;
           line["id"] = originals[i].contains("id")
                            ? originals[i]["id"]

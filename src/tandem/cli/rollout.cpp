@@ -25,7 +25,8 @@ namespace tandem::cli {
 
 Runner add_rollout_command(CLI::App& root) {
   struct Options {
-    std::string model, data, format = "conversations", tokenizer, chat_template = "llama3";
+    std::string model, data, format = "conversations", tokenizer, chat_template = "auto";
+    std::string template_kwargs;
     std::string reward_regex, out, dtype = "fp32", cache_dir, device = "auto";
     int64_t num_prompts = 16, prompt_tokens = 32, samples = 4, max_new_tokens = 32;
     uint64_t seed = 0;
@@ -41,7 +42,12 @@ Runner add_rollout_command(CLI::App& root) {
   command->add_option("--format", o->format,
                       "conversations | text | pretokenized (default conversations)");
   command->add_option("--tokenizer", o->tokenizer, "tokenizer directory (default: --model)");
-  command->add_option("--chat-template", o->chat_template, "chat template (default llama3)");
+  command->add_option("--chat-template", o->chat_template,
+                      "auto (the tokenizer's own Jinja template, the default), a .jinja file, or "
+                      "llama3, chatml, qwen2, chatml-plain");
+  command->add_option("--template-kwargs", o->template_kwargs,
+                      "extra Jinja template variables, a JSON object: '{\"enable_thinking\": "
+                      "false}'");
   command->add_option("--num-prompts", o->num_prompts, "prompts to use, from the top (default 16)");
   command->add_option("--prompt-tokens", o->prompt_tokens,
                       "prompt length for documents without a loss mask boundary (default 32)");
@@ -68,6 +74,7 @@ Runner add_rollout_command(CLI::App& root) {
     DatasetOptions dataset_options;
     dataset_options.tokenizer = &tokenizer;
     dataset_options.chat_template = o->chat_template;
+    dataset_options.template_kwargs = o->template_kwargs;
     dataset_options.vocab_size = model.config().vocab_size;
     CacheOptions cache;
     cache.dir = o->cache_dir;

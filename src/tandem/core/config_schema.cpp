@@ -120,12 +120,14 @@ const EnumKey<DataFormat> format{group,
 const StringKey tokenizer{group, "tokenizer", "",
                           "directory with `tokenizer.json`; needed by `conversations`, `text`, "
                           "`preference`; its tokenizer files are copied into exports"};
-const ChoiceKey chat_template{group,
-                              "chat_template",
-                              "llama3",
-                              {"llama3", "chatml", "qwen2", "chatml-plain"},
-                              "how conversations are rendered (`chatml`: Qwen2.5's, with its "
-                              "default system prompt)"};
+const StringKey chat_template{group, "chat_template", "auto",
+                              "how conversations are rendered: `auto` (the tokenizer directory's "
+                              "own Jinja template, `llama3` when it has none), a path to a "
+                              "`.jinja` file, or a built-in layout: `llama3`, `chatml` (Qwen2.5's, "
+                              "with its default system prompt), `qwen2`, `chatml-plain`"};
+const StringKey template_kwargs{group, "template_kwargs", "",
+                                "extra variables for a Jinja chat template, as a JSON object, e.g. "
+                                "`'{\"enable_thinking\": false}'`"};
 const IntKey seq_len{group, "seq_len", Required{}, IntRange::between(1, int64_t{1} << 20),
                      "tokens per row"};
 const IntKey micro_batch_rows{group, "micro_batch_rows", 1, IntRange::between(1, int64_t{1} << 16),

@@ -2,10 +2,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <limits>
 #include <map>
 
 #include "tandem/core/error.h"
+#include "tandem/text/jinja_json.h"
 #include "tandem/text/tokenizer.h"
 
 namespace tandem {
@@ -41,14 +43,31 @@ std::vector<int32_t> parse_ids(const json& value, const char* key) {
   return ids;
 }
 
-ChatRole parse_role(const std::string& role) {
+// The role a message plays; `spelling` is what templates see when it is not the role's name.
+ChatRole parse_role(const std::string& role, std::string& spelling) {
+  spelling.clear();
   if (role == "user" || role == "human") return ChatRole::user;
   if (role == "assistant" || role == "gpt") return ChatRole::assistant;
   if (role == "system") return ChatRole::system;
+  if (role == "tool") return ChatRole::tool;
+  if (role == "ipython" || role == "function") {  // Llama 3.1's and the older OpenAI tool roles
+    spelling = role;
+    return ChatRole::tool;
+  }
+  if (role == "developer") {  // OpenAI's (and gpt-oss's) system-level instructions
+    spelling = role;
+    return ChatRole::system;
+  }
   bad(BadInput::unknown_role, "unknown role '" + role + "'");
 }
 
-std::vector<ChatMessage> parse_messages(const json& list, const std::string& key) {
+// `json` in document order: from the raw line's ordered parse when there is one.
+nlohmann::ordered_json ordered_copy(const json& value) {
+  return nlohmann::ordered_json::parse(value.dump());
+}
+
+std::vector<ChatMessage> parse_messages(const json& list, const std::string& key,
+                                        const nlohmann::ordered_json* ordered_list = nullptr) {
   if (!list.is_array()) bad(BadInput::wrong_type, "'" + key + "' is not a list of messages");
   std::vector<ChatMessage> messages;
   messages.reserve(list.size());
@@ -62,12 +81,42 @@ std::vector<ChatMessage> parse_messages(const json& list, const std::string& key
     const auto role = message.find(role_key);
     if (role == message.end() || !role->is_string())
       bad(BadInput::wrong_type, where + " has no string 'role' (or ShareGPT 'from')");
+    ChatMessage out;
+    std::string spelling;
+    out.role = parse_role(role->get<std::string>(), spelling);
+    if (!spelling.empty()) out.fields.set("role", jinja::Value(spelling));
+    // Content: a string; or null / absent (an assistant turn that only calls tools) or a list
+    // of parts, which only a Jinja template can render (it gets them as they are).
     const auto content = message.find(content_key);
-    if (content == message.end() || !content->is_string())
+    const bool has_tool_calls = message.contains("tool_calls");
+    if (content != message.end() && content->is_string()) {
+      out.content = content->get<std::string>();
+    } else if (content != message.end() && content->is_array()) {
+      out.fields.set("content", jinja::value_from_json(ordered_copy(*content)));
+    } else if ((content == message.end() || content->is_null()) && has_tool_calls) {
+      out.fields.set("content", jinja::Value::none());
+    } else {
       bad(BadInput::wrong_type, where + " has no string '" + content_key + "'");
-    messages.push_back({parse_role(role->get<std::string>()), content->get<std::string>()});
+    }
+    // Every other field, for Jinja templates.
+    const nlohmann::ordered_json ordered = ordered_list && ordered_list->is_array() &&
+                                                   i < ordered_list->size() &&
+                                                   (*ordered_list)[i].is_object()
+                                               ? (*ordered_list)[i]
+                                               : ordered_copy(message);
+    for (const auto& [name, value] : ordered.items())
+      if (name != role_key && name != content_key)
+        out.fields.set(name, jinja::value_from_json(value));
+    messages.push_back(std::move(out));
   }
   return messages;
+}
+
+// The line parsed again keeping its key order (JSON objects in templates keep the order the
+// data has, as Python's json module keeps it); null when there is no raw line.
+nlohmann::ordered_json ordered_line(std::string_view raw_line) {
+  if (raw_line.empty()) return nullptr;
+  return nlohmann::ordered_json::parse(raw_line, nullptr, /*allow_exceptions=*/false);
 }
 
 // A preference field: a message list, or a string read as one message of `string_role`.
@@ -122,12 +171,25 @@ TokenizedDocument RolloutSample::document() const {
   return out;
 }
 
-std::vector<ChatMessage> parse_conversation(const json& line) {
+std::vector<ChatMessage> parse_conversation(const json& line, std::string_view raw_line) {
   const char* key = line.contains("conversations") ? "conversations" : "messages";
   if (!line.contains(key)) bad(BadInput::wrong_type, "missing key 'conversations' (or 'messages')");
-  std::vector<ChatMessage> messages = parse_messages(line[key], key);
+  const nlohmann::ordered_json ordered = ordered_line(raw_line);
+  const nlohmann::ordered_json* ordered_list =
+      ordered.is_object() && ordered.contains(key) ? &ordered[key] : nullptr;
+  std::vector<ChatMessage> messages = parse_messages(line[key], key, ordered_list);
   if (messages.empty()) bad(BadInput::empty, "empty conversation");
   return messages;
+}
+
+jinja::Value parse_tools(const json& line, std::string_view raw_line) {
+  const auto tools = line.find("tools");
+  if (tools == line.end() || tools->is_null()) return {};
+  if (!tools->is_array()) bad(BadInput::wrong_type, "'tools' is not a list of tool definitions");
+  const nlohmann::ordered_json ordered = ordered_line(raw_line);
+  if (ordered.is_object() && ordered.contains("tools"))
+    return jinja::value_from_json(ordered["tools"]);
+  return jinja::value_from_json(ordered_copy(*tools));
 }
 
 std::vector<int64_t> prompt_of(const TokenizedDocument& document, int64_t fallback_tokens) {
@@ -163,13 +225,31 @@ DocumentStream::DocumentStream(const std::string& path, DataFormat format,
   if (format != DataFormat::pretokenized) {
     check(options.tokenizer != nullptr, "[data] ", path, ": the ", data_format_name(format),
           " format needs a tokenizer");
-    if (format != DataFormat::text) chat_template_ = ChatTemplate::from_name(options.chat_template);
+    if (format != DataFormat::text)
+      chat_template_ = ChatTemplate::resolve(
+          options.chat_template,
+          std::filesystem::path(options.tokenizer->path()).parent_path().string(),
+          options.template_kwargs);
   }
 }
 
 TokenizedDocument DocumentStream::encode(const std::vector<ChatMessage>& messages, bool last_only,
-                                         size_t first_trained_message) const {
-  RenderedChat rendered = chat_template_->render(messages);
+                                         size_t first_trained_message,
+                                         const jinja::Value& tools) const {
+  RenderedChat rendered;
+  try {
+    rendered = chat_template_->render(messages, false, tools, last_only);
+  } catch (const Error& e) {  // a template's refusal is this line's problem
+    bad(BadInput::template_error, e.what());
+  }
+  if (last_only) {
+    if (rendered.assistant_spans.size() > 1)
+      rendered.assistant_spans.erase(rendered.assistant_spans.begin(),
+                                     rendered.assistant_spans.end() - 1);
+    ChatTokens tokens =
+        encode_with_spans(*options_.tokenizer, rendered.text, rendered.assistant_spans);
+    return {std::move(tokens.ids), std::move(tokens.loss_mask), reader_.where()};
+  }
   // render() gives one span per assistant message: drop those of the untrained messages.
   size_t untrained = 0;
   for (size_t m = 0; m < first_trained_message && m < messages.size(); ++m)
@@ -184,7 +264,10 @@ TokenizedDocument DocumentStream::encode(const std::vector<ChatMessage>& message
 std::vector<TokenizedDocument> DocumentStream::parse(const json& line) const {
   std::vector<TokenizedDocument> out;
   if (format_ == DataFormat::conversations) {
-    out.push_back(encode(parse_conversation(line), options_.last_turn_only, 0));
+    const std::string_view raw =
+        chat_template_->is_jinja() ? std::string_view(reader_.line_text()) : std::string_view();
+    out.push_back(
+        encode(parse_conversation(line, raw), options_.last_turn_only, 0, parse_tools(line, raw)));
   } else if (format_ == DataFormat::text) {
     const json& text = required(line, "text");
     if (!text.is_string()) bad(BadInput::wrong_type, "'text' is not a string");
@@ -224,7 +307,7 @@ std::vector<TokenizedDocument> DocumentStream::parse(const json& line) const {
       std::vector<ChatMessage> messages = prompt;
       for (ChatMessage& m : parse_turns(line, key, ChatRole::assistant))
         messages.push_back(std::move(m));
-      out.push_back(encode(messages, false, prompt.size()));
+      out.push_back(encode(messages, false, prompt.size(), {}));
       out.back().source += std::string(" (") + key + ")";
     }
   }

@@ -42,7 +42,8 @@ std::string_view data_format_name(DataFormat format);
 
 struct DatasetOptions {
   const Tokenizer* tokenizer = nullptr;  // required by conversations and preference
-  std::string chat_template = "llama3";  // ChatTemplate::names()
+  std::string chat_template = "auto";    // ChatTemplate::resolve: auto, a .jinja path, a name
+  std::string template_kwargs;           // a JSON object for Jinja templates ("" for none)
   int64_t max_length = 0;                // longest document in tokens; 0: no limit
   bool last_turn_only = false;           // conversations: train the last assistant turn only
   OnError on_error = OnError::fail;
@@ -73,7 +74,14 @@ struct RolloutSample {
 };
 
 /// The messages of one conversations line; throws BadLine (unknown_role, wrong_type, empty).
-std::vector<ChatMessage> parse_conversation(const nlohmann::json& line);
+/// Each message's fields besides role and content go to Jinja templates in the key order of
+/// `raw_line` (the line's text) when given, else in the JSON library's (sorted) order.
+std::vector<ChatMessage> parse_conversation(const nlohmann::json& line,
+                                            std::string_view raw_line = {});
+
+/// The line's `tools` (tool definitions for the template), undefined when absent; throws
+/// BadLine when it is not a list.
+jinja::Value parse_tools(const nlohmann::json& line, std::string_view raw_line = {});
 
 /// The prompt of a document: the tokens before its first trained token (for a conversation: up
 /// to and including the assistant header); for a document trained from its start or not at
@@ -101,7 +109,7 @@ class DocumentStream {
  private:
   std::vector<TokenizedDocument> parse(const nlohmann::json& line) const;
   TokenizedDocument encode(const std::vector<ChatMessage>& messages, bool last_only,
-                           size_t first_trained_message) const;
+                           size_t first_trained_message, const jinja::Value& tools) const;
 
   DataFormat format_;
   DatasetOptions options_;

@@ -35,6 +35,8 @@ std::string_view bad_input_name(BadInput reason) {
       return "id_out_of_range";
     case BadInput::no_user_turn:
       return "no_user_turn";
+    case BadInput::template_error:
+      return "template_error";
   }
   return "unknown";
 }

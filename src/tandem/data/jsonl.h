@@ -29,6 +29,7 @@ enum class BadInput {
   too_long,           // more tokens than max_length
   id_out_of_range,    // a token id outside [0, vocab_size)
   no_user_turn,       // a conversation with no user message (nothing to answer: regenerate)
+  template_error,     // the chat template refused the conversation (raise_exception, ...)
 };
 std::string_view bad_input_name(BadInput reason);
 
@@ -81,6 +82,8 @@ class JsonlReader {
 
   /// "<path>:<line>" of the current line.
   std::string where() const;
+  /// The text of the line the last next() returned.
+  const std::string& line_text() const { return buffer_; }
   int64_t line() const { return line_; }
   const std::string& path() const { return path_; }
   OnError on_error() const { return on_error_; }

@@ -199,6 +199,7 @@ nlohmann::json build(const std::string& path, DataFormat format, const DatasetOp
       {"format", data_format_name(format)},
       {"tokenizer", options.tokenizer && uses_tokenizer(format) ? options.tokenizer->path() : ""},
       {"chat_template", uses_tokenizer(format) ? options.chat_template : ""},
+      {"template_kwargs", uses_tokenizer(format) ? options.template_kwargs : ""},
       {"max_length", options.max_length},
       {"last_turn_only", options.last_turn_only},
       {"on_error", on_error_name(options.on_error)},
@@ -232,7 +233,16 @@ uint64_t token_cache_key(const std::string& path, DataFormat format,
   if (uses_tokenizer(format)) {
     check(options.tokenizer != nullptr, "[data] ", path, ": the ", data_format_name(format),
           " format needs a tokenizer");
-    key.update_u64(hash_file(options.tokenizer->path())).update_field(options.chat_template);
+    key.update_u64(hash_file(options.tokenizer->path()));
+    // The rendering itself: the resolved template's source, special tokens and kwargs.
+    key.update_field(
+        format == DataFormat::text
+            ? std::string()
+            : ChatTemplate::resolve(
+                  options.chat_template,
+                  std::filesystem::path(options.tokenizer->path()).parent_path().string(),
+                  options.template_kwargs)
+                  .fingerprint());
   }
   key.update_u64(static_cast<uint64_t>(options.max_length));
   key.update_u64(format == DataFormat::conversations && options.last_turn_only);

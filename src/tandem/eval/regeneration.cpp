@@ -66,8 +66,13 @@ std::vector<Regenerated> Regenerator::run(
     std::vector<size_t> batch;
     std::vector<std::vector<int64_t>> prompts;
     for (size_t c : due) {
-      const std::vector<int32_t> ids =
-          encode_chat(tokenizer_, chat_template_, out[c].messages, with_header).ids;
+      std::vector<int32_t> ids;
+      try {
+        ids = encode_chat(tokenizer_, chat_template_, out[c].messages, with_header).ids;
+      } catch (const Error& e) {  // the template refused this conversation
+        out[c].rejected = BadLine(BadInput::template_error, e.what());
+        continue;
+      }
       const int64_t length = static_cast<int64_t>(ids.size());
       if (length + options_.max_new_tokens > max_length_) {
         out[c].rejected =
@@ -95,7 +100,7 @@ std::vector<Regenerated> Regenerator::run(
       out[c].answer_stopped.push_back(stopped);
       if (stopped) tokens.pop_back();
       out[c].messages.push_back(
-          {ChatRole::assistant, tokenizer_.decode(tokens, /*skip_special_tokens=*/true)});
+          {ChatRole::assistant, tokenizer_.decode(tokens, /*skip_special_tokens=*/true), {}});
       if (answer_due(c)) due.push_back(c);
     }
   }

@@ -1,6 +1,20 @@
 #pragma once
-// Chat templates rendered natively, byte for byte what the published Jinja templates produce
-// through transformers' apply_chat_template, plus the byte spans the loss covers.
+// Chat templates: the model's own Jinja template (text/jinja.h) as transformers'
+// apply_chat_template renders it, or one of four built-in layouts kept as a fallback, plus the
+// byte spans the loss covers.
+//
+// A Jinja template gets what transformers passes: `messages` (each message's role, content and
+// every other field the data gives it: tool_calls, reasoning_content, name, ...), `tools`,
+// `add_generation_prompt`, the special tokens of tokenizer_config.json (bos_token, eos_token,
+// unk_token, pad_token) and extra kwargs (enable_thinking, ...). Its loss spans are its
+// `{% generation %}` blocks when it has them; otherwise each assistant message's span is found by
+// rendering: [the conversation before it with the generation prompt, the conversation through
+// it), less the whitespace the template writes after the turn. Both renderings must be prefixes
+// of the whole conversation's; a template that rewrites earlier turns (Qwen3 drops the
+// reasoning of turns before the last user message) cannot be split that way, and the error
+// names the turn.
+//
+// The built-in layouts:
 //
 //   llama3  Meta-Llama-3-8B-Instruct: `<|begin_of_text|>` (the template's bos_token) before the
 //           first message, `<|start_header_id|>{role}<|end_header_id|>\n\n{content|trim}<|eot_id|>`
@@ -18,23 +32,33 @@
 // role header and the newline after `<|im_end|>` are not covered.
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
 
+#include "tandem/text/jinja_value.h"
+
 namespace tandem {
 
 class Tokenizer;
+namespace jinja {
+class Template;
+}
 
-enum class ChatRole { system, user, assistant };
+enum class ChatRole { system, user, assistant, tool };
 
-/// "system", "user", "assistant".
+/// "system", "user", "assistant", "tool".
 std::string_view chat_role_name(ChatRole role);
 
 struct ChatMessage {
   ChatRole role;
   std::string content;  // UTF-8
+  /// Every other field of the message as the data gives it (tool_calls, reasoning_content,
+  /// name, tool_call_id, ...; content when it is not a string), for Jinja templates; the role's
+  /// own spelling when the data names it differently (ShareGPT's "gpt" is role "assistant").
+  jinja::Dict fields;
 };
 
 /// A half-open byte range [begin, end) of a rendered text.
@@ -56,27 +80,56 @@ class ChatTemplate {
   static ChatTemplate from_name(std::string_view name);
   /// Every name from_name accepts.
   static std::vector<std::string> names();
+  /// A Jinja template; `origin` names it in errors; `globals` are the special tokens and kwargs
+  /// every render gets; `end_of_turn` the text a turn ends with (the tokenizer's eos_token).
+  static ChatTemplate from_jinja(const std::string& source, const std::string& origin,
+                                 jinja::Dict globals, std::string end_of_turn);
+  /// What data.chat_template names: "auto" (or "") is the tokenizer directory's own template
+  /// (chat_template.jinja, else tokenizer_config.json's chat_template; "llama3" when it has
+  /// none); a path to a .jinja file; or a built-in name. `kwargs` (a JSON object's text, "" for
+  /// none) go to Jinja templates beside the special tokens of the tokenizer directory.
+  static ChatTemplate resolve(const std::string& spec, const std::string& tokenizer_dir,
+                              const std::string& kwargs = "");
 
+  /// The built-in name, or the Jinja template's origin.
   const std::string& name() const { return name_; }
-  /// The text that ends every turn: "<|eot_id|>" or "<|im_end|>".
+  bool is_jinja() const { return jinja_ != nullptr; }
+  /// What identifies the rendering (for caches): the name, or a hash of the Jinja source, its
+  /// globals and kwargs.
+  const std::string& fingerprint() const { return fingerprint_; }
+  /// The text that ends every turn: "<|eot_id|>", "<|im_end|>", or a Jinja template's
+  /// tokenizer eos_token ("" if none).
   const std::string& end_of_turn() const { return end_of_turn_; }
   /// The system prompt the template inserts when the conversation has none ("" if none).
   const std::string& default_system_prompt() const { return default_system_; }
 
   /// Renders `messages` as the reference template does; `add_generation_prompt` appends the
-  /// assistant header a generation continues from.
-  RenderedChat render(const std::vector<ChatMessage>& messages,
-                      bool add_generation_prompt = false) const;
+  /// assistant header a generation continues from; `tools` (a list, or undefined) goes to
+  /// Jinja templates. `last_assistant_only`: only the last assistant message's span. A Jinja
+  /// template without {% generation %} blocks gives spans only without the generation prompt.
+  RenderedChat render(const std::vector<ChatMessage>& messages, bool add_generation_prompt = false,
+                      const jinja::Value& tools = {}, bool last_assistant_only = false) const;
+  /// The text alone (no loss spans looked for).
+  std::string render_text(const std::vector<ChatMessage>& messages, bool add_generation_prompt,
+                          const jinja::Value& tools = {}) const;
 
  private:
-  enum class Layout { llama3, chatml };
+  enum class Layout { llama3, chatml, jinja };
   ChatTemplate(std::string name, Layout layout, std::string default_system, bool system_on_empty);
+  RenderedChat render_jinja(const std::vector<ChatMessage>& messages, bool add_generation_prompt,
+                            const jinja::Value& tools, bool last_assistant_only) const;
+  std::string render_jinja_text(const std::vector<ChatMessage>& messages,
+                                bool add_generation_prompt, const jinja::Value& tools,
+                                std::vector<std::pair<size_t, size_t>>* generation) const;
 
   std::string name_;
   Layout layout_;
   std::string default_system_;
   bool system_on_empty_;  // Qwen2.5 writes its default system block even with no messages
   std::string end_of_turn_;
+  std::string fingerprint_;
+  std::shared_ptr<const jinja::Template> jinja_;
+  jinja::Dict globals_;  // special tokens and kwargs
 };
 
 struct ChatTokens {
@@ -88,6 +141,7 @@ struct ChatEncodeOptions {
   bool add_generation_prompt = false;
   /// Only the last assistant message is trained (every earlier one is context).
   bool last_assistant_only = false;
+  jinja::Value tools;  // the conversation's tool definitions (Jinja templates)
 };
 
 /// Renders and tokenizes a whole conversation in one pass (pieces tokenized apart would split

@@ -143,6 +143,15 @@ class Renderer {
   Renderer(const std::string& origin, const RenderOptions& options)
       : origin_(origin), options_(options) {}
 
+  // Macros hold the scope they were defined in, and namespaces can hold themselves: both make
+  // reference cycles, which nothing outlives the render to need, so they are cut here.
+  ~Renderer() {
+    for (const ScopePtr& scope : captured_scopes_) scope->variables.clear();
+    for (const Value& ns : namespaces_) ns.namespace_attributes().items.clear();
+  }
+  Renderer(const Renderer&) = delete;
+  Renderer& operator=(const Renderer&) = delete;
+
   Rendered run(const Body& body, const Dict& variables) {
     auto globals = std::make_shared<Scope>();
     add_builtins(*globals);
@@ -213,10 +222,11 @@ class Renderer {
       return dict;
     };
     globals.variables["namespace"] =
-        Value::callable("namespace", [from_keywords, check_name](CallArgs& args) {
+        Value::callable("namespace", [this, from_keywords, check_name](CallArgs& args) {
           Dict attributes = from_keywords(args, "namespace");
           for (const auto& entry : attributes.items) check_name(entry.first);
-          return Value::namespace_(std::move(attributes));
+          namespaces_.push_back(Value::namespace_(std::move(attributes)));
+          return namespaces_.back();
         });
     globals.variables["dict"] = Value::callable("dict", [from_keywords](CallArgs& args) {
       return Value::dict(from_keywords(args, "dict"));
@@ -389,7 +399,7 @@ class Renderer {
                  if (args.positional.empty()) problem("loop.cycle() needs at least one value");
                  return args.positional[static_cast<size_t>(i) % args.positional.size()];
                }));
-      body_scope->variables["loop"] = Value::namespace_(std::move(loop));
+      body_scope->variables["loop"] = Value::dict(std::move(loop));
       const Flow flow = exec_body(stmt.body, body_scope);
       if (flow == Flow::Break) break;
     }
@@ -397,12 +407,14 @@ class Renderer {
   }
 
   Value make_macro(const Stmt& macro, const ScopePtr& defining) {
+    captured_scopes_.push_back(defining);
     return Value::callable(macro.name, [this, &macro, defining](CallArgs& args) {
       return call_body(macro.name, macro.parameters, macro.body, defining, args, /*is_macro=*/true);
     });
   }
 
   Value make_caller(const Stmt& call, const ScopePtr& scope) {
+    captured_scopes_.push_back(scope);
     return Value::callable("caller", [this, &call, scope](CallArgs& args) {
       return call_body("caller", call.parameters, call.body, scope, args, /*is_macro=*/false);
     });
@@ -558,6 +570,8 @@ class Renderer {
   const RenderOptions& options_;
   std::vector<std::string> buffers_;
   std::vector<std::pair<size_t, size_t>> spans_;
+  std::vector<ScopePtr> captured_scopes_;
+  std::vector<Value> namespaces_;
   int64_t steps_ = 0;
   size_t output_bytes_ = 0;
   int call_depth_ = 0;

@@ -338,30 +338,52 @@ void append_json(std::string& out, const Value& value, const JsonOptions& option
 
 }  // namespace
 
-std::string to_repr(const Value& value) {
+namespace {
+
+constexpr int kMaxDepth = 256;
+
+void check_depth(int depth) {
+  if (depth > kMaxDepth)
+    throw Problem("a value nested more than " + std::to_string(kMaxDepth) +
+                  " levels deep (does it contain itself?)");
+}
+
+std::string repr_at(const Value& value, int depth) {
+  check_depth(depth);
   switch (value.kind()) {
     case Value::Kind::String:
       return string_repr(value.as_string());
     case Value::Kind::List: {
       const auto& items = value.as_list();
       std::string out = value.is_tuple() ? "(" : "[";
-      for (size_t i = 0; i < items.size(); ++i) out += (i ? ", " : "") + to_repr(items[i]);
+      for (size_t i = 0; i < items.size(); ++i)
+        out += (i ? ", " : "") + repr_at(items[i], depth + 1);
       if (value.is_tuple() && items.size() == 1) out += ",";
       return out + (value.is_tuple() ? ")" : "]");
     }
-    case Value::Kind::Dict: {
+    case Value::Kind::Dict:
+    case Value::Kind::Namespace: {
       std::string out = "{";
       bool first = true;
       for (const auto& [key, item] : value.as_dict().items) {
-        out += (first ? "" : ", ") + string_repr(key) + ": " + to_repr(item);
+        out += (first ? "" : ", ") + string_repr(key) + ": " + repr_at(item, depth + 1);
         first = false;
       }
-      return out + "}";
+      out += "}";
+      return value.is_namespace() ? "<Namespace " + out + ">" : out;
     }
     default:
       return to_str(value);
   }
 }
+
+bool equal_at(const Value& a, const Value& b, int depth);
+
+bool less_at(const Value& a, const Value& b, int depth);
+
+}  // namespace
+
+std::string to_repr(const Value& value) { return repr_at(value, 0); }
 
 std::string to_str(const Value& value) {
   switch (value.kind()) {
@@ -379,9 +401,8 @@ std::string to_str(const Value& value) {
       return value.as_string();
     case Value::Kind::List:
     case Value::Kind::Dict:
-      return to_repr(value);
     case Value::Kind::Namespace:
-      return "<Namespace " + to_repr(Value::dict(value.as_dict())) + ">";
+      return to_repr(value);
     case Value::Kind::Callable:
       return "<function " + value.as_callable().name + ">";
   }
@@ -394,7 +415,14 @@ std::string to_json(const Value& value, const JsonOptions& options) {
   return out;
 }
 
-bool equal(const Value& a, const Value& b) {
+bool equal(const Value& a, const Value& b) { return equal_at(a, b, 0); }
+
+bool less(const Value& a, const Value& b) { return less_at(a, b, 0); }
+
+namespace {
+
+bool equal_at(const Value& a, const Value& b, int depth) {
+  check_depth(depth);
   const bool a_number = a.is_number() || a.is_bool(), b_number = b.is_number() || b.is_bool();
   if (a_number && b_number) {
     if (!a.is_float() && !b.is_float())
@@ -413,7 +441,7 @@ bool equal(const Value& a, const Value& b) {
       const auto &x = a.as_list(), &y = b.as_list();
       if (x.size() != y.size() || a.is_tuple() != b.is_tuple()) return false;
       for (size_t i = 0; i < x.size(); ++i)
-        if (!equal(x[i], y[i])) return false;
+        if (!equal_at(x[i], y[i], depth + 1)) return false;
       return true;
     }
     case Value::Kind::Dict: {
@@ -421,7 +449,7 @@ bool equal(const Value& a, const Value& b) {
       if (x.size() != y.size()) return false;
       for (const auto& [key, item] : x) {
         const Value* other = b.as_dict().find(key);
-        if (!other || !equal(item, *other)) return false;
+        if (!other || !equal_at(item, *other, depth + 1)) return false;
       }
       return true;
     }
@@ -434,19 +462,22 @@ bool equal(const Value& a, const Value& b) {
   }
 }
 
-bool less(const Value& a, const Value& b) {
+bool less_at(const Value& a, const Value& b, int depth) {
+  check_depth(depth);
   const bool a_number = a.is_number() || a.is_bool(), b_number = b.is_number() || b.is_bool();
   if (a_number && b_number) return a.as_number() < b.as_number();
   if (a.is_string() && b.is_string()) return a.as_string() < b.as_string();
   if (a.is_list() && b.is_list()) {
     const auto &x = a.as_list(), &y = b.as_list();
     for (size_t i = 0; i < x.size() && i < y.size(); ++i) {
-      if (less(x[i], y[i])) return true;
-      if (less(y[i], x[i])) return false;
+      if (less_at(x[i], y[i], depth + 1)) return true;
+      if (less_at(y[i], x[i], depth + 1)) return false;
     }
     return x.size() < y.size();
   }
   throw Problem("'<' is not supported between a " + a.type_name() + " and a " + b.type_name());
 }
+
+}  // namespace
 
 }  // namespace tandem::jinja

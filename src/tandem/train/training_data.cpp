@@ -125,6 +125,7 @@ DataOptions read_data_options(const Config& config) {
   options.packing.max_rows = options.rows;
   options.tokenizer_dir = data::tokenizer.read(config);
   options.dataset.chat_template = data::chat_template.read(config);
+  options.dataset.template_kwargs = data::template_kwargs.read(config);
   options.dataset.max_length = data::max_length.read(config);
   options.dataset.last_turn_only = data::last_turn_only.read(config);
   options.dataset.on_error = data::on_error.read(config);
