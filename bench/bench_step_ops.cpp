@@ -218,8 +218,9 @@ int main(int argc, char** argv) {
   app.add_option("--seq", seq, "tokens in the step's one row")->capture_default_str();
   app.add_option("--dtype", dtype, "fp32 | bf16: every model's dtype (a GPU run's default: bf16)")
       ->capture_default_str();
-  app.add_option("--steps", only, "which steps to trace")->capture_default_str();
+  app.add_option("--steps", only, "which steps to trace")->delimiter(',')->capture_default_str();
   app.add_option("--kernels", kernels, "attention kernels for EAGLE-3 and DFlash")
+      ->delimiter(',')
       ->capture_default_str();
   app.add_option("--ttt", g_drafts.ttt, "EAGLE-3 unroll steps")->capture_default_str();
   app.add_option("--draft-vocab", g_drafts.draft_vocab, "EAGLE-3 draft vocabulary")
