@@ -15,7 +15,8 @@ Loss spans, computed here independently of tandem:
     len(render(messages[:i+1])) less trailing newlines and spaces), valid only when both
     renderings are prefixes of the whole conversation's ("prefix_error" when one is not), for
     every assistant turn ("spans") and for the last one alone ("last_spans").
-A token is trained when its byte range lies inside a span.
+A token is trained when its byte range lies inside a span. A conversation the template refuses
+(raise_exception) is recorded with its "error".
 
 Writes tests/fixtures/jinja/chats.json. Deterministic. Run from the repository root:
     .venv-tools/bin/python tools/make_chat_jinja_fixtures.py
@@ -25,7 +26,8 @@ import json
 import os
 
 import tokenizers
-from transformers.utils.chat_template_utils import _compile_jinja_template, _render_with_assistant_indices
+from transformers.utils.chat_template_utils import (_alias_reasoning_fields, _compile_jinja_template,
+                                                   _render_with_assistant_indices)
 
 TEMPLATE_DIR = os.path.join("tests", "fixtures", "jinja", "templates")
 TOKENIZER = os.path.join("tests", "fixtures", "tokenizers", "qwen2", "tokenizer.json")
@@ -70,6 +72,13 @@ CONVERSATIONS = {
         {"role": "assistant", "reasoning_content": "Multiply.", "content": "9"},
         {"role": "user", "content": "And squared?"},
         {"role": "assistant", "reasoning_content": "9 * 9.", "content": "81"}]},
+    "not_alternating": {"messages": [
+        {"role": "user", "content": "One"},
+        {"role": "user", "content": "Two"},
+        {"role": "assistant", "content": "Three"}]},
+    "thinking_key": {"messages": [
+        {"role": "user", "content": "Capital of Peru?"},
+        {"role": "assistant", "thinking": "Recall.", "content": "Lima"}]},
     "unicode_empty": {"messages": [
         {"role": "user", "content": "Écris «bonjour» 🙂 日本"},
         {"role": "assistant", "content": ""},
@@ -94,6 +103,10 @@ TEMPLATES = [
     ("qwen3-style-generation", load("qwen3-style-generation.jinja"), {}, list(CONVERSATIONS)),
     ("llama31-style", load("llama31-style.jinja"), {"date_string": "26 Nov 2026"},
      ["multi_turn", "system_single", "tool_call", "unicode_empty"]),
+    ("harmony-style", load("harmony-style.jinja"), {"reasoning_effort": "high"},
+     ["multi_turn", "system_single", "tool_call", "parallel_tool_calls", "reasoning_last", "thinking_key"]),
+    ("mistral-style", load("mistral-style.jinja"), {},
+     ["multi_turn", "system_single", "tool_call", "unicode_empty", "not_alternating"]),
     ("demo-llama3", tokenizer_template("data/demo/tokenizer/tokenizer_config.json"), {}, ["multi_turn", "system_single", "unicode_empty"]),
     ("qwen2-fixture", tokenizer_template("tests/fixtures/tokenizers/qwen2/tokenizer_config.json"), {}, ["multi_turn", "system_single", "unicode_empty"]),
 ]
@@ -102,8 +115,10 @@ SPECIAL = {"bos_token": "<|begin_of_text|>", "eos_token": "<|im_end|>"}
 
 
 def render(template, messages, tools, agp, kwargs):
+    # As apply_chat_template does: reasoning under every name templates read, then render.
     compiled = _compile_jinja_template(template)
-    return _render_with_assistant_indices(compiled, messages, tools, None, agp, **SPECIAL, **kwargs)
+    return _render_with_assistant_indices(compiled, _alias_reasoning_fields(messages), tools, None, agp,
+                                          **SPECIAL, **kwargs)
 
 
 def byte_len(text):
@@ -141,9 +156,15 @@ def main():
             data = CONVERSATIONS[conversation]
             messages, tools = data["messages"], data.get("tools")
             for agp in (False, True):
-                text, generation = render(template, messages, tools, agp, kwargs)
                 case = {"template": name, "conversation": conversation, "add_generation_prompt": agp,
-                        "kwargs": kwargs, "text": text}
+                        "kwargs": kwargs}
+                try:
+                    text, generation = render(template, messages, tools, agp, kwargs)
+                except Exception as e:  # noqa: BLE001 - the template refused the conversation
+                    case["error"] = f"{type(e).__name__}: {e}"
+                    cases.append(case)
+                    continue
+                case["text"] = text
                 if has_generation:
                     case["spans"] = [[byte_len(text[:a]), byte_len(text[:b])] for a, b in generation if b > a]
                     case["last_spans"] = case["spans"][-1:]
@@ -155,8 +176,7 @@ def main():
                 encoding = tok.encode(text, add_special_tokens=False)
                 # Byte offsets from the tokens' own bytes (the fixture is byte-level).
                 case["ids"] = encoding.ids
-                offsets, position = [], 0
-                raw = text.encode("utf-8")
+                offsets = []
                 for begin, end in encoding.offsets:
                     b = byte_len(text[:begin]); e = byte_len(text[:end])
                     offsets.append([b, e])

@@ -270,11 +270,25 @@ RenderedChat ChatTemplate::render(const std::vector<ChatMessage>& messages,
 
 namespace {
 
+// A message as transformers hands it to a template: its fields, with the reasoning under both
+// names templates read (reasoning_content, and thinking for gpt-oss-style templates) whichever
+// of reasoning_content, thinking or reasoning the data used; `thinking` first, as transformers
+// orders it.
 jinja::Value message_value(const ChatMessage& message) {
+  const jinja::Value* reasoning = nullptr;
+  for (const char* key : {"reasoning_content", "thinking", "reasoning"}) {
+    const jinja::Value* found = message.fields.find(key);
+    if (found && !found->is_none() && !found->is_undefined()) {
+      reasoning = found;
+      break;
+    }
+  }
   jinja::Dict dict;
+  if (reasoning) dict.set("thinking", *reasoning);
   dict.set("role", jinja::Value(std::string(chat_role_name(message.role))));
   dict.set("content", jinja::Value(message.content));
   for (const auto& [key, value] : message.fields.items) dict.set(key, value);
+  if (reasoning) dict.set("reasoning_content", *reasoning);
   return jinja::Value::dict(std::move(dict));
 }
 
