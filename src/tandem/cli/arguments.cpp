@@ -27,6 +27,17 @@ std::vector<int64_t> parse_int_list(const std::string& text, const std::string& 
   return out;
 }
 
+void add_chat_template_options(CLI::App& command, std::string& chat_template,
+                               std::string& template_kwargs, const std::string& note) {
+  command.add_option("--chat-template", chat_template,
+                     "auto (the tokenizer's own Jinja template, the default), a .jinja file, or "
+                     "llama3, chatml (Qwen2.5), qwen2, chatml-plain");
+  command.add_option("--template-kwargs", template_kwargs,
+                     "extra Jinja template variables, a JSON object: '{\"enable_thinking\": "
+                     "false}'" +
+                         note);
+}
+
 void add_device_option(CLI::App& command, std::string& device) {
   command
       .add_option("--device", device,

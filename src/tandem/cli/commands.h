@@ -26,6 +26,11 @@ Runner add_config_keys_command(CLI::App& root);
 /// Comma-separated integers ("1,2,3"); `what` names the option in errors.
 std::vector<int64_t> parse_int_list(const std::string& text, const std::string& what);
 
+/// Adds `--chat-template` (auto | a .jinja file | a built-in name) and `--template-kwargs` (a
+/// JSON object) to a subcommand that renders conversations; `note` ends the kwargs' help.
+void add_chat_template_options(CLI::App& command, std::string& chat_template,
+                               std::string& template_kwargs, const std::string& note = "");
+
 /// Adds `--device` (auto | cpu | cuda | cuda:N, default auto) to a subcommand that runs models.
 void add_device_option(CLI::App& command, std::string& device);
 /// The device `--device` names (core/device.h: resolve_device, LOCAL_RANK for a plain "cuda").

@@ -275,14 +275,7 @@ void add_common_options(CLI::App* command, DataCommandOptions& options) {
   command->add_option("--tokenizer", options.tokenizer,
                       "directory holding tokenizer.json, or the file (needed to tokenize; "
                       "optional for pretokenized and rollout, where it shows token text)");
-  command
-      ->add_option("--chat-template", options.chat_template,
-                   "auto (the tokenizer's own Jinja template), a .jinja file, or llama3, chatml "
-                   "(Qwen2.5), qwen2, chatml-plain")
-      ->capture_default_str();
-  command->add_option("--template-kwargs", options.template_kwargs,
-                      "extra Jinja template variables, a JSON object: '{\"enable_thinking\": "
-                      "false}'");
+  add_chat_template_options(*command, options.chat_template, options.template_kwargs);
   command->add_option("--template", options.old_template, "renamed: --chat-template")->group("");
   command
       ->add_option("--max-length", options.max_length,

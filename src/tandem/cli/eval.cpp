@@ -50,12 +50,7 @@ Runner add_eval_command(CLI::App& root) {
   command->add_option("--format", o->format, "conversations | text | pretokenized")
       ->check(CLI::IsMember({"conversations", "text", "pretokenized"}));
   command->add_option("--tokenizer", o->tokenizer, "tokenizer directory (default: --target)");
-  command->add_option("--chat-template", o->chat_template,
-                      "auto (the tokenizer's own Jinja template, the default), a .jinja file, or "
-                      "llama3, chatml, qwen2, chatml-plain");
-  command->add_option("--template-kwargs", o->template_kwargs,
-                      "extra Jinja template variables, a JSON object: '{\"enable_thinking\": "
-                      "false}'");
+  add_chat_template_options(*command, o->chat_template, o->template_kwargs);
   command->add_option("--num-prompts", o->num_prompts,
                       "prompts to run, from the top (default 0: every document of --data)");
   command->add_option("--prompt-tokens", o->prompt_tokens,

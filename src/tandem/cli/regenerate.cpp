@@ -98,12 +98,8 @@ Runner add_regenerate_command(CLI::App& root) {
   command->add_option("--out", o->out, "output conversations JSONL (resumed when it exists)")
       ->required();
   command->add_option("--tokenizer", o->tokenizer, "tokenizer directory (default: --target)");
-  command->add_option("--chat-template", o->chat_template,
-                      "auto (the tokenizer's own Jinja template, the default), a .jinja file, or "
-                      "llama3, chatml, qwen2, chatml-plain");
-  command->add_option("--template-kwargs", o->template_kwargs,
-                      "extra Jinja template variables, a JSON object: '{\"enable_thinking\": "
-                      "false}' (prompts end as the template's generation prompt does)");
+  add_chat_template_options(*command, o->chat_template, o->template_kwargs,
+                            " (prompts end as the template's generation prompt does)");
   command->add_option("--max-new-tokens", o->max_new_tokens,
                       "tokens per answer at most (default 512)");
   command->add_option("--max-length", o->max_length,
