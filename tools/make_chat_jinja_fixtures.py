@@ -3,8 +3,9 @@
 templates, for tests/test_chat_jinja.cpp.
 
 Templates: the ones under tests/fixtures/jinja/templates/ (written for these tests in the style
-of the Qwen3 and Llama 3.1 families: tools, tool calls, tool results, reasoning, thinking on and
-off), the demo tokenizer's, and the Qwen2 tokenizer fixture's. Each is rendered by transformers'
+of Qwen3, Llama 3.1, gpt-oss's harmony, Mistral, DeepSeek-V3/R1, GLM-4.5, Gemma 3 and Kimi K2:
+tools, tool calls, tool results, reasoning, thinking on and off, content parts), the demo
+tokenizer's, and the Qwen2 tokenizer fixture's. Each is rendered by transformers'
 own chat-template renderer with each conversation below, with and without the generation prompt
 and with the kwargs listed, and tokenized by HF `tokenizers` (the Qwen2 tokenizer fixture, no
 special tokens added: templates write their own).
@@ -59,10 +60,10 @@ CONVERSATIONS = {
         {"role": "system", "content": "Use tools when useful."},
         {"role": "user", "content": "Weather and time in Tokyo?"},
         {"role": "assistant", "content": "Checking both.", "tool_calls": [
-            {"type": "function", "function": {"name": "get_weather", "arguments": "{\"city\": \"Tokyo\"}"}},
-            {"type": "function", "function": {"name": "get_time", "arguments": {"zone": "Asia/Tokyo"}}}]},
-        {"role": "tool", "content": "rain, 18"},
-        {"role": "tool", "content": "21:04"},
+            {"id": "functions.get_weather:0", "type": "function", "function": {"name": "get_weather", "arguments": "{\"city\": \"Tokyo\"}"}},
+            {"id": "functions.get_time:1", "type": "function", "function": {"name": "get_time", "arguments": {"zone": "Asia/Tokyo"}}}]},
+        {"role": "tool", "tool_call_id": "functions.get_weather:0", "content": "rain, 18"},
+        {"role": "tool", "tool_call_id": "functions.get_time:1", "content": "21:04"},
         {"role": "assistant", "content": "Rainy, 18 degrees; it is 21:04."}]},
     "reasoning_last": {"messages": [
         {"role": "user", "content": "2 + 2?"},
@@ -76,6 +77,9 @@ CONVERSATIONS = {
         {"role": "user", "content": "One"},
         {"role": "user", "content": "Two"},
         {"role": "assistant", "content": "Three"}]},
+    "parts": {"messages": [
+        {"role": "user", "content": [{"type": "text", "text": " Describe "}, {"type": "image"}, {"type": "text", "text": "this."}]},
+        {"role": "assistant", "content": "A cat."}]},
     "thinking_key": {"messages": [
         {"role": "user", "content": "Capital of Peru?"},
         {"role": "assistant", "thinking": "Recall.", "content": "Lima"}]},
@@ -107,6 +111,12 @@ TEMPLATES = [
      ["multi_turn", "system_single", "tool_call", "parallel_tool_calls", "reasoning_last", "thinking_key"]),
     ("mistral-style", load("mistral-style.jinja"), {},
      ["multi_turn", "system_single", "tool_call", "unicode_empty", "not_alternating"]),
+    ("deepseek-style", load("deepseek-style.jinja"), {},
+     ["multi_turn", "system_single", "tool_call", "parallel_tool_calls", "unicode_empty"]),
+    ("glm-style", load("glm-style.jinja"), {}, list(CONVERSATIONS)),
+    ("glm-style-no-thinking", load("glm-style.jinja"), {"enable_thinking": False}, ["multi_turn", "tool_call"]),
+    ("gemma-style", load("gemma-style.jinja"), {}, ["multi_turn", "system_single", "unicode_empty", "not_alternating", "parts"]),
+    ("kimi-style", load("kimi-style.jinja"), {}, ["multi_turn", "system_single", "tool_call", "parallel_tool_calls"]),
     ("demo-llama3", tokenizer_template("data/demo/tokenizer/tokenizer_config.json"), {}, ["multi_turn", "system_single", "unicode_empty"]),
     ("qwen2-fixture", tokenizer_template("tests/fixtures/tokenizers/qwen2/tokenizer_config.json"), {}, ["multi_turn", "system_single", "unicode_empty"]),
 ]
