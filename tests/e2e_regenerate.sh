@@ -120,6 +120,59 @@ fi
 grep -q "begun with other settings (max_new_tokens: 40 there, 8 now)" "$work/other.log" || {
   cat "$work/other.log" >&2; exit 1; }
 
+echo "== a Jinja template file with kwargs; tools and tool calls pass through"
+cat > "$work/agent.jinja" <<'JINJA'
+{%- if enable_thinking is not defined -%}{{ raise_exception('the kwargs did not arrive') }}{%- endif -%}
+{%- if messages[0].content == 'refuse me' -%}{{ raise_exception('refused') }}{%- endif -%}
+{{- bos_token -}}
+{%- if tools -%}<|start_header_id|>system<|end_header_id|>
+
+{{ tools | length }} tools<|eot_id|>{%- endif -%}
+{%- for m in messages -%}
+<|start_header_id|>{{ m.role }}<|end_header_id|>
+
+{{ m.content or (m.tool_calls | tojson) }}<|eot_id|>
+{%- endfor -%}
+{%- if add_generation_prompt -%}<|start_header_id|>assistant<|end_header_id|>
+
+{%- endif -%}
+JINJA
+python3 - "$work/agent.jsonl" <<'PY'
+import json, sys
+call = {"type": "function", "function": {"name": "lookup", "arguments": {"z": 1, "a": 2}}}
+rows = [
+    {"id": "agent", "tools": [{"type": "function", "function": {"name": "lookup", "parameters": {"z": {}, "a": {}}}}],
+     "conversations": [{"role": "user", "content": "Look it up."},
+                       {"role": "assistant", "content": None, "tool_calls": [call]},
+                       {"role": "tool", "content": "found"},
+                       {"role": "assistant", "content": "old"}]},
+    {"id": "refused", "conversations": [{"role": "user", "content": "refuse me"}]},
+    {"id": "open", "conversations": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": None, "tool_calls": [call]},
+                                     {"role": "tool", "content": "x"}]},
+]
+open(sys.argv[1], "w").write("".join(json.dumps(r) + "\n" for r in rows))
+PY
+"$tandem" regenerate --target "$work/base/export" --tokenizer data/demo/tokenizer --data "$work/agent.jsonl" \
+  --chat-template "$work/agent.jinja" --template-kwargs '{"enable_thinking": false}' --max-new-tokens 6 \
+  --on-error skip --out "$work/agent-out.jsonl" > "$work/agent.log" 2>&1 || { cat "$work/agent.log" >&2; exit 1; }
+python3 - "$work/agent-out.jsonl" <<'PY'
+import json, sys
+out = [json.loads(l) for l in open(sys.argv[1])]
+assert [r["id"] for r in out] == ["agent", "open"], [r["id"] for r in out]
+skipped = [json.loads(l) for l in open(sys.argv[1] + ".skipped.jsonl")]
+assert [s["reason"] for s in skipped] == ["template_error"], skipped
+agent = out[0]
+assert list(agent["tools"][0]["function"]["parameters"]) == ["z", "a"]  # the input's key order
+roles = [m["role"] for m in agent["conversations"]]
+assert roles == ["user", "assistant", "tool", "assistant"], roles
+assert list(agent["conversations"][1]["tool_calls"][0]["function"]["arguments"]) == ["z", "a"]
+assert agent["conversations"][3]["content"] != "old" and len(agent["regenerated"]["answer_tokens"]) == 1
+assert [m["role"] for m in out[1]["conversations"]] == ["user", "assistant", "tool", "assistant"]
+settings = json.load(open(sys.argv[1] + ".settings.json"))
+assert settings["template"].startswith("jinja:"), settings
+print("agent conversations regenerated with their tools and tool calls kept")
+PY
+
 echo "== the output trains"
 "$tandem" train /dev/stdin > "$work/sft2.log" <<YAML
 model: {path: $work/base/export, dtype: fp32}

@@ -101,6 +101,32 @@ TEST(ChatJinja, ConversationsRenderTokenizeAndMaskAsTransformersDoes) {
   EXPECT_GE(prefix_errors, 2);  // Qwen3-style templates rewrite earlier turns
 }
 
+// data.train_reasoning: false cuts each turn's reasoning text out of the loss spans and keeps
+// the rest of the turn (the think tags, the answer), with generation blocks and by prefixes.
+TEST(ChatJinja, ReasoningCanBeLeftOutOfTheLoss) {
+  const nlohmann::ordered_json fixture = load_fixture();
+  jinja::Dict globals;
+  for (const auto& [key, value] : fixture["special_tokens"].items())
+    globals.set(key, jinja::value_from_json(value));
+  const std::string raw = fixture["conversations"]["reasoning_multi"].dump();
+  const std::vector<ChatMessage> messages = parse_conversation(nlohmann::json::parse(raw), raw);
+  for (const char* name : {"qwen3-style-generation", "qwen3-style"}) {
+    SCOPED_TRACE(name);
+    const ChatTemplate chat_template = ChatTemplate::from_jinja(
+        fixture["templates"][name].get<std::string>(), name, globals, "<|im_end|>");
+    const RenderedChat with = chat_template.render(messages, false, {}, true);
+    const RenderedChat without = chat_template.render(messages, false, {}, true, false);
+    ASSERT_EQ(with.text, without.text);
+    ASSERT_EQ(with.assistant_spans.size(), 1u);  // the last turn: its reasoning is written
+    const size_t at = with.text.rfind("9 * 9.");
+    ASSERT_NE(at, std::string::npos);
+    const ByteSpan span = with.assistant_spans.back();
+    ASSERT_TRUE(span.begin <= at && at + 6 <= span.end);
+    EXPECT_EQ(without.assistant_spans,
+              (std::vector<ByteSpan>{{span.begin, at}, {at + 6, span.end}}));
+  }
+}
+
 TEST(ChatJinja, TheDemoTokenizersOwnTemplateRendersAsTheBuiltInLlama3) {
   const std::string dir = tandem::testing::source_path("data/demo/tokenizer");
   const ChatTemplate own = ChatTemplate::resolve("auto", dir);

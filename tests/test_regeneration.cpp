@@ -186,6 +186,35 @@ TEST(Regeneration, AnswersEndAtTheEndOfTurnTokenAndLongPromptsAreRejected) {
       << results[1].rejected->what();
 }
 
+// A Jinja template gets each conversation's tools with its prompt, and a conversation the
+// template refuses is bad input, not the end of the run.
+TEST(Regeneration, JinjaPromptsGetTheConversationsToolsAndRefusalsAreBadLines) {
+  tandem::testing::ScratchDir scratch;
+  const auto model = tandem::FrozenModel::load(
+      random_chat_model(scratch / "model", demo_tokenizer()), at::kFloat, at::kCPU);
+  tandem::jinja::Dict globals;
+  globals.set("bos_token", tandem::jinja::Value("<|begin_of_text|>"));
+  const auto chat_template = tandem::ChatTemplate::from_jinja(
+      "{% if tools is none %}{{ raise_exception('this template needs tools') }}{% endif %}"
+      "{{ bos_token }}{% for m in messages %}<|start_header_id|>{{ m.role }}<|end_header_id|>\n\n"
+      "{{ m.content }}<|eot_id|>{% endfor %}{% if add_generation_prompt %}"
+      "<|start_header_id|>assistant<|end_header_id|>\n\n{{ tools | length }}{% endif %}",
+      "needs-tools.jinja", globals, "<|eot_id|>");
+  tandem::RegenerationOptions options;
+  options.max_new_tokens = 4;
+  const tandem::Regenerator regenerator(model, demo_tokenizer(), chat_template, options);
+  const tandem::jinja::Value tools = tandem::jinja::Value::list({tandem::jinja::Value("t")});
+  const auto results =
+      regenerator.run({chat({{ChatRole::user, "Hi"}}), chat({{ChatRole::user, "Hi"}})}, nullptr,
+                      {tools, tandem::jinja::Value()});
+  ASSERT_FALSE(results[0].rejected);
+  EXPECT_EQ(results[0].answer_tokens.size(), 1u);
+  ASSERT_TRUE(results[1].rejected);
+  EXPECT_EQ(results[1].rejected->reason, tandem::BadInput::template_error);
+  EXPECT_NE(std::string(results[1].rejected->what()).find("this template needs tools"),
+            std::string::npos);
+}
+
 // A kill during a write leaves part of a line: reopening cuts it and keeps the complete ones;
 // appends go after them; dropping lines rewrites the file.
 TEST(ResumableJsonl, CutsAPartialLastLineAndKeepsTheCompleteOnes) {

@@ -3,7 +3,8 @@
 templates, for tests/test_chat_jinja.cpp.
 
 Templates: the ones under tests/fixtures/jinja/templates/ (written for these tests in the style
-of Qwen3, Llama 3.1, gpt-oss's harmony, Mistral, DeepSeek-V3/R1, GLM-4.5, Gemma 3 and Kimi K2:
+of Qwen3, Qwen3.5, Llama 3.1, gpt-oss's harmony, Mistral, DeepSeek-V3/R1, GLM-4.5, Gemma 3,
+Kimi K2 and MiniMax-M2:
 tools, tool calls, tool results, reasoning, thinking on and off, content parts), the demo
 tokenizer's, and the Qwen2 tokenizer fixture's. Each is rendered by transformers'
 own chat-template renderer with each conversation below, with and without the generation prompt
@@ -117,6 +118,11 @@ TEMPLATES = [
     ("glm-style-no-thinking", load("glm-style.jinja"), {"enable_thinking": False}, ["multi_turn", "tool_call"]),
     ("gemma-style", load("gemma-style.jinja"), {}, ["multi_turn", "system_single", "unicode_empty", "not_alternating", "parts"]),
     ("kimi-style", load("kimi-style.jinja"), {}, ["multi_turn", "system_single", "tool_call", "parallel_tool_calls"]),
+    ("qwen35-style", load("qwen35-style.jinja"), {}, list(CONVERSATIONS)),
+    ("qwen35-style-no-thinking", load("qwen35-style.jinja"), {"enable_thinking": False},
+     ["multi_turn", "tool_call", "parallel_tool_calls"]),
+    ("minimax-style", load("minimax-style.jinja"), {},
+     ["multi_turn", "system_single", "tool_call", "parallel_tool_calls", "reasoning_multi", "unicode_empty"]),
     ("demo-llama3", tokenizer_template("data/demo/tokenizer/tokenizer_config.json"), {}, ["multi_turn", "system_single", "unicode_empty"]),
     ("qwen2-fixture", tokenizer_template("tests/fixtures/tokenizers/qwen2/tokenizer_config.json"), {}, ["multi_turn", "system_single", "unicode_empty"]),
 ]

@@ -28,6 +28,7 @@ struct DataCommandOptions {
   std::string old_template;  // --template: renamed --chat-template
   int64_t max_length = 0;
   bool last_turn_only = false;
+  bool no_reasoning_loss = false;
   std::string on_error = "fail";
   int64_t vocab_size = 0;
   std::string cache_dir;
@@ -71,6 +72,7 @@ void load(const DataCommandOptions& cli, LoadedData& out) {
                           cli.template_kwargs);
   out.options.max_length = cli.max_length;
   out.options.last_turn_only = cli.last_turn_only;
+  out.options.train_reasoning = !cli.no_reasoning_loss;
   out.options.on_error = parse_on_error(cli.on_error);
   out.options.vocab_size = cli.vocab_size;
   if (out.format == DataFormat::rollout) {
@@ -223,6 +225,7 @@ int run_stats(const DataCommandOptions& cli) {
     out << ", template " << cli.chat_template;
   if (cli.max_length > 0) out << ", max_length " << cli.max_length;
   if (cli.last_turn_only) out << ", last turn only";
+  if (cli.no_reasoning_loss) out << ", no loss on reasoning";
   out << ", on_error " << cli.on_error << ")\n";
   if (data.dataset && !data.dataset->cache_path().empty())
     out << "cache       " << (data.dataset->from_cache() ? "hit" : "built") << ": "
@@ -281,6 +284,9 @@ void add_common_options(CLI::App* command, DataCommandOptions& options) {
       ->add_option("--max-length", options.max_length,
                    "longest document in tokens; longer ones are bad input (0: no limit)")
       ->capture_default_str();
+  command->add_flag("--no-reasoning-loss", options.no_reasoning_loss,
+                    "conversations: the loss skips each assistant turn's reasoning "
+                    "(data.train_reasoning: false)");
   command->add_flag("--last-turn-only", options.last_turn_only,
                     "conversations: train the last assistant turn only");
   command

@@ -238,7 +238,8 @@ Runner add_regenerate_command(CLI::App& root) {
     while (more) {
       // The next batch of good conversations.
       std::vector<std::vector<ChatMessage>> batch;
-      std::vector<nlohmann::json> originals;
+      std::vector<jinja::Value> batch_tools;
+      std::vector<nlohmann::ordered_json> originals;  // in the input's key order
       std::vector<int64_t> lines;
       while (static_cast<int64_t>(batch.size()) < o->batch_size) {
         if (o->limit > 0 && reader.line() >= o->limit) {
@@ -254,42 +255,48 @@ Runner add_regenerate_command(CLI::App& root) {
           break;
         }
         try {
-          batch.push_back(parse_conversation(value, chat_template.is_jinja()
-                                                        ? std::string_view(reader.line_text())
-                                                        : std::string_view()));
+          const std::string_view raw =
+              chat_template.is_jinja() ? std::string_view(reader.line_text()) : std::string_view();
+          std::vector<ChatMessage> messages = parse_conversation(value, raw);
+          batch_tools.push_back(parse_tools(value, raw));
+          batch.push_back(std::move(messages));
         } catch (const BadLine& bad) {
           reader.reject(bad);
           continue;
         }
-        originals.push_back(value);
+        nlohmann::ordered_json original =
+            nlohmann::ordered_json::parse(reader.line_text(), nullptr, /*allow_exceptions=*/false);
+        originals.push_back(original.is_object() ? std::move(original)
+                                                 : nlohmann::ordered_json::parse(value.dump()));
         lines.push_back(reader.line());
       }
       if (!batch.empty()) {
         at::Generator generator = at::detail::createCPUGenerator(
             o->seed * 1000003ULL + static_cast<uint64_t>(lines.front()));
-        const std::vector<Regenerated> results = regenerator.run(batch, &generator);
-        std::vector<nlohmann::json> out_lines;
+        const std::vector<Regenerated> results = regenerator.run(batch, &generator, batch_tools);
+        std::vector<nlohmann::ordered_json> out_lines;
         for (size_t i = 0; i < results.size(); ++i) {
           const Regenerated& result = results[i];
           if (result.rejected) {
             reader.reject(*result.rejected, lines[i]);
             continue;
           }
-          nlohmann::json messages = nlohmann::json::array();
+          nlohmann::ordered_json messages = nlohmann::ordered_json::array();
           for (const ChatMessage& message : result.messages) {
-            // The message as it came (its role's spelling, tool calls, reasoning, ...), with
-            // the answer's text where one was generated.
-            nlohmann::json item = {{"role", std::string(chat_role_name(message.role))},
-                                   {"content", message.content}};
+            // The message as it came (its role's spelling, tool calls, reasoning, ... in their
+            // order), with the answer's text where one was generated.
+            nlohmann::ordered_json item = {{"role", std::string(chat_role_name(message.role))},
+                                           {"content", message.content}};
             for (const auto& [key, field] : message.fields.items)
-              item[key] = nlohmann::json::parse(jinja::to_json(field));
+              item[key] = nlohmann::ordered_json::parse(jinja::to_json(field));
             messages.push_back(std::move(item));
           }
-          nlohmann::json line;
+          nlohmann::ordered_json line;
           line["id"] = originals[i].contains("id")
                            ? originals[i]["id"]
-                           : nlohmann::json(o->data + ":" + std::to_string(lines[i]));
+                           : nlohmann::ordered_json(o->data + ":" + std::to_string(lines[i]));
           line["conversations"] = messages;
+          if (originals[i].contains("tools")) line["tools"] = originals[i]["tools"];
           line["regenerated"] = {{"source_line", lines[i]},
                                  {"batch_end", reader.line()},
                                  {"answer_tokens", result.answer_tokens},
@@ -303,7 +310,7 @@ Runner add_regenerate_command(CLI::App& root) {
         // Skipped lines first: a kill between the two appends leaves them past the last
         // written line, where the next run drops and redoes them.
         skipped_log.append(skipped_lines);
-        output.append(out_lines);
+        output.append_ordered(out_lines);
         skipped_lines.clear();
         written += static_cast<int64_t>(out_lines.size());
       } else {

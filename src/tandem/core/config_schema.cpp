@@ -150,6 +150,9 @@ const IntKey max_length{group, "max_length", 0, IntRange::at_least(0),
                         "longer documents are bad lines (0: no limit)"};
 const BoolKey last_turn_only{group, "last_turn_only", false,
                              "conversations: train the last assistant turn only"};
+const BoolKey train_reasoning{group, "train_reasoning", true,
+                              "conversations: the loss covers each assistant turn's reasoning "
+                              "(`reasoning_content`) as the template writes it; false skips it"};
 const EnumKey<OnError> on_error{group,
                                 "on_error",
                                 OnError::fail,

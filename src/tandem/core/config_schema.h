@@ -78,6 +78,7 @@ extern const EnumKey<PackingMode> packing;
 extern const EnumKey<OverlongPolicy> overlong;
 extern const IntKey max_length;
 extern const BoolKey last_turn_only;
+extern const BoolKey train_reasoning;
 extern const EnumKey<OnError> on_error;
 extern const IntKey vocab_size;
 extern const StringKey cache_dir;

@@ -119,13 +119,17 @@ nlohmann::ordered_json ordered_line(std::string_view raw_line) {
   return nlohmann::ordered_json::parse(raw_line, nullptr, /*allow_exceptions=*/false);
 }
 
-// A preference field: a message list, or a string read as one message of `string_role`.
-std::vector<ChatMessage> parse_turns(const json& line, const char* key, ChatRole string_role) {
+// A preference field: a message list, or a string read as one message of `string_role`;
+// message fields in the key order of `ordered` (the line parsed keeping it) when it has them.
+std::vector<ChatMessage> parse_turns(const json& line, const char* key, ChatRole string_role,
+                                     const nlohmann::ordered_json& ordered) {
   const json& value = required(line, key);
-  if (value.is_string()) return {{string_role, value.get<std::string>()}};
+  if (value.is_string()) return {{string_role, value.get<std::string>(), {}}};
   if (!value.is_array())
     bad(BadInput::wrong_type, std::string("'") + key + "' is neither a string nor a message list");
-  return parse_messages(value, key);
+  const nlohmann::ordered_json* list =
+      ordered.is_object() && ordered.contains(key) ? &ordered[key] : nullptr;
+  return parse_messages(value, key, list);
 }
 
 }  // namespace
@@ -238,7 +242,7 @@ TokenizedDocument DocumentStream::encode(const std::vector<ChatMessage>& message
                                          const jinja::Value& tools) const {
   RenderedChat rendered;
   try {
-    rendered = chat_template_->render(messages, false, tools, last_only);
+    rendered = chat_template_->render(messages, false, tools, last_only, options_.train_reasoning);
   } catch (const Error& e) {  // a template's refusal is this line's problem
     bad(BadInput::template_error, e.what());
   }
@@ -302,12 +306,16 @@ std::vector<TokenizedDocument> DocumentStream::parse(const json& line) const {
     document.source = reader_.where();
     out.push_back(std::move(document));
   } else {
-    const std::vector<ChatMessage> prompt = parse_turns(line, "prompt", ChatRole::user);
+    const std::string_view raw =
+        chat_template_->is_jinja() ? std::string_view(reader_.line_text()) : std::string_view();
+    const nlohmann::ordered_json ordered = ordered_line(raw);
+    const jinja::Value tools = parse_tools(line, raw);
+    const std::vector<ChatMessage> prompt = parse_turns(line, "prompt", ChatRole::user, ordered);
     for (const char* key : {"chosen", "rejected"}) {
       std::vector<ChatMessage> messages = prompt;
-      for (ChatMessage& m : parse_turns(line, key, ChatRole::assistant))
+      for (ChatMessage& m : parse_turns(line, key, ChatRole::assistant, ordered))
         messages.push_back(std::move(m));
-      out.push_back(encode(messages, false, prompt.size(), {}));
+      out.push_back(encode(messages, false, prompt.size(), tools));
       out.back().source += std::string(" (") + key + ")";
     }
   }

@@ -46,6 +46,7 @@ struct DatasetOptions {
   std::string template_kwargs;           // a JSON object for Jinja templates ("" for none)
   int64_t max_length = 0;                // longest document in tokens; 0: no limit
   bool last_turn_only = false;           // conversations: train the last assistant turn only
+  bool train_reasoning = true;           // conversations: the loss covers reasoning text
   OnError on_error = OnError::fail;
   int64_t vocab_size = 0;  // ids must lie in [0, vocab_size); 0: the tokenizer's, else unchecked
 

@@ -54,10 +54,20 @@ void ResumableJsonl::drop_existing(const std::function<bool(const nlohmann::json
 }
 
 void ResumableJsonl::append(const std::vector<nlohmann::json>& lines) {
-  if (lines.empty()) return;
-  appended_ = true;
   std::string content;
   for (const nlohmann::json& value : lines) content += value.dump() + "\n";
+  append_text(content);
+}
+
+void ResumableJsonl::append_ordered(const std::vector<nlohmann::ordered_json>& lines) {
+  std::string content;
+  for (const nlohmann::ordered_json& value : lines) content += value.dump() + "\n";
+  append_text(content);
+}
+
+void ResumableJsonl::append_text(const std::string& content) {
+  if (content.empty()) return;
+  appended_ = true;
   UniqueFd fd(::open(path_.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644));
   check(fd.get() >= 0, component_, " ", path_,
         ": cannot open for appending: ", std::strerror(errno));

@@ -24,12 +24,15 @@ class ResumableJsonl {
   void drop_existing(const std::function<bool(const nlohmann::json&)>& drop);
   /// Appends `lines` (one JSON object each) in one write and fsyncs it.
   void append(const std::vector<nlohmann::json>& lines);
+  /// The same, for lines that keep their keys' order.
+  void append_ordered(const std::vector<nlohmann::ordered_json>& lines);
   const std::string& path() const { return path_; }
 
  private:
   std::string path_;
   const char* component_;
   std::vector<nlohmann::json> existing_;
+  void append_text(const std::string& content);  // whole lines, fsynced
   bool appended_ = false;
 };
 

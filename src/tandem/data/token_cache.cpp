@@ -202,6 +202,7 @@ nlohmann::json build(const std::string& path, DataFormat format, const DatasetOp
       {"template_kwargs", uses_tokenizer(format) ? options.template_kwargs : ""},
       {"max_length", options.max_length},
       {"last_turn_only", options.last_turn_only},
+      {"train_reasoning", options.train_reasoning},
       {"on_error", on_error_name(options.on_error)},
       {"vocab_size", options.effective_vocab_size()},
       {"lines", good + stream.skipped().total()},
@@ -246,6 +247,7 @@ uint64_t token_cache_key(const std::string& path, DataFormat format,
   }
   key.update_u64(static_cast<uint64_t>(options.max_length));
   key.update_u64(format == DataFormat::conversations && options.last_turn_only);
+  key.update_u64(format == DataFormat::conversations && !options.train_reasoning);
   key.update_field(on_error_name(options.on_error));
   key.update_u64(static_cast<uint64_t>(options.effective_vocab_size()));
   return key.digest();

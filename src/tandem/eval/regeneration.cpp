@@ -8,6 +8,14 @@ namespace tandem {
 
 namespace {
 
+// An assistant message the model answers with: not one that calls tools (its results follow it
+// in the data, so it is kept as the data has it).
+bool is_answer(const ChatMessage& message) {
+  if (message.role != ChatRole::assistant) return false;
+  const jinja::Value* calls = message.fields.find("tool_calls");
+  return !calls || !calls->truthy();
+}
+
 bool has_user_turn(const std::vector<ChatMessage>& messages) {
   return std::any_of(messages.begin(), messages.end(),
                      [](const ChatMessage& m) { return m.role == ChatRole::user; });
@@ -36,22 +44,23 @@ Regenerator::Regenerator(const FrozenModel& model, const Tokenizer& tokenizer,
 }
 
 std::vector<Regenerated> Regenerator::run(
-    const std::vector<std::vector<ChatMessage>>& conversations, at::Generator* generator) const {
+    const std::vector<std::vector<ChatMessage>>& conversations, at::Generator* generator,
+    const std::vector<jinja::Value>& tools) const {
   const size_t count = conversations.size();
   std::vector<Regenerated> out(count);
   std::vector<size_t> next(count, 0);  // the next input message of each conversation
   // Copies the conversation's messages up to its next answer into the output; true when an
-  // answer is due there (an assistant run, skipped, or the end after user messages).
+  // answer is due there (a run of answers, skipped, or the end after a user or tool message).
   auto answer_due = [&](size_t c) {
     const std::vector<ChatMessage>& in = conversations[c];
     std::vector<ChatMessage>& messages = out[c].messages;
-    while (next[c] < in.size() && in[next[c]].role != ChatRole::assistant)
-      messages.push_back(in[next[c]++]);
+    while (next[c] < in.size() && !is_answer(in[next[c]])) messages.push_back(in[next[c]++]);
     if (next[c] < in.size()) {
-      while (next[c] < in.size() && in[next[c]].role == ChatRole::assistant) ++next[c];
+      while (next[c] < in.size() && is_answer(in[next[c]])) ++next[c];
       return true;
     }
-    return !messages.empty() && messages.back().role == ChatRole::user;
+    return !messages.empty() &&
+           (messages.back().role == ChatRole::user || messages.back().role == ChatRole::tool);
   };
   std::vector<size_t> due;
   for (size_t c = 0; c < count; ++c) {
@@ -68,6 +77,7 @@ std::vector<Regenerated> Regenerator::run(
     for (size_t c : due) {
       std::vector<int32_t> ids;
       try {
+        with_header.tools = c < tools.size() ? tools[c] : jinja::Value();
         ids = encode_chat(tokenizer_, chat_template_, out[c].messages, with_header).ids;
       } catch (const Error& e) {  // the template refused this conversation
         out[c].rejected = BadLine(BadInput::template_error, e.what());

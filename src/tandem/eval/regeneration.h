@@ -45,8 +45,10 @@ class Regenerator {
 
   /// Regenerates a batch of conversations together: at each turn, the answers every
   /// conversation still needs are generated as one batch. Sampling draws from `generator`.
+  /// `tools`: each conversation's tool definitions for the template (empty: none).
   std::vector<Regenerated> run(const std::vector<std::vector<ChatMessage>>& conversations,
-                               at::Generator* generator) const;
+                               at::Generator* generator,
+                               const std::vector<jinja::Value>& tools = {}) const;
 
   /// The ids that end an answer: the model's eos ids and the template's end-of-turn token.
   const std::vector<int64_t>& stop_ids() const { return decode_.stop_ids; }

@@ -171,9 +171,20 @@ ChatTemplate ChatTemplate::resolve(const std::string& spec, const std::string& t
     }
     check(config.is_object(), "[chat] ", config_path.string(), ": not a JSON object");
   }
+  // The special tokens transformers passes (its special_tokens_map).
   jinja::Dict globals;
-  for (const char* key : {"bos_token", "eos_token", "unk_token", "pad_token"})
+  for (const char* key :
+       {"bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token"})
     if (const auto token = special_token(config, key)) globals.set(key, jinja::Value(*token));
+  if (const auto extra = config.find("additional_special_tokens");
+      extra != config.end() && extra->is_array()) {
+    std::vector<jinja::Value> tokens;
+    for (const auto& item : *extra) {
+      nlohmann::json holder = {{"token", item}};
+      if (const auto token = special_token(holder, "token")) tokens.emplace_back(*token);
+    }
+    globals.set("additional_special_tokens", jinja::Value::list(std::move(tokens)));
+  }
   if (!kwargs.empty()) {
     nlohmann::ordered_json parsed;
     try {
@@ -219,9 +230,12 @@ ChatTemplate ChatTemplate::resolve(const std::string& spec, const std::string& t
 
 RenderedChat ChatTemplate::render(const std::vector<ChatMessage>& messages,
                                   bool add_generation_prompt, const jinja::Value& tools,
-                                  bool last_assistant_only) const {
-  if (layout_ == Layout::jinja)
-    return render_jinja(messages, add_generation_prompt, tools, last_assistant_only);
+                                  bool last_assistant_only, bool train_reasoning) const {
+  if (layout_ == Layout::jinja) {
+    RenderedChat out = render_jinja(messages, add_generation_prompt, tools, last_assistant_only);
+    if (!train_reasoning) cut_reasoning(messages, out);
+    return out;
+  }
   // The built-in layouts know string contents of system, user and assistant messages only.
   const char* use_own = "; use the model's own template (data.chat_template: auto)";
   check(tools.is_undefined() || tools.is_none(), "[chat] the built-in template '", name_,
@@ -319,6 +333,8 @@ RenderedChat ChatTemplate::render_jinja(const std::vector<ChatMessage>& messages
   if (jinja_->has_generation()) {
     for (const auto& [begin, end] : generation)
       if (end > begin) out.assistant_spans.push_back({begin, end});
+    if (last_assistant_only && out.assistant_spans.size() > 1)
+      out.assistant_spans.erase(out.assistant_spans.begin(), out.assistant_spans.end() - 1);
     return out;
   }
   if (add_generation_prompt) return out;  // a prompt: nothing of it is trained
@@ -345,6 +361,38 @@ RenderedChat ChatTemplate::render_jinja(const std::vector<ChatMessage>& messages
     if (end > head.size()) out.assistant_spans.push_back({head.size(), end});
   }
   return out;
+}
+
+void ChatTemplate::cut_reasoning(const std::vector<ChatMessage>& messages, RenderedChat& rendered) {
+  // Each assistant message's reasoning (as templates write it: stripped of surrounding
+  // whitespace), found in order in the text, is removed from the spans it lies in.
+  size_t from = 0;
+  for (const ChatMessage& message : messages) {
+    if (message.role != ChatRole::assistant) continue;
+    const jinja::Value* reasoning = nullptr;
+    for (const char* key : {"reasoning_content", "thinking", "reasoning"})
+      if (const jinja::Value* found = message.fields.find(key); found && found->is_string()) {
+        reasoning = found;
+        break;
+      }
+    if (!reasoning) continue;
+    const std::string_view text = python_strip(reasoning->as_string());
+    if (text.empty()) continue;
+    const size_t at = rendered.text.find(text, from);
+    if (at == std::string::npos) continue;  // the template did not write it (an earlier turn)
+    const size_t end = at + text.size();
+    std::vector<ByteSpan> kept;
+    for (const ByteSpan& span : rendered.assistant_spans) {
+      if (span.end <= at || span.begin >= end) {
+        kept.push_back(span);
+        continue;
+      }
+      if (span.begin < at) kept.push_back({span.begin, at});
+      if (end < span.end) kept.push_back({end, span.end});
+    }
+    rendered.assistant_spans = std::move(kept);
+    from = end;
+  }
 }
 
 std::string ChatTemplate::render_text(const std::vector<ChatMessage>& messages,

@@ -6,7 +6,8 @@
 // A Jinja template gets what transformers passes: `messages` (each message's role, content and
 // every other field the data gives it: tool_calls, reasoning_content, name, ...), `tools`,
 // `add_generation_prompt`, the special tokens of tokenizer_config.json (bos_token, eos_token,
-// unk_token, pad_token) and extra kwargs (enable_thinking, ...). Its loss spans are its
+// unk_token, sep_token, pad_token, cls_token, mask_token, additional_special_tokens) and extra
+// kwargs (enable_thinking, ...). Its loss spans are its
 // `{% generation %}` blocks when it has them; otherwise each assistant message's span is found by
 // rendering: [the conversation before it with the generation prompt, the conversation through
 // it), less the whitespace the template writes after the turn. Both renderings must be prefixes
@@ -107,8 +108,11 @@ class ChatTemplate {
   /// assistant header a generation continues from; `tools` (a list, or undefined) goes to
   /// Jinja templates. `last_assistant_only`: only the last assistant message's span. A Jinja
   /// template without {% generation %} blocks gives spans only without the generation prompt.
+  /// `train_reasoning` false: each assistant message's reasoning text, where the template wrote
+  /// it inside a span, is cut out of the spans.
   RenderedChat render(const std::vector<ChatMessage>& messages, bool add_generation_prompt = false,
-                      const jinja::Value& tools = {}, bool last_assistant_only = false) const;
+                      const jinja::Value& tools = {}, bool last_assistant_only = false,
+                      bool train_reasoning = true) const;
   /// The text alone (no loss spans looked for).
   std::string render_text(const std::vector<ChatMessage>& messages, bool add_generation_prompt,
                           const jinja::Value& tools = {}) const;
@@ -118,6 +122,7 @@ class ChatTemplate {
   ChatTemplate(std::string name, Layout layout, std::string default_system, bool system_on_empty);
   RenderedChat render_jinja(const std::vector<ChatMessage>& messages, bool add_generation_prompt,
                             const jinja::Value& tools, bool last_assistant_only) const;
+  static void cut_reasoning(const std::vector<ChatMessage>& messages, RenderedChat& rendered);
   std::string render_jinja_text(const std::vector<ChatMessage>& messages,
                                 bool add_generation_prompt, const jinja::Value& tools,
                                 std::vector<std::pair<size_t, size_t>>* generation) const;

@@ -1,9 +1,11 @@
 #include "tandem/text/jinja_builtins.h"
 
 #include <algorithm>
+#include <climits>
 #include <cmath>
 #include <limits>
 #include <map>
+#include <optional>
 #include <set>
 
 #include "tandem/text/utf8.h"
@@ -36,6 +38,14 @@ int64_t int_arg(const Value& value, const char* what) {
   if (value.is_int()) return value.as_int();
   if (value.is_bool()) return value.as_bool() ? 1 : 0;
   problem(std::string(what) + " must be an integer, not a " + value.type_name());
+}
+
+// A float as an int the way Python's int() truncates it; a value beyond int64 (Python would make
+// a big integer) or not finite is a Problem, not undefined behaviour.
+int64_t float_to_int(double value) {
+  if (!std::isfinite(value) || value >= 9223372036854775808.0 || value < -9223372036854775808.0)
+    problem("the number " + float_repr(value) + " does not fit in a 64-bit integer");
+  return static_cast<int64_t>(value);
 }
 
 bool python_space(char32_t c) { return utf8::is_whitespace(c) || (c >= 0x1c && c <= 0x1f); }
@@ -80,7 +90,8 @@ std::vector<Value> split(const std::string& text, const Value& separator, int64_
       words.push_back(points.substr(i, j - i));
       i = j;
     }
-    if (max_split >= 0 && static_cast<int64_t>(words.size()) > max_split + 1) {
+    if (max_split >= 0 && words.size() > 1 &&
+        static_cast<uint64_t>(words.size() - 1) > static_cast<uint64_t>(max_split)) {
       // Rejoining keeps the original spacing only approximately; templates do not use this.
       problem("split() with maxsplit and no separator is not supported");
     }
@@ -365,7 +376,8 @@ Value attribute_path(const Value& object, const std::string& path) {
     const size_t dot = path.find('.', start);
     const std::string part =
         path.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
-    const bool numeric = !part.empty() && part.find_first_not_of("0123456789") == std::string::npos;
+    const bool numeric = !part.empty() && part.size() <= 18 &&
+                         part.find_first_not_of("0123456789") == std::string::npos;
     current = current.is_undefined() ? Value()
               : numeric ? get_item(current, Value(static_cast<int64_t>(std::stoll(part))))
                         : get_item(current, Value(part));
@@ -463,6 +475,7 @@ Value indent_filter(const Value& input, CallArgs& args) {
     const bool indented = (i > 0 || first) && (blank || !lines[i].empty());
     if (indented) out += pad;
     out += lines[i];
+    if (static_cast<int64_t>(out.size()) > kMaxBuilt) problem("indent builds a string too large");
   }
   if (trailing_newline) out += '\n';
   return Value(out);
@@ -543,6 +556,8 @@ std::vector<Value> iterate(const Value& value) {
     return keys;
   }
   if (value.is_string()) {
+    if (value.as_string().size() > (size_t{1} << 22))
+      problem("iterating over a string of more than 4 MiB is not supported");
     std::vector<Value> characters;
     for (char32_t c : to_code_points(value.as_string()))
       characters.emplace_back(from_code_points(std::u32string(1, c)));
@@ -757,14 +772,23 @@ Value apply_filter(const std::string& name, const Value& input, CallArgs& args) 
     for (const Value& item : sequence_arg(input, "sum")) {
       const Value v = attribute ? attribute_path(item, to_str(*attribute)) : item;
       if (!v.is_number() && !v.is_bool()) problem("sum needs numbers, got a " + v.type_name());
-      total = total.is_int() && (v.is_int() || v.is_bool())
-                  ? Value(total.as_int() + static_cast<int64_t>(v.as_number()))
-                  : Value(total.as_number() + v.as_number());
+      int64_t added = 0;
+      if (total.is_int() && (v.is_int() || v.is_bool())) {
+        if (__builtin_add_overflow(total.as_int(), v.is_bool() ? int64_t{v.as_bool()} : v.as_int(),
+                                   &added))
+          problem("integer overflow");
+        total = Value(added);
+      } else {
+        total = Value(total.as_number() + v.as_number());
+      }
     }
     return total;
   }
   if (name == "abs") {
-    if (input.is_int()) return Value(input.as_int() < 0 ? -input.as_int() : input.as_int());
+    if (input.is_int()) {
+      if (input.as_int() == INT64_MIN) problem("integer overflow");
+      return Value(input.as_int() < 0 ? -input.as_int() : input.as_int());
+    }
     if (input.is_float()) return Value(std::fabs(input.as_number()));
     problem("abs needs a number, not a " + input.type_name());
   }
@@ -772,17 +796,24 @@ Value apply_filter(const std::string& name, const Value& input, CallArgs& args) 
     const Value fallback = args.take(0, "default").value_or(Value(int64_t{0}));
     if (input.is_int()) return input;
     if (input.is_bool()) return Value(static_cast<int64_t>(input.as_bool()));
-    if (input.is_float()) return Value(static_cast<int64_t>(input.as_number()));
+    if (input.is_float()) return Value(float_to_int(input.as_number()));
     if (input.is_string()) {
+      // int(text), else int(float(text)); text neither reads as gives the default.
       const std::string text = strip(input.as_string(), Value(), true, true);
+      std::optional<double> number;
       try {
         size_t used = 0;
         const int64_t v = std::stoll(text, &used, 10);
         if (used == text.size()) return Value(v);
+      } catch (const std::exception&) {  // not an integer, or beyond int64: try a float
+      }
+      try {
+        size_t used = 0;
         const double d = std::stod(text, &used);
-        if (used == text.size()) return Value(static_cast<int64_t>(d));
+        if (used == text.size()) number = d;
       } catch (const std::exception&) {
       }
+      if (number) return Value(float_to_int(*number));
     }
     return fallback;
   }

@@ -19,6 +19,15 @@ namespace {
 
 [[noreturn]] void problem(const std::string& message) { throw Problem(message); }
 
+// Bounds on one value an operator builds (a loop doubling a string reaches them in 30 steps).
+constexpr size_t kMaxStringBytes = size_t{64} << 20;
+constexpr size_t kMaxListItems = size_t{1} << 20;
+
+Value bounded(std::string text) {
+  if (text.size() > kMaxStringBytes) problem("a string longer than 64 MiB");
+  return Value(std::move(text));
+}
+
 // Variables of one level: the globals, the template's top level, a loop body, a macro call.
 struct Scope {
   std::unordered_map<std::string, Value> variables;
@@ -73,8 +82,14 @@ Value arithmetic(const std::string& op, const Value& a, const Value& b) {
   if (op == "+") {
     if (ints) return Value(checked(add, x, y));
     if (numbers) return Value(a.as_number() + b.as_number());
-    if (a.is_string() && b.is_string()) return Value(a.as_string() + b.as_string());
+    if (a.is_string() && b.is_string()) {
+      if (a.as_string().size() + b.as_string().size() > kMaxStringBytes)
+        problem("a string longer than 64 MiB");
+      return Value(a.as_string() + b.as_string());
+    }
     if (a.is_list() && b.is_list()) {
+      if (a.as_list().size() + b.as_list().size() > kMaxListItems)
+        problem("a list of more than 1,048,576 items");
       std::vector<Value> items = a.as_list();
       items.insert(items.end(), b.as_list().begin(), b.as_list().end());
       return Value::list(std::move(items), a.is_tuple() && b.is_tuple());
@@ -94,7 +109,9 @@ Value arithmetic(const std::string& op, const Value& a, const Value& b) {
       const int64_t unit = sequence->is_string()
                                ? static_cast<int64_t>(sequence->as_string().size())
                                : static_cast<int64_t>(sequence->as_list().size());
-      if (unit > 0 && n > (int64_t{1} << 24) / unit) problem("repetition builds a value too large");
+      if (unit == 0) return sequence->is_string() ? Value("") : Value::list();
+      const int64_t limit = sequence->is_string() ? int64_t{64} << 20 : int64_t{1} << 20;
+      if (n > limit / unit) problem("repetition builds a value too large");
       if (sequence->is_string()) {
         std::string out;
         for (int64_t i = 0; i < n; ++i) out += sequence->as_string();
@@ -200,9 +217,10 @@ class Renderer {
       const int64_t by = n.size() == 3 ? n[2] : 1;
       if (by == 0) problem("range() step must not be zero");
       std::vector<Value> items;
-      for (int64_t i = start; by > 0 ? i < stop : i > stop; i += by) {
+      for (int64_t i = start; by > 0 ? i < stop : i > stop;) {
         if (items.size() >= (size_t{1} << 20)) problem("range() of more than 1,048,576 items");
         items.emplace_back(i);
+        if (__builtin_add_overflow(i, by, &i)) break;  // past the int64 range: past `stop` too
       }
       return Value::list(std::move(items));
     });
@@ -556,7 +574,7 @@ class Renderer {
         if (op == ">=") return Value(!less(left, right));
         if (op == "in") return Value(contains(right, left));
         if (op == "not in") return Value(!contains(right, left));
-        if (op == "~") return Value(to_str(left) + to_str(right));
+        if (op == "~") return bounded(to_str(left) + to_str(right));
         return arithmetic(op, left, right);
       }
       case Expr::Kind::Conditional:

@@ -351,6 +351,8 @@ void check_depth(int depth) {
 std::string repr_at(const Value& value, int depth) {
   check_depth(depth);
   switch (value.kind()) {
+    case Value::Kind::Undefined:
+      return "Undefined";  // Jinja's Undefined.__repr__
     case Value::Kind::String:
       return string_repr(value.as_string());
     case Value::Kind::List: {
