@@ -254,20 +254,18 @@ Runner add_regenerate_command(CLI::App& root) {
           more = false;
           break;
         }
+        static const nlohmann::ordered_json kNoOrder;
+        nlohmann::ordered_json original = ordered_line(reader.line_text());  // key order kept
+        const nlohmann::ordered_json& order = chat_template.is_jinja() ? original : kNoOrder;
         try {
-          const std::string_view raw =
-              chat_template.is_jinja() ? std::string_view(reader.line_text()) : std::string_view();
-          std::vector<ChatMessage> messages = parse_conversation(value, raw);
-          batch_tools.push_back(parse_tools(value, raw));
+          std::vector<ChatMessage> messages = parse_conversation(value, order);
+          batch_tools.push_back(parse_tools(value, order));
           batch.push_back(std::move(messages));
         } catch (const BadLine& bad) {
           reader.reject(bad);
           continue;
         }
-        nlohmann::ordered_json original =
-            nlohmann::ordered_json::parse(reader.line_text(), nullptr, /*allow_exceptions=*/false);
-        originals.push_back(original.is_object() ? std::move(original)
-                                                 : nlohmann::ordered_json::parse(value.dump()));
+        originals.push_back(std::move(original));
         lines.push_back(reader.line());
       }
       if (!batch.empty()) {

@@ -61,11 +61,6 @@ ChatRole parse_role(const std::string& role, std::string& spelling) {
   bad(BadInput::unknown_role, "unknown role '" + role + "'");
 }
 
-// `json` in document order: from the raw line's ordered parse when there is one.
-nlohmann::ordered_json ordered_copy(const json& value) {
-  return nlohmann::ordered_json::parse(value.dump());
-}
-
 std::vector<ChatMessage> parse_messages(const json& list, const std::string& key,
                                         const nlohmann::ordered_json* ordered_list = nullptr) {
   if (!list.is_array()) bad(BadInput::wrong_type, "'" + key + "' is not a list of messages");
@@ -92,31 +87,25 @@ std::vector<ChatMessage> parse_messages(const json& list, const std::string& key
     if (content != message.end() && content->is_string()) {
       out.content = content->get<std::string>();
     } else if (content != message.end() && content->is_array()) {
-      out.fields.set("content", jinja::value_from_json(ordered_copy(*content)));
+      out.fields.set("content", jinja::value_from_json(*content));
     } else if ((content == message.end() || content->is_null()) && has_tool_calls) {
       out.fields.set("content", jinja::Value::none());
     } else {
       bad(BadInput::wrong_type, where + " has no string '" + content_key + "'");
     }
-    // Every other field, for Jinja templates.
-    const nlohmann::ordered_json ordered = ordered_list && ordered_list->is_array() &&
-                                                   i < ordered_list->size() &&
-                                                   (*ordered_list)[i].is_object()
-                                               ? (*ordered_list)[i]
-                                               : ordered_copy(message);
-    for (const auto& [name, value] : ordered.items())
-      if (name != role_key && name != content_key)
-        out.fields.set(name, jinja::value_from_json(value));
+    // Every other field, for Jinja templates: in the line's key order when it is known.
+    auto copy_fields = [&](const auto& object) {
+      for (const auto& [name, value] : object.items())
+        if (name != role_key && name != content_key)
+          out.fields.set(name, jinja::value_from_json(value));
+    };
+    if (ordered_list && i < ordered_list->size() && (*ordered_list)[i].is_object())
+      copy_fields((*ordered_list)[i]);
+    else
+      copy_fields(message);
     messages.push_back(std::move(out));
   }
   return messages;
-}
-
-// The line parsed again keeping its key order (JSON objects in templates keep the order the
-// data has, as Python's json module keeps it); null when there is no raw line.
-nlohmann::ordered_json ordered_line(std::string_view raw_line) {
-  if (raw_line.empty()) return nullptr;
-  return nlohmann::ordered_json::parse(raw_line, nullptr, /*allow_exceptions=*/false);
 }
 
 // A preference field: a message list, or a string read as one message of `string_role`;
@@ -175,10 +164,17 @@ TokenizedDocument RolloutSample::document() const {
   return out;
 }
 
-std::vector<ChatMessage> parse_conversation(const json& line, std::string_view raw_line) {
+nlohmann::ordered_json ordered_line(std::string_view raw_line) {
+  if (raw_line.empty()) return nullptr;
+  nlohmann::ordered_json parsed =
+      nlohmann::ordered_json::parse(raw_line, nullptr, /*allow_exceptions=*/false);
+  return parsed.is_discarded() ? nlohmann::ordered_json() : parsed;
+}
+
+std::vector<ChatMessage> parse_conversation(const json& line,
+                                            const nlohmann::ordered_json& ordered) {
   const char* key = line.contains("conversations") ? "conversations" : "messages";
   if (!line.contains(key)) bad(BadInput::wrong_type, "missing key 'conversations' (or 'messages')");
-  const nlohmann::ordered_json ordered = ordered_line(raw_line);
   const nlohmann::ordered_json* ordered_list =
       ordered.is_object() && ordered.contains(key) ? &ordered[key] : nullptr;
   std::vector<ChatMessage> messages = parse_messages(line[key], key, ordered_list);
@@ -186,14 +182,13 @@ std::vector<ChatMessage> parse_conversation(const json& line, std::string_view r
   return messages;
 }
 
-jinja::Value parse_tools(const json& line, std::string_view raw_line) {
+jinja::Value parse_tools(const json& line, const nlohmann::ordered_json& ordered) {
   const auto tools = line.find("tools");
   if (tools == line.end() || tools->is_null()) return {};
   if (!tools->is_array()) bad(BadInput::wrong_type, "'tools' is not a list of tool definitions");
-  const nlohmann::ordered_json ordered = ordered_line(raw_line);
   if (ordered.is_object() && ordered.contains("tools"))
     return jinja::value_from_json(ordered["tools"]);
-  return jinja::value_from_json(ordered_copy(*tools));
+  return jinja::value_from_json(*tools);
 }
 
 std::vector<int64_t> prompt_of(const TokenizedDocument& document, int64_t fallback_tokens) {
@@ -242,25 +237,19 @@ TokenizedDocument DocumentStream::encode(const std::vector<ChatMessage>& message
                                          const jinja::Value& tools) const {
   RenderedChat rendered;
   try {
-    rendered = chat_template_->render(messages, false, tools, last_only, options_.train_reasoning);
+    rendered = chat_template_->render(messages, false, tools, last_only);
   } catch (const Error& e) {  // a template's refusal is this line's problem
     bad(BadInput::template_error, e.what());
   }
-  if (last_only) {
-    if (rendered.assistant_spans.size() > 1)
-      rendered.assistant_spans.erase(rendered.assistant_spans.begin(),
-                                     rendered.assistant_spans.end() - 1);
-    ChatTokens tokens =
-        encode_with_spans(*options_.tokenizer, rendered.text, rendered.assistant_spans);
-    return {std::move(tokens.ids), std::move(tokens.loss_mask), reader_.where()};
-  }
-  // render() gives one span per assistant message: drop those of the untrained messages.
+  // render() gives one span per assistant message: drop those of the untrained messages, then
+  // (a turn's reasoning may split its span) the reasoning the loss leaves out.
   size_t untrained = 0;
   for (size_t m = 0; m < first_trained_message && m < messages.size(); ++m)
     untrained += messages[m].role == ChatRole::assistant;
-  std::vector<ByteSpan> spans(rendered.assistant_spans.begin() + untrained,
-                              rendered.assistant_spans.end());
+  std::vector<ByteSpan>& spans = rendered.assistant_spans;
+  spans.erase(spans.begin(), spans.begin() + std::min(untrained, spans.size()));
   if (last_only && spans.size() > 1) spans.erase(spans.begin(), spans.end() - 1);
+  if (!options_.train_reasoning) cut_reasoning(messages, rendered);
   ChatTokens tokens = encode_with_spans(*options_.tokenizer, rendered.text, spans);
   return {std::move(tokens.ids), std::move(tokens.loss_mask), reader_.where()};
 }
@@ -268,10 +257,10 @@ TokenizedDocument DocumentStream::encode(const std::vector<ChatMessage>& message
 std::vector<TokenizedDocument> DocumentStream::parse(const json& line) const {
   std::vector<TokenizedDocument> out;
   if (format_ == DataFormat::conversations) {
-    const std::string_view raw =
-        chat_template_->is_jinja() ? std::string_view(reader_.line_text()) : std::string_view();
-    out.push_back(
-        encode(parse_conversation(line, raw), options_.last_turn_only, 0, parse_tools(line, raw)));
+    const nlohmann::ordered_json ordered =
+        chat_template_->is_jinja() ? ordered_line(reader_.line_text()) : nullptr;
+    out.push_back(encode(parse_conversation(line, ordered), options_.last_turn_only, 0,
+                         parse_tools(line, ordered)));
   } else if (format_ == DataFormat::text) {
     const json& text = required(line, "text");
     if (!text.is_string()) bad(BadInput::wrong_type, "'text' is not a string");
@@ -306,10 +295,9 @@ std::vector<TokenizedDocument> DocumentStream::parse(const json& line) const {
     document.source = reader_.where();
     out.push_back(std::move(document));
   } else {
-    const std::string_view raw =
-        chat_template_->is_jinja() ? std::string_view(reader_.line_text()) : std::string_view();
-    const nlohmann::ordered_json ordered = ordered_line(raw);
-    const jinja::Value tools = parse_tools(line, raw);
+    const nlohmann::ordered_json ordered =
+        chat_template_->is_jinja() ? ordered_line(reader_.line_text()) : nullptr;
+    const jinja::Value tools = parse_tools(line, ordered);
     const std::vector<ChatMessage> prompt = parse_turns(line, "prompt", ChatRole::user, ordered);
     for (const char* key : {"chosen", "rejected"}) {
       std::vector<ChatMessage> messages = prompt;

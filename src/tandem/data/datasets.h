@@ -74,15 +74,21 @@ struct RolloutSample {
   TokenizedDocument document() const;
 };
 
+/// A line's text parsed keeping its objects' key order (Python's json module keeps it, and
+/// templates write it back with tojson); null when `raw_line` is empty or not JSON.
+nlohmann::ordered_json ordered_line(std::string_view raw_line);
+
 /// The messages of one conversations line; throws BadLine (unknown_role, wrong_type, empty).
 /// Each message's fields besides role and content go to Jinja templates in the key order of
-/// `raw_line` (the line's text) when given, else in the JSON library's (sorted) order.
+/// `ordered` (ordered_line of the same line) when given, else in the JSON library's (sorted)
+/// order.
 std::vector<ChatMessage> parse_conversation(const nlohmann::json& line,
-                                            std::string_view raw_line = {});
+                                            const nlohmann::ordered_json& ordered = nullptr);
 
-/// The line's `tools` (tool definitions for the template), undefined when absent; throws
-/// BadLine when it is not a list.
-jinja::Value parse_tools(const nlohmann::json& line, std::string_view raw_line = {});
+/// The line's `tools` (tool definitions for the template), undefined when absent, in the key
+/// order of `ordered` when given; throws BadLine when it is not a list.
+jinja::Value parse_tools(const nlohmann::json& line,
+                         const nlohmann::ordered_json& ordered = nullptr);
 
 /// The prompt of a document: the tokens before its first trained token (for a conversation: up
 /// to and including the assistant header); for a document trained from its start or not at

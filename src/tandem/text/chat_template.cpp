@@ -12,17 +12,11 @@
 #include "tandem/text/jinja.h"
 #include "tandem/text/jinja_json.h"
 #include "tandem/text/tokenizer.h"
+#include "tandem/text/utf8.h"
 
 namespace tandem {
 
 namespace {
-
-// Code points Python's str.isspace() accepts (what Jinja's `trim` strips).
-bool is_python_space(uint32_t c) {
-  return (c >= 0x09 && c <= 0x0D) || (c >= 0x1C && c <= 0x20) || c == 0x85 || c == 0xA0 ||
-         c == 0x1680 || (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F ||
-         c == 0x205F || c == 0x3000;
-}
 
 // Decodes the code point starting at text[i]; returns its byte length (1 for an invalid byte,
 // which then counts as a non-space code point).
@@ -74,7 +68,7 @@ std::string_view python_strip(std::string_view text) {
   while (begin < text.size()) {
     uint32_t c;
     const size_t length = decode_at(text, begin, c);
-    if (!is_python_space(c)) break;
+    if (!utf8::is_python_space(c)) break;
     begin += length;
   }
   size_t end = text.size();
@@ -83,7 +77,7 @@ std::string_view python_strip(std::string_view text) {
     while (start > begin && (static_cast<uint8_t>(text[start]) & 0xC0) == 0x80 && end - start < 4)
       --start;
     uint32_t c;
-    if (decode_at(text, start, c) != end - start || !is_python_space(c)) break;
+    if (decode_at(text, start, c) != end - start || !utf8::is_python_space(c)) break;
     end = start;
   }
   return text.substr(begin, end - begin);
@@ -230,12 +224,9 @@ ChatTemplate ChatTemplate::resolve(const std::string& spec, const std::string& t
 
 RenderedChat ChatTemplate::render(const std::vector<ChatMessage>& messages,
                                   bool add_generation_prompt, const jinja::Value& tools,
-                                  bool last_assistant_only, bool train_reasoning) const {
-  if (layout_ == Layout::jinja) {
-    RenderedChat out = render_jinja(messages, add_generation_prompt, tools, last_assistant_only);
-    if (!train_reasoning) cut_reasoning(messages, out);
-    return out;
-  }
+                                  bool last_assistant_only) const {
+  if (layout_ == Layout::jinja)
+    return render_jinja(messages, add_generation_prompt, tools, last_assistant_only);
   // The built-in layouts know string contents of system, user and assistant messages only.
   const char* use_own = "; use the model's own template (data.chat_template: auto)";
   check(tools.is_undefined() || tools.is_none(), "[chat] the built-in template '", name_,
@@ -363,7 +354,7 @@ RenderedChat ChatTemplate::render_jinja(const std::vector<ChatMessage>& messages
   return out;
 }
 
-void ChatTemplate::cut_reasoning(const std::vector<ChatMessage>& messages, RenderedChat& rendered) {
+void cut_reasoning(const std::vector<ChatMessage>& messages, RenderedChat& rendered) {
   // Each assistant message's reasoning (as templates write it: stripped of surrounding
   // whitespace), found in order in the text, is removed from the spans it lies in.
   size_t from = 0;

@@ -108,11 +108,8 @@ class ChatTemplate {
   /// assistant header a generation continues from; `tools` (a list, or undefined) goes to
   /// Jinja templates. `last_assistant_only`: only the last assistant message's span. A Jinja
   /// template without {% generation %} blocks gives spans only without the generation prompt.
-  /// `train_reasoning` false: each assistant message's reasoning text, where the template wrote
-  /// it inside a span, is cut out of the spans.
   RenderedChat render(const std::vector<ChatMessage>& messages, bool add_generation_prompt = false,
-                      const jinja::Value& tools = {}, bool last_assistant_only = false,
-                      bool train_reasoning = true) const;
+                      const jinja::Value& tools = {}, bool last_assistant_only = false) const;
   /// The text alone (no loss spans looked for).
   std::string render_text(const std::vector<ChatMessage>& messages, bool add_generation_prompt,
                           const jinja::Value& tools = {}) const;
@@ -122,7 +119,6 @@ class ChatTemplate {
   ChatTemplate(std::string name, Layout layout, std::string default_system, bool system_on_empty);
   RenderedChat render_jinja(const std::vector<ChatMessage>& messages, bool add_generation_prompt,
                             const jinja::Value& tools, bool last_assistant_only) const;
-  static void cut_reasoning(const std::vector<ChatMessage>& messages, RenderedChat& rendered);
   std::string render_jinja_text(const std::vector<ChatMessage>& messages,
                                 bool add_generation_prompt, const jinja::Value& tools,
                                 std::vector<std::pair<size_t, size_t>>* generation) const;
@@ -154,6 +150,12 @@ struct ChatEncodeOptions {
 ChatTokens encode_chat(const Tokenizer& tokenizer, const ChatTemplate& chat_template,
                        const std::vector<ChatMessage>& messages,
                        const ChatEncodeOptions& options = {});
+
+/// Removes from `rendered`'s spans each assistant message's reasoning text (reasoning_content,
+/// thinking or reasoning, stripped as templates write it) where the template wrote it inside a
+/// span (data.train_reasoning: false). Apply it after choosing which messages' spans to keep:
+/// it can split a span in two.
+void cut_reasoning(const std::vector<ChatMessage>& messages, RenderedChat& rendered);
 
 /// Tokenizes `text` whole and marks the tokens whose byte range lies inside one of `spans`.
 ChatTokens encode_with_spans(const Tokenizer& tokenizer, std::string_view text,

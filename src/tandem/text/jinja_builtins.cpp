@@ -48,8 +48,6 @@ int64_t float_to_int(double value) {
   return static_cast<int64_t>(value);
 }
 
-bool python_space(char32_t c) { return utf8::is_whitespace(c) || (c >= 0x1c && c <= 0x1f); }
-
 void no_extra(const CallArgs& args, size_t positional, const std::string& what) {
   if (args.positional.size() > positional)
     problem(what + " takes at most " + std::to_string(positional) + " argument(s), got " +
@@ -64,7 +62,7 @@ std::string strip(const std::string& text, const Value& chars, bool left, bool r
   const bool by_set = !chars.is_undefined() && !chars.is_none();
   if (by_set) set = to_code_points(string_arg(chars, "strip's argument"));
   auto strip_it = [&](char32_t c) {
-    return by_set ? set.find(c) != std::u32string::npos : python_space(c);
+    return by_set ? set.find(c) != std::u32string::npos : utf8::is_python_space(c);
   };
   size_t begin = 0, end = points.size();
   if (left)
@@ -83,10 +81,10 @@ std::vector<Value> split(const std::string& text, const Value& separator, int64_
     std::vector<std::u32string> words;
     size_t i = 0;
     while (i < points.size()) {
-      while (i < points.size() && python_space(points[i])) ++i;
+      while (i < points.size() && utf8::is_python_space(points[i])) ++i;
       if (i == points.size()) break;
       size_t j = i;
-      while (j < points.size() && !python_space(points[j])) ++j;
+      while (j < points.size() && !utf8::is_python_space(points[j])) ++j;
       words.push_back(points.substr(i, j - i));
       i = j;
     }

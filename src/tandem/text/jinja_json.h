@@ -10,5 +10,7 @@ namespace tandem::jinja {
 /// `json` as a Value: objects as dicts in document order, integers as ints, other numbers as
 /// floats.
 Value value_from_json(const nlohmann::ordered_json& json);
+/// The same for a document whose objects the JSON library keeps sorted by key.
+Value value_from_json(const nlohmann::json& json);
 
 }  // namespace tandem::jinja

@@ -58,4 +58,8 @@ std::string decode_lossy(std::string_view bytes);
 /// Unicode White_Space (Rust's char::is_whitespace, Rust regex's \s).
 bool is_whitespace(char32_t cp);
 
+/// Python's str.isspace(): White_Space plus the separators U+001C..U+001F (what str.strip()
+/// and Jinja's `trim` remove).
+inline bool is_python_space(char32_t cp) { return is_whitespace(cp) || (cp >= 0x1C && cp <= 0x1F); }
+
 }  // namespace tandem::utf8
