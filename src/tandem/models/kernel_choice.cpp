@@ -70,13 +70,19 @@ bool remembered_check(const std::string& kind, const std::function<bool()>& chec
   const auto found = known.find(kind);
   if (found != known.end()) return found->second;
   bool answer = false;
+  std::string why;
   try {
     const at::AutoGradMode gradients_on(true);
     answer = check();
-  } catch (const std::exception&) {
+  } catch (const std::exception& e) {
     answer = false;
+    why = e.what();
+    why = ": " + why.substr(0, why.find('\n'));
   }
   known[kind] = answer;
+  // Logged once per kind, so a GPU run shows which fused kernels it verified and uses.
+  std::cerr << "[kernel] self-check " << kind << ": " << (answer ? "passed" : "failed") << why
+            << "\n";
   return answer;
 }
 
