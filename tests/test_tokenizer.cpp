@@ -1,7 +1,8 @@
 // The native tokenizer.json implementation against HF `tokenizers`: ids, offsets and decodes of a
 // fixed text set on real tokenizer files (Qwen2, Anthropic's legacy byte-level BPE), a trained
-// tiny one and patched variants (tools/make_tokenizer_fixtures.py); Unicode classes against HF's
-// regex engine; errors; the CLI.
+// tiny one, SentencePiece-style files laid out as Llama-2's, Mistral's (v0.1, v0.3) and Gemma's
+// and patched variants (tools/make_tokenizer_fixtures.py); Unicode classes against HF's regex
+// engine; errors; the CLI.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -14,6 +15,7 @@
 #include "tandem/core/error.h"
 #include "tandem/text/normalizer.h"
 #include "tandem/text/regex.h"
+#include "tandem/text/token_decoder.h"
 #include "tandem/text/tokenizer.h"
 #include "tandem/text/utf8.h"
 #include "test_util.h"
@@ -100,19 +102,21 @@ TEST_P(Parity, IdsOffsetsAndDecodeMatchHuggingFace) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Tokenizers, Parity,
-                         ::testing::Values("qwen2", "anthropic", "qwen2-unicode",
-                                           "anthropic-unicode", "tiny", "qwen2-llama3",
-                                           "anthropic-added", "qwen2-nfkc-specials",
-                                           "tiny-split-removed", "tiny-split-merged-previous",
-                                           "tiny-split-merged-next", "tiny-split-contiguous-invert",
-                                           "tiny-split-removed-invert"),
-                         [](const ::testing::TestParamInfo<std::string>& info) {
-                           std::string name = info.param;
-                           for (char& c : name)
-                             if (c == '-') c = '_';
-                           return name;
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Tokenizers, Parity,
+    ::testing::Values("qwen2", "anthropic", "qwen2-unicode", "anthropic-unicode", "tiny",
+                      "qwen2-llama3", "anthropic-added", "qwen2-nfkc-specials",
+                      "tiny-split-removed", "tiny-split-merged-previous", "tiny-split-merged-next",
+                      "tiny-split-contiguous-invert", "tiny-split-removed-invert", "llama2",
+                      "mistral-v0.1", "mistral-v0.3", "gemma", "mistral-v0.3-metaspace-decoder",
+                      "llama2-metaspace-split", "llama2-metaspace-never", "llama2-unk-fused",
+                      "llama2-unk-unfused", "gemma-regex-replace"),
+    [](const ::testing::TestParamInfo<std::string>& info) {
+      std::string name = info.param;
+      for (char& c : name)
+        if (c == '-' || c == '.') c = '_';
+      return name;
+    });
 
 // Without Removed splits or stripping added tokens nothing is lost: decode(encode(x)) is x after
 // the tokenizer's normalizer, for every text (special tokens included, which decode as themselves).
@@ -134,6 +138,23 @@ TEST(Tokenizer, DecodeInvertsEncode) {
           << name << " " << printable(text);
     }
   }
+}
+
+// ByteFallback and Strip on hand-made token lists: a run of byte pieces that is valid UTF-8
+// becomes its text; an invalid run one U+FFFD per byte (valid bytes in it included), as HF 0.23.
+TEST(TokenizerDecoders, ByteFallbackAndStripByHand) {
+  const tandem::TokenDecoder decoder(
+      json::parse(R"({"type": "Sequence", "decoders": [{"type": "ByteFallback"}, {"type": "Fuse"},
+                     {"type": "Strip", "content": " ", "start": 2, "stop": 1}]})"),
+      "hand");
+  EXPECT_EQ(decoder.decode({"<0x20>", "<0xE2>", "<0x98>", "<0x83>", "a "}), "\u2603a");
+  EXPECT_EQ(decoder.decode({"x", "<0xE2>", "<0x98>", "b", "<0x41>"}), "x\ufffd\ufffdbA");
+  EXPECT_EQ(decoder.decode({"<0x4>", "<0xzz>", "<0x+A>"}), "<0x4><0xzz>\n");
+  EXPECT_EQ(tandem::byte_fallback_value("<0x0A>"), 10);
+  EXPECT_EQ(tandem::byte_fallback_value("<0x0a>"), 10);
+  EXPECT_EQ(tandem::byte_fallback_value("<0x0A"), -1);
+  const tandem::TokenDecoder null_decoder(json(), "hand");
+  EXPECT_EQ(null_decoder.decode({"a", "b"}), "a b");
 }
 
 // Pair-form merges ([["a","b"]]) and legacy ones ("a b") are the same model.
@@ -278,12 +299,22 @@ TEST(TokenizerErrors, MalformedJsonNamesTheFile) {
 TEST(TokenizerErrors, UnsupportedComponentsAreNamed) {
   const std::vector<std::pair<const char*, const char*>> cases = {
       {R"({"model": {"type": "WordPiece"}})", "model.type 'WordPiece' is not supported"},
-      {R"({"model": {"byte_fallback": true}})", "model.byte_fallback = true is not supported"},
+      {R"({"model": {"type": "Unigram"}})",
+       "model.type 'Unigram' is not supported (only BPE is: SentencePiece Unigram models"},
+      {R"({"model": {"byte_fallback": true}})",
+       "model.byte_fallback is true after a ByteLevel pre-tokenizer"},
+      {R"({"pre_tokenizer": {"type": "Metaspace", "replacement": "_", "split": false},
+          "model": {"unk_token": "<nope>"}})",
+       "model.unk_token '<nope>' is not in the vocab"},
       {R"({"model": {"dropout": 0.25}})", "model.dropout = 0.25 is not supported"},
       {R"({"model": {"continuing_subword_prefix": "##"}})", "model.continuing_subword_prefix"},
       {R"({"model": {"end_of_word_suffix": "</w>"}})", "model.end_of_word_suffix"},
-      {R"({"pre_tokenizer": {"type": "Metaspace", "replacement": "_"}})",
-       "pre-tokenizer type 'Metaspace' is not supported"},
+      {R"({"pre_tokenizer": {"type": "Metaspace", "replacement": "_", "prepend_scheme": "x"}})",
+       "pre_tokenizer.prepend_scheme is \"x\", not \"always\", \"first\" or \"never\""},
+      {R"({"pre_tokenizer": {"type": "Metaspace", "replacement": "_", "add_prefix_space": false}})",
+       "pre_tokenizer.add_prefix_space (false) does not match prepend_scheme"},
+      {R"({"pre_tokenizer": {"type": "Metaspace", "replacement": "ab"}})",
+       "pre_tokenizer.replacement must be one character"},
       {R"({"pre_tokenizer": {"type": "Sequence", "pretokenizers": [{"type": "Whitespace"}]}})",
        "pre_tokenizer.pretokenizers[0]: pre-tokenizer type 'Whitespace' is not supported"},
       {R"({"pre_tokenizer": {"type": "Sequence", "pretokenizers": [
@@ -291,10 +322,18 @@ TEST(TokenizerErrors, UnsupportedComponentsAreNamed) {
           {"type": "ByteLevel"}]}})",
        "pattern '(' does not compile"},
       {R"({"pre_tokenizer": {"type": "Sequence", "pretokenizers": [
+          {"type": "Metaspace", "replacement": "_"},
           {"type": "Split", "pattern": {"Regex": "a"}, "behavior": "Isolated"}]}})",
-       "has no ByteLevel step"},
+       "pre_tokenizer.pretokenizers[1] (Split) comes after Metaspace"},
       {R"({"normalizer": {"type": "Lowercase"}})", "normalizer type 'Lowercase' is not supported"},
+      {R"({"normalizer": {"type": "Sequence", "normalizers": [{"type": "Prepend",
+          "prepend": "_"}, {"type": "Precompiled", "precompiled_charsmap": "AA"}]}})",
+       "normalizer.normalizers[1]: normalizer type 'Precompiled' is not supported"},
+      {R"({"normalizer": {"type": "Replace", "pattern": {"String": ""}, "content": "_"}})",
+       "normalizer.pattern.String is empty"},
       {R"({"decoder": {"type": "WordPiece"}})", "decoder type 'WordPiece' is not supported"},
+      {R"({"decoder": {"type": "Strip", "content": "ab", "start": 1}})",
+       "decoder.content must be one character"},
       {R"({"post_processor": {"type": "BertProcessing"}})",
        "post-processor type 'BertProcessing' is not supported"},
       {R"({"truncation": {"max_length": 8}})", "truncation is set"},

@@ -14,6 +14,14 @@ Writes under tests/fixtures/tokenizers/:
                          (with and without skip_special_tokens)
   expected/NAME-unicode.json  the same for 300 random strings of characters that NFC / NFKC
                          compose, decompose, reorder or map (qwen2: NFC, anthropic: NFKC)
+  llama2/, mistral-v0.1/, mistral-v0.3/, gemma/tokenizer.json
+                         SentencePiece-style BPE files laid out as those families' converted
+                         tokenizer.json files are (transformers' LlamaConverter / GemmaConverter
+                         layouts: Prepend + Replace normalizers or a Metaspace pre-tokenizer,
+                         byte_fallback with the 256 <0xNN> pieces, unk_token, fuse_unk, Replace /
+                         ByteFallback / Fuse / Strip / Metaspace decoders), on a vocabulary trained
+                         here on the text set with a small alphabet, so that rarer characters take
+                         the byte fallback; their expected/*.json use the text set plus SP_TEXTS
 
 Offsets: HF's Python API counts characters; this script converts them to UTF-8 byte offsets, which
 is what tandem's C++ Encoding holds. Deterministic; run from the repository root:
@@ -109,6 +117,22 @@ TEXTS = [
 
 BASE_SPECIALS = ["<s>", "</s>"]
 
+# Texts for the SentencePiece-style files: their control tokens, "▁" already in the input, spaces
+# next to added tokens (Metaspace's prepend_scheme "first" prepends only at the input's start).
+SP_TEXTS = [
+    "[INST] What is 2+2? [/INST] 4</s>[INST]again[/INST]",
+    "<s>[INST]no space[/INST]  two spaces",
+    "[AVAILABLE_TOOLS][{\"name\": \"f\"}][/AVAILABLE_TOOLS][TOOL_CALLS] [TOOL_RESULTS] ok[/TOOL_RESULTS]",
+    "<start_of_turn>user\nHi there<end_of_turn>\n<start_of_turn>model\nHello!<end_of_turn>",
+    "\u2581already\u2581has\u2581meta \u2581 \u2581\u2581", "ends with a space ", "  ", "\u2581",
+    "tab\tand\nnewline\r\n", "<0x41> looks like a byte piece <0xZZ> <0x4>",
+    "\U0001f600 grin, \u2603 snowman, \u00e9t\u00e9, \u4e16\u754c, \U00010348 gothic",
+    "unknown \U0001d11e clef next to \U0001d11f and \u0fff", "word words a word",
+]
+
+# Byte pieces of a SentencePiece byte_fallback vocabulary, in id order.
+BYTE_PIECES = [f"<0x{b:02X}>" for b in range(256)]
+
 # Characters that normalization reorders, composes, decomposes or maps, for random strings that
 # check NFC / NFKC offsets (expected/NAME-unicode.json, for the normalizing tokenizers).
 NORMALIZATION_POOL = (
@@ -145,6 +169,103 @@ def train_tiny():
         single="<s> $A </s>", pair="<s> $A </s> </s> $B </s>",
         special_tokens=[("<s>", tok.token_to_id("<s>")), ("</s>", tok.token_to_id("</s>"))])
     return json.loads(tok.to_str())
+
+
+def train_sentencepiece_vocab(vocab_size):
+    """A SentencePiece-style BPE vocabulary and its merges: pieces with "▁" word starts, trained on
+    the text set with a small alphabet (characters outside it take the byte fallback)."""
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="\u2581", prepend_scheme="always",
+                                                 split=True)
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, show_progress=False, limit_alphabet=90)
+    tok.train_from_iterator([t for t in TEXTS + SP_TEXTS if t] * 3, trainer=trainer)
+    model = json.loads(tok.to_str())["model"]
+    pieces = sorted(model["vocab"], key=model["vocab"].get)
+    return pieces, model["merges"]
+
+
+def sentencepiece_style(pieces, merges, leading, added, normalizer, pre_tokenizer, decoder,
+                        bos):
+    """A tokenizer.json laid out as transformers' SentencePiece converters write them: the leading
+    special pieces, the 256 byte pieces, then the trained pieces."""
+    vocab = {}
+    for piece in leading + BYTE_PIECES + pieces:
+        vocab.setdefault(piece, len(vocab))
+    added_tokens = []
+    for content, special, extra in added:
+        vocab_id = vocab.get(content)
+        added_tokens.append({"id": vocab_id if vocab_id is not None else len(vocab) + len(added_tokens),
+                             "content": content, "single_word": extra.get("single_word", False),
+                             "lstrip": False, "rstrip": False,
+                             "normalized": extra.get("normalized", not special), "special": special})
+    return {
+        "version": "1.0", "truncation": None, "padding": None,
+        "added_tokens": added_tokens,
+        "normalizer": normalizer,
+        "pre_tokenizer": pre_tokenizer,
+        "post_processor": {
+            "type": "TemplateProcessing",
+            "single": [{"SpecialToken": {"id": bos, "type_id": 0}},
+                       {"Sequence": {"id": "A", "type_id": 0}}],
+            "pair": [{"SpecialToken": {"id": bos, "type_id": 0}},
+                     {"Sequence": {"id": "A", "type_id": 0}},
+                     {"SpecialToken": {"id": bos, "type_id": 1}},
+                     {"Sequence": {"id": "B", "type_id": 1}}],
+            "special_tokens": {bos: {"id": bos, "ids": [vocab[bos]], "tokens": [bos]}}},
+        "decoder": decoder,
+        "model": {"type": "BPE", "dropout": None, "unk_token": "<unk>",
+                  "continuing_subword_prefix": None, "end_of_word_suffix": None,
+                  "fuse_unk": True, "byte_fallback": True, "ignore_merges": False,
+                  "vocab": vocab, "merges": merges},
+    }
+
+
+META = "\u2581"
+LEGACY_NORMALIZER = {"type": "Sequence", "normalizers": [
+    {"type": "Prepend", "prepend": META},
+    {"type": "Replace", "pattern": {"String": " "}, "content": META}]}
+STRIP_DECODER = {"type": "Sequence", "decoders": [
+    {"type": "Replace", "pattern": {"String": META}, "content": " "},
+    {"type": "ByteFallback"}, {"type": "Fuse"},
+    {"type": "Strip", "content": " ", "start": 1, "stop": 0}]}
+CONTROL_TOKENS = ["[INST]", "[/INST]", "[TOOL_CALLS]", "[AVAILABLE_TOOLS]", "[/AVAILABLE_TOOLS]",
+                  "[TOOL_RESULTS]", "[/TOOL_RESULTS]"]
+
+
+def sentencepiece_fixtures():
+    """Llama-2-, Mistral v0.1-, Mistral v0.3- and Gemma-style tokenizer.json files."""
+    pieces, merges = train_sentencepiece_vocab(900)
+    small_pieces, small_merges = train_sentencepiece_vocab(600)
+    llama_specials = [("<unk>", True, {}), ("<s>", True, {}), ("</s>", True, {})]
+    return {
+        # Llama-2 (legacy): "▁" prepended and spaces replaced by the normalizer, no pre-tokenizer,
+        # a normalized non-special added token (its content is normalized too, as HF does).
+        "llama2": sentencepiece_style(
+            pieces, merges, ["<unk>", "<s>", "</s>"],
+            llama_specials + [("word", False, {"single_word": True, "normalized": True})],
+            LEGACY_NORMALIZER, None, STRIP_DECODER, "<s>"),
+        # Mistral v0.1: the same legacy layout on its own vocabulary.
+        "mistral-v0.1": sentencepiece_style(
+            small_pieces, small_merges, ["<unk>", "<s>", "</s>"], llama_specials,
+            LEGACY_NORMALIZER, None, STRIP_DECODER, "<s>"),
+        # Mistral v0.3 (legacy=False): no normalizer, Metaspace prepending only at the input's
+        # start, control tokens in the vocabulary after the three specials.
+        "mistral-v0.3": sentencepiece_style(
+            small_pieces, small_merges, ["<unk>", "<s>", "</s>"] + CONTROL_TOKENS,
+            llama_specials + [(t, True, {}) for t in CONTROL_TOKENS], None,
+            {"type": "Metaspace", "replacement": META, "prepend_scheme": "first", "split": False},
+            STRIP_DECODER, "<s>"),
+        # Gemma: spaces replaced by the normalizer, no prefix, a Split on " " (GemmaConverter),
+        # turn markers as special added tokens, a decoder without Strip.
+        "gemma": sentencepiece_style(
+            pieces, merges, ["<pad>", "<eos>", "<bos>", "<unk>", "<mask>", "\t", "\n"],
+            [("<pad>", True, {}), ("<eos>", True, {}), ("<bos>", True, {}), ("<unk>", True, {}),
+             ("<mask>", True, {}), ("<start_of_turn>", True, {}), ("<end_of_turn>", True, {})],
+            {"type": "Replace", "pattern": {"String": " "}, "content": META},
+            {"type": "Split", "pattern": {"String": " "}, "behavior": "MergedWithPrevious",
+             "invert": False},
+            {"type": "Sequence", "decoders": STRIP_DECODER["decoders"][:3]}, "<bos>"),
+    }
 
 
 def split_variant(pattern, behavior, invert=False, literal=False):
@@ -217,6 +338,39 @@ def variants(fixtures):
                 "added_tokens": [dict(t, lstrip=True, rstrip=True) for t in qwen_added],
             },
         },
+        "mistral-v0.3-metaspace-decoder": {
+            "base": "mistral-v0.3", "about": "the Metaspace decoder (first) instead of the chain",
+            "patch": {"decoder": {"type": "Metaspace", "replacement": META,
+                                  "prepend_scheme": "first", "split": False}}},
+        "llama2-metaspace-split": {
+            "base": "llama2", "about": "Metaspace always with split, no normalizer, legacy "
+                                       "add_prefix_space spelling in the decoder",
+            "patch": {"normalizer": None,
+                      "pre_tokenizer": {"type": "Metaspace", "replacement": META,
+                                        "prepend_scheme": "always", "split": True},
+                      "decoder": {"type": "Metaspace", "replacement": META,
+                                  "add_prefix_space": True}}},
+        "llama2-metaspace-never": {
+            "base": "llama2", "about": "Metaspace never (no prefix), its decoder keeps spaces",
+            "patch": {"normalizer": None,
+                      "pre_tokenizer": {"type": "Metaspace", "replacement": META,
+                                        "prepend_scheme": "never", "split": False},
+                      "decoder": {"type": "Metaspace", "replacement": META,
+                                  "prepend_scheme": "never", "split": False}}},
+        "llama2-unk-fused": {
+            "base": "llama2", "about": "no byte fallback: unknown characters fuse into one <unk>",
+            "patch": {"model": {"byte_fallback": False}}},
+        "llama2-unk-unfused": {
+            "base": "llama2", "about": "no byte fallback, fuse_unk off: one <unk> per character",
+            "patch": {"model": {"byte_fallback": False, "fuse_unk": False}}},
+        "gemma-regex-replace": {
+            "base": "gemma", "about": "Replace by regex (runs of spaces to one \u2581) in the "
+                                      "normalizer and the decoder",
+            "patch": {"normalizer": {"type": "Sequence", "normalizers": [
+                {"type": "NFKC"}, {"type": "Replace", "pattern": {"Regex": " +"}, "content": META}]},
+                "decoder": {"type": "Sequence", "decoders": [
+                    {"type": "Replace", "pattern": {"Regex": "\u2581+"}, "content": " "},
+                    {"type": "ByteFallback"}, {"type": "Fuse"}]}}},
         "tiny-split-removed": {"base": "tiny", "about": "Split \\s+ Removed",
                                "patch": split_variant(r"\s+", "Removed")},
         "tiny-split-merged-previous": {"base": "tiny", "about": "Split literal '-' MergedWithPrevious",
@@ -287,13 +441,27 @@ def main():
     fixtures = {name: json.load(open(f"{ROOT}/{name}/tokenizer.json", encoding="utf-8"))
                 for name in REAL_FIXTURES}
     fixtures["tiny"] = tiny
+    for name, config in sentencepiece_fixtures().items():
+        os.makedirs(f"{ROOT}/{name}", exist_ok=True)
+        write_json(f"{ROOT}/{name}/tokenizer.json", config)
+        with open(f"{ROOT}/{name}/SOURCE.md", "w", encoding="utf-8") as f:
+            f.write(f"# {name}: generated, not downloaded\n\n"
+                    f"Written by `tools/make_tokenizer_fixtures.py` with HF `tokenizers` "
+                    f"{tokenizers.__version__}: a BPE vocabulary trained on the fixture text set "
+                    f"(`texts.json` and the script's SP_TEXTS), laid out as {name}'s converted "
+                    f"`tokenizer.json` is (see `sentencepiece_fixtures` in the script for the "
+                    f"normalizer, pre-tokenizer, model flags, added tokens and decoder). No "
+                    f"weights or files of the real model are used.\n")
+        fixtures[name] = config
     all_variants = variants(fixtures)
     write_json(f"{ROOT}/variants.json", all_variants)
 
     configs = dict(fixtures)
     for name, variant in all_variants.items():
         configs[name] = merge_patch(fixtures[variant["base"]], variant["patch"])
-    outputs = [(name, name, TEXTS) for name in configs]
+    outputs = [(name, name, TEXTS if name in REAL_FIXTURES + ["tiny"] or
+                 all_variants.get(name, {}).get("base") in REAL_FIXTURES + ["tiny"]
+                 else TEXTS + SP_TEXTS) for name in configs]
     outputs += [(name, f"{name}-unicode", normalization_texts()) for name in NORMALIZING]
     for name, stem, texts in outputs:
         tok = Tokenizer.from_str(json.dumps(configs[name]))

@@ -2,11 +2,13 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdio>
 #include <memory>
 #include <nlohmann/json.hpp>
 
 #include "tandem/core/error.h"
 #include "tandem/text/byte_level.h"
+#include "tandem/text/utf8.h"
 
 namespace tandem {
 
@@ -51,21 +53,32 @@ const BpeModel::MergeTarget* BpeModel::MergeTable::find(uint64_t key) const {
   }
 }
 
-BpeModel::BpeModel(const nlohmann::json& model, const std::string& where)
-    : cache_key_(next_cache_key.fetch_add(1)) {
+BpeModel::BpeModel(const nlohmann::json& model, const std::string& where, bool byte_level)
+    : byte_level_(byte_level), cache_key_(next_cache_key.fetch_add(1)) {
   check(model.is_object(), where, " must be an object");
   const std::string type = model.value("type", std::string("BPE"));
-  check(type == "BPE", where, ".type '", type,
-        "' is not supported (only byte-level BPE is: type \"BPE\")");
+  check(type == "BPE", where, ".type '", type, "' is not supported (only BPE is",
+        type == "Unigram" ? ": SentencePiece Unigram models, as T5 and XLNet files hold, are not "
+                            "implemented"
+                          : "",
+        ")");
   auto null_or = [&](const char* field, auto accept) {
     if (!model.contains(field) || model[field].is_null()) return;
     check(accept(model[field]), where, ".", field, " = ", model[field].dump(),
-          " is not supported (tandem implements byte-level BPE without it)");
+          " is not supported (tandem implements BPE without it)");
+  };
+  auto boolean = [&](const char* field) {
+    if (!model.contains(field) || model[field].is_null()) return false;
+    check(model[field].is_boolean(), where, ".", field, " must be a boolean");
+    return model[field].get<bool>();
   };
   null_or("dropout",
           [](const nlohmann::json& v) { return v.is_number() && v.get<double>() == 0.0; });
-  null_or("byte_fallback",
-          [](const nlohmann::json& v) { return v.is_boolean() && !v.get<bool>(); });
+  byte_fallback_ = boolean("byte_fallback");
+  fuse_unk_ = boolean("fuse_unk");
+  check(!(byte_level && byte_fallback_), where,
+        ".byte_fallback is true after a ByteLevel pre-tokenizer, which already covers every "
+        "byte: tandem does not implement that mix");
   null_or("continuing_subword_prefix",
           [](const nlohmann::json& v) { return v.is_string() && v.get<std::string>().empty(); });
   null_or("end_of_word_suffix",
@@ -99,15 +112,30 @@ BpeModel::BpeModel(const nlohmann::json& model, const std::string& where)
   for (const auto& [token, id] : vocab_) {
     id_to_token_[id] = token;
     has_id_[id] = true;
-    if (auto bytes = byte_level::decode(token)) bytes_to_id_.emplace(std::move(*bytes), id);
+    if (byte_level)
+      if (auto bytes = byte_level::decode(token)) bytes_to_id_.emplace(std::move(*bytes), id);
   }
   for (int b = 0; b < 256; ++b) {
     std::string spelled;
     spelled += static_cast<char>(b);
+    if (!byte_level) {
+      char piece[8];
+      std::snprintf(piece, sizeof piece, "<0x%02X>", b);  // HF's format!("<{b:#04X}>")
+      const auto it = vocab_.find(std::string_view(piece));
+      byte_ids_[b] = it != vocab_.end() ? it->second : -1;
+      continue;
+    }
     const auto it = vocab_.find(byte_level::encode(spelled));
     check(it != vocab_.end(), where, ".vocab lacks the byte-level token for byte 0x", std::hex, b,
           " (every byte must be in the vocabulary of a byte-level BPE)");
     byte_ids_[b] = it->second;
+  }
+  if (!byte_level && model.contains("unk_token") && !model["unk_token"].is_null()) {
+    check(model["unk_token"].is_string(), where, ".unk_token must be a string");
+    const std::string unk = model["unk_token"].get<std::string>();
+    const auto it = vocab_.find(unk);
+    check(it != vocab_.end(), where, ".unk_token '", unk, "' is not in the vocab");
+    unk_id_ = it->second;
   }
 
   check(model.contains("merges") && model["merges"].is_array(), where,
@@ -168,7 +196,7 @@ BpeModel::Cache& BpeModel::thread_cache() const {
 void BpeModel::tokenize(std::string_view bytes, std::vector<int32_t>& ids,
                         std::vector<uint32_t>* lengths) const {
   if (bytes.empty()) return;
-  if (bytes.size() == 1 && !ignore_merges_) {
+  if (byte_level_ && bytes.size() == 1 && !ignore_merges_) {
     ids.push_back(byte_ids_[static_cast<unsigned char>(bytes[0])]);
     if (lengths) lengths->push_back(1);
     return;
@@ -187,8 +215,9 @@ void BpeModel::tokenize(std::string_view bytes, std::vector<int32_t>& ids,
     if (cache->size() >= kMaxCacheEntries) cache->clear();
   }
   CacheEntry entry;
-  const auto whole = ignore_merges_ ? bytes_to_id_.find(bytes) : bytes_to_id_.end();
-  if (whole != bytes_to_id_.end()) {
+  const StringMap<int32_t>& words = byte_level_ ? bytes_to_id_ : vocab_;
+  const auto whole = ignore_merges_ ? words.find(bytes) : words.end();
+  if (whole != words.end()) {
     entry.ids.push_back(whole->second);
     entry.lengths.push_back(static_cast<uint32_t>(bytes.size()));
   } else {
@@ -214,13 +243,20 @@ void BpeModel::merge_word(std::string_view bytes, CacheEntry& out) const {
       return rank != other.rank ? rank > other.rank : pos > other.pos;
     }
   };
-  const auto n = static_cast<int32_t>(bytes.size());
   thread_local std::vector<Symbol> symbols;
   thread_local std::vector<Candidate> heap;
+  thread_local std::vector<std::pair<int32_t, uint32_t>> initial;
+  if (byte_level_) {
+    initial.resize(bytes.size());
+    for (size_t i = 0; i < bytes.size(); ++i)
+      initial[i] = {byte_ids_[static_cast<unsigned char>(bytes[i])], 1};
+  } else {
+    character_symbols(bytes, initial);
+  }
+  const auto n = static_cast<int32_t>(initial.size());
   symbols.resize(n);
   for (int32_t i = 0; i < n; ++i)
-    symbols[i] = {byte_ids_[static_cast<unsigned char>(bytes[i])], i - 1, i + 1 < n ? i + 1 : -1,
-                  1};
+    symbols[i] = {initial[i].first, i - 1, i + 1 < n ? i + 1 : -1, initial[i].second};
   auto pair_key = [](int32_t a, int32_t b) { return (uint64_t(uint32_t(a)) << 32) | uint32_t(b); };
 
   heap.clear();
@@ -254,10 +290,46 @@ void BpeModel::merge_word(std::string_view bytes, CacheEntry& out) const {
       if (const MergeTarget* m = merges_.find(pair_key(left.id, symbols[left.next].id)))
         push({m->rank, top.pos, m->id});
   }
-  for (int32_t i = 0; i != -1 && i < n; i = symbols[i].next) {
+  for (int32_t i = 0; n > 0 && i != -1; i = symbols[i].next) {
     out.ids.push_back(symbols[i].id);
     out.lengths.push_back(symbols[i].length);
   }
+}
+
+void BpeModel::character_symbols(std::string_view text,
+                                 std::vector<std::pair<int32_t, uint32_t>>& out) const {
+  // HF's BPE::merge_word without continuing_subword_prefix / end_of_word_suffix.
+  out.clear();
+  int32_t unk_length = 0;  // bytes of the pending unknown run, fused or not
+  auto flush_unknown = [&] {
+    if (unk_length > 0) out.emplace_back(unk_id_, static_cast<uint32_t>(unk_length));
+    unk_length = 0;
+  };
+  for (size_t pos = 0; pos < text.size();) {
+    const size_t length = utf8::sequence_length(static_cast<unsigned char>(text[pos]));
+    const std::string_view character = text.substr(pos, length);
+    pos += length;
+    if (const auto it = vocab_.find(character); it != vocab_.end()) {
+      flush_unknown();
+      out.emplace_back(it->second, static_cast<uint32_t>(length));
+      continue;
+    }
+    if (byte_fallback_) {
+      bool all = true;
+      for (char byte : character) all = all && byte_ids_[static_cast<unsigned char>(byte)] >= 0;
+      if (all) {
+        // HF adds the byte pieces without ending a pending unknown run: it stays pending and
+        // lands after them.
+        for (char byte : character)
+          out.emplace_back(byte_ids_[static_cast<unsigned char>(byte)], 1);
+        continue;
+      }
+    }
+    if (unk_id_ < 0) continue;  // no unk_token: HF drops the character
+    if (!fuse_unk_) flush_unknown();
+    unk_length += static_cast<int32_t>(length);
+  }
+  flush_unknown();
 }
 
 }  // namespace tandem

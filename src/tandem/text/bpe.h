@@ -1,6 +1,10 @@
 #pragma once
-// The BPE model of a byte-level tokenizer.json: vocab, ranked merges, HF's merge order (lowest
-// rank first, leftmost among equals), `ignore_merges`, and a per-thread cache of pre-token results.
+// The BPE model of a tokenizer.json: vocab, ranked merges, HF's merge order (lowest rank first,
+// leftmost among equals), `ignore_merges`, and a per-thread cache of pre-token results. Two kinds:
+// byte-level (after a ByteLevel pre-tokenizer: words are raw bytes, every byte has a token) and
+// SentencePiece-style (words are characters; a character missing from the vocab becomes its
+// <0xNN> byte pieces with `byte_fallback`, else `unk_token`, consecutive unknowns fused into one
+// with `fuse_unk`, or is dropped when there is no unk_token, as HF does).
 #include <cstdint>
 #include <nlohmann/json_fwd.hpp>
 #include <optional>
@@ -25,10 +29,13 @@ inline constexpr int64_t kMaxTokenId = int64_t{1} << 24;
 class BpeModel {
  public:
   /// Reads `model` (type BPE); `where` prefixes errors ("[tokenizer] <path>: model").
-  BpeModel(const nlohmann::json& model, const std::string& where);
+  /// `byte_level`: the pre-tokenizer ends in ByteLevel.
+  BpeModel(const nlohmann::json& model, const std::string& where, bool byte_level);
 
-  /// Appends the tokens of one pre-token, given as raw bytes: their ids and, when `lengths` is
-  /// not null, how many bytes of `bytes` each covers.
+  /// Appends the tokens of one pre-token, given as raw bytes (byte-level) or UTF-8 text
+  /// (SentencePiece-style): their ids and, when `lengths` is not null, how many bytes of `bytes`
+  /// each covers (an unknown character that is dropped covers none, and shifts the offsets of
+  /// the tokens after it, as in HF).
   void tokenize(std::string_view bytes, std::vector<int32_t>& ids,
                 std::vector<uint32_t>* lengths) const;
 
@@ -59,15 +66,22 @@ class BpeModel {
   using Cache = StringMap<CacheEntry>;
 
   void merge_word(std::string_view bytes, CacheEntry& out) const;
+  /// The symbols a SentencePiece-style word starts from: (id, bytes covered) per character.
+  void character_symbols(std::string_view text,
+                         std::vector<std::pair<int32_t, uint32_t>>& out) const;
   Cache& thread_cache() const;
 
   StringMap<int32_t> vocab_;              // byte-level token string -> id
   std::vector<std::string> id_to_token_;  // id -> token string ("" for holes)
   std::vector<bool> has_id_;
   StringMap<int32_t> bytes_to_id_;  // raw bytes of every byte-level token -> id
-  int32_t byte_ids_[256];
+  int32_t byte_ids_[256];           // byte-level: the token of each byte; else <0xNN> or -1
   MergeTable merges_;
+  bool byte_level_;
   bool ignore_merges_ = false;
+  bool byte_fallback_ = false;
+  bool fuse_unk_ = false;
+  int32_t unk_id_ = -1;  // -1: no unk_token
   uint64_t cache_key_;
 };
 

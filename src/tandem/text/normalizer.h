@@ -8,16 +8,9 @@
 #include <utility>
 #include <vector>
 
+#include "tandem/text/segment.h"
+
 namespace tandem {
-
-/// Input byte range [first, second) of one byte of a normalized text.
-using Alignment = std::pair<uint32_t, uint32_t>;
-
-/// A normalized text and, per byte, the input range it came from.
-struct AlignedText {
-  std::string text;
-  std::vector<Alignment> alignments;  // text.size() entries
-};
 
 enum class NormalForm { kNFC, kNFKC };
 

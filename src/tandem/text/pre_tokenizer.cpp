@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tandem/core/error.h"
+#include "tandem/text/utf8.h"
 
 namespace tandem {
 
@@ -91,9 +92,39 @@ void SplitStep::apply(std::string_view text, size_t base, std::vector<Match>& pa
       parts.emplace_back(base + range.first, base + range.second);
 }
 
+MetaspaceSettings MetaspaceSettings::read(const nlohmann::json& step, const std::string& where) {
+  MetaspaceSettings settings;
+  check(step.contains("replacement") && step["replacement"].is_string(), where,
+        ".replacement must be a one-character string");
+  settings.replacement = step["replacement"].get<std::string>();
+  check(!settings.replacement.empty() && !utf8::find_invalid(settings.replacement) &&
+            utf8::sequence_length(static_cast<unsigned char>(settings.replacement[0])) ==
+                settings.replacement.size(),
+        where, ".replacement must be one character, not \"", settings.replacement, "\"");
+  if (step.contains("prepend_scheme") && !step["prepend_scheme"].is_null()) {
+    const std::string scheme =
+        step["prepend_scheme"].is_string() ? step["prepend_scheme"].get<std::string>() : "";
+    if (scheme == "always")
+      settings.prepend = kAlways;
+    else if (scheme == "first")
+      settings.prepend = kFirst;
+    else if (scheme == "never")
+      settings.prepend = kNever;
+    else
+      throw Error(where, ".prepend_scheme is ", step["prepend_scheme"].dump(),
+                  ", not \"always\", \"first\" or \"never\"");
+  }
+  if (step.contains("add_prefix_space") && !step["add_prefix_space"].is_null()) {
+    const bool add = flag(step, "add_prefix_space", true, where);
+    check(add == (settings.prepend != kNever), where, ".add_prefix_space (", add ? "true" : "false",
+          ") does not match prepend_scheme (as HF refuses the file)");
+  }
+  settings.split = flag(step, "split", true, where);
+  return settings;
+}
+
 PreTokenizer::PreTokenizer(const nlohmann::json& config, const std::string& where) {
-  check(!config.is_null(), where,
-        " is null: tandem implements byte-level BPE, which needs a ByteLevel pre-tokenizer");
+  if (config.is_null()) return;  // no pre-tokenizer: the normalized text is one piece
   check(config.is_object(), where, " must be an object");
   const std::string type = config.value("type", std::string());
   if (type == "Sequence") {
@@ -105,15 +136,14 @@ PreTokenizer::PreTokenizer(const nlohmann::json& config, const std::string& wher
   } else {
     add_step(config, where);
   }
-  check(has_byte_level_, where,
-        " has no ByteLevel step: tandem implements byte-level BPE, which needs one");
 }
 
 void PreTokenizer::add_step(const nlohmann::json& step, const std::string& where) {
   check(step.is_object(), where, " must be an object");
   const std::string type = step.value("type", std::string());
-  check(!has_byte_level_, where, " (", type,
-        ") comes after ByteLevel: only Split steps before one ByteLevel are supported");
+  check(!has_byte_level_ && !metaspace_, where, " (", type, ") comes after ",
+        has_byte_level_ ? "ByteLevel" : "Metaspace",
+        ": only Split steps before one ByteLevel or Metaspace are supported");
   if (type == "Split") {
     check(step.contains("pattern") && step["pattern"].is_object(), where,
           ".pattern must be {\"Regex\": ...} or {\"String\": ...}");
@@ -133,9 +163,14 @@ void PreTokenizer::add_step(const nlohmann::json& step, const std::string& where
     if (flag(step, "use_regex", true, where))
       byte_level_split_ = SplitStep{std::make_shared<Regex>(kGpt2Pattern, false, where),
                                     SplitBehavior::kIsolated, false};
+  } else if (type == "Metaspace") {
+    metaspace_ = MetaspaceSettings::read(step, where);
+    if (metaspace_->split)
+      metaspace_split_ = SplitStep{std::make_shared<Regex>(metaspace_->replacement, true, where),
+                                   SplitBehavior::kMergedWithNext, false};
   } else {
     throw Error(where, ": pre-tokenizer type '", type,
-                "' is not supported (supported: Sequence, Split, ByteLevel)");
+                "' is not supported (supported: Sequence, Split, ByteLevel, Metaspace)");
   }
 }
 
@@ -149,6 +184,34 @@ void PreTokenizer::split(std::string_view text, std::vector<Match>& pieces) cons
       step.apply(text.substr(piece.first, piece.second - piece.first), piece.first, next);
     pieces.swap(next);
   }
+}
+
+Segment PreTokenizer::apply_metaspace(const Segment& piece, AlignedText& storage,
+                                      std::vector<Match>& words) const {
+  const MetaspaceSettings& settings = *metaspace_;
+  Segment out = piece;
+  TextRanges spaces;
+  find_literal(piece.text, " ", spaces);
+  if (!spaces.empty()) {
+    replace_ranges(piece, spaces, settings.replacement, storage);
+    out = Segment::of(storage, piece.origin);
+  }
+  // HF: `first` prepends only to a piece whose original offset is 0 (not after an added token).
+  const bool starts_input = !piece.text.empty() && piece.input_range(0, 1).first == 0;
+  if (!out.text.empty() && !out.text.starts_with(settings.replacement) &&
+      (settings.prepend == MetaspaceSettings::kAlways ||
+       (settings.prepend == MetaspaceSettings::kFirst && starts_input))) {
+    AlignedText prefixed;
+    prepend_aligned(out, settings.replacement, prefixed);
+    storage = std::move(prefixed);
+    out = Segment::of(storage, piece.origin);
+  }
+  words.clear();
+  if (metaspace_split_)
+    metaspace_split_->apply(out.text, 0, words);
+  else if (!out.text.empty())
+    words.emplace_back(0, out.text.size());
+  return out;
 }
 
 void PreTokenizer::split_byte_level(std::string_view piece, std::vector<Match>& words) const {

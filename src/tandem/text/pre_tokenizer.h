@@ -1,7 +1,9 @@
 #pragma once
-// Pre-tokenizers of a byte-level tokenizer.json: any number of `Split` steps (regex or literal,
-// each HF delimiter behaviour, `invert`) followed by one `ByteLevel` (optional prefix space, the
-// GPT-2 regex), as a single step or a `Sequence`.
+// Pre-tokenizers of a tokenizer.json: any number of `Split` steps (regex or literal, each HF
+// delimiter behaviour, `invert`), then at most one of `ByteLevel` (optional prefix space, the GPT-2
+// regex: a byte-level BPE) or `Metaspace` (spaces become "▁", a "▁" prepended always, first or
+// never, optionally split before each "▁": a SentencePiece-style BPE), as a single step or a
+// `Sequence`; null is none (a SentencePiece-style BPE whose normalizer does the "▁" work).
 #include <memory>
 #include <nlohmann/json_fwd.hpp>
 #include <optional>
@@ -10,6 +12,7 @@
 #include <vector>
 
 #include "tandem/text/regex.h"
+#include "tandem/text/segment.h"
 
 namespace tandem {
 
@@ -25,6 +28,17 @@ struct SplitStep {
   void apply(std::string_view text, size_t base, std::vector<Match>& parts) const;
 };
 
+/// Metaspace's settings, as a pre-tokenizer or a decoder reads them (HF 0.23: `prepend_scheme`
+/// always by default; the legacy `add_prefix_space` must agree with it; `split` true by default).
+struct MetaspaceSettings {
+  enum Prepend { kAlways, kFirst, kNever };
+  std::string replacement;  // one character, "▁" in every published file
+  Prepend prepend = kAlways;
+  bool split = true;
+
+  static MetaspaceSettings read(const nlohmann::json& step, const std::string& where);
+};
+
 class PreTokenizer {
  public:
   /// Reads tokenizer.json's `pre_tokenizer`; `where` prefixes errors.
@@ -37,6 +51,15 @@ class PreTokenizer {
   /// Splits one (prefixed) piece with the GPT-2 regex when ByteLevel has use_regex.
   void split_byte_level(std::string_view piece, std::vector<Match>& words) const;
 
+  /// Whether the last step is ByteLevel (the model then works on byte-level spelled bytes).
+  bool byte_level() const { return has_byte_level_; }
+  /// Metaspace, when it is the last step.
+  const std::optional<MetaspaceSettings>& metaspace() const { return metaspace_; }
+  /// Metaspace on one piece: spaces replaced, the prefix added as its scheme says (`first`: only
+  /// to a piece that starts the input), into `storage`; `words` gets the ranges to tokenize.
+  Segment apply_metaspace(const Segment& piece, AlignedText& storage,
+                          std::vector<Match>& words) const;
+
  private:
   void add_step(const nlohmann::json& step, const std::string& where);
 
@@ -44,6 +67,8 @@ class PreTokenizer {
   bool has_byte_level_ = false;
   bool add_prefix_space_ = false;
   std::optional<SplitStep> byte_level_split_;  // GPT-2 regex, Isolated; unset without use_regex
+  std::optional<MetaspaceSettings> metaspace_;
+  std::optional<SplitStep> metaspace_split_;  // the replacement, MergedWithNext
 };
 
 }  // namespace tandem

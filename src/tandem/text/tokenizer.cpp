@@ -14,8 +14,10 @@
 #include "tandem/text/added_vocabulary.h"
 #include "tandem/text/bpe.h"
 #include "tandem/text/byte_level.h"
-#include "tandem/text/normalizer.h"
+#include "tandem/text/normalizer_sequence.h"
 #include "tandem/text/pre_tokenizer.h"
+#include "tandem/text/segment.h"
+#include "tandem/text/token_decoder.h"
 #include "tandem/text/utf8.h"
 
 namespace tandem {
@@ -50,30 +52,6 @@ EdgeSpaces count_edge_spaces(std::string_view token) {
   return {static_cast<uint32_t>(leading), static_cast<uint32_t>(trailing)};
 }
 
-// A run of (normalized) text and the input bytes each of its bytes came from.
-struct Segment {
-  std::string_view text;
-  const Alignment* alignments;  // per byte of text; null: byte i is input byte origin + i
-  size_t origin;
-
-  Segment sub(size_t begin, size_t end) const {
-    return {text.substr(begin, end - begin), alignments ? alignments + begin : nullptr,
-            alignments ? origin : origin + begin};
-  }
-  /// Input byte range of bytes [begin, end) of text, widened to whole characters (HF's
-  /// NormalizedString::convert_offsets).
-  std::pair<size_t, size_t> input_range(size_t begin, size_t end) const {
-    if (alignments) return {alignments[begin].first, alignments[end - 1].second};
-    while (begin > 0 && utf8::is_continuation(static_cast<unsigned char>(text[begin]))) --begin;
-    while (end < text.size() && utf8::is_continuation(static_cast<unsigned char>(text[end]))) ++end;
-    return {origin + begin, origin + end};
-  }
-  Alignment alignment(size_t byte) const {
-    const auto [begin, end] = input_range(byte, byte + 1);
-    return {static_cast<uint32_t>(begin), static_cast<uint32_t>(end)};
-  }
-};
-
 // Tokens before post-processing, with what the post-processor needs.
 struct TokenStream {
   bool want_offsets = false;
@@ -106,7 +84,7 @@ struct PostStep {
 
 struct Tokenizer::Impl {
   std::string path;
-  std::optional<NormalForm> normal_form;
+  NormalizerSequence normalizer;
   std::unique_ptr<PreTokenizer> pre_tokenizer;
   std::unique_ptr<BpeModel> model;
 
@@ -120,21 +98,21 @@ struct Tokenizer::Impl {
   std::vector<PostStep> post_steps;
   bool trims = false;                  // some ByteLevel post step trims offsets
   std::vector<EdgeSpaces> edge_table;  // per id, filled when `trims`
-  bool byte_level_decoder = false;
+  std::unique_ptr<TokenDecoder> decoder;
 
   std::string where(const std::string& field) const { return "[tokenizer] " + path + ": " + field; }
 
   void load(const json& config);
-  void load_normalizer(const json& config);
   void load_added_tokens(const json& config);
   void load_post_processor(const json& config, const std::string& field);
-  void load_decoder(const json& config);
 
   const std::string* token_string(int32_t id) const;
   EdgeSpaces edge_spaces(int32_t id) const;
   void encode(std::string_view text, bool add_special_tokens, TokenStream& stream) const;
   void encode_gap(std::string_view text, size_t begin, size_t end, TokenStream& stream) const;
   void encode_words(const Segment& segment, TokenStream& stream) const;
+  void encode_piece(const Segment& piece, std::string_view word_text, size_t word_begin,
+                    TokenStream& stream) const;
   void post_process(std::string_view text, bool add_special_tokens, TokenStream& stream) const;
 };
 
@@ -150,13 +128,13 @@ void Tokenizer::Impl::load(const json& config) {
           " is set; tandem does not implement truncation or padding in the tokenizer (set it to "
           "null)");
   check(config.contains("model"), where("model is missing"));
-  model = std::make_unique<BpeModel>(config["model"], where("model"));
-  load_normalizer(config.value("normalizer", json()));
+  normalizer = NormalizerSequence(config.value("normalizer", json()), where("normalizer"));
   pre_tokenizer =
       std::make_unique<PreTokenizer>(config.value("pre_tokenizer", json()), where("pre_tokenizer"));
+  model = std::make_unique<BpeModel>(config["model"], where("model"), pre_tokenizer->byte_level());
   load_added_tokens(config.value("added_tokens", json::array()));
   load_post_processor(config.value("post_processor", json()), "post_processor");
-  load_decoder(config.value("decoder", json()));
+  decoder = std::make_unique<TokenDecoder>(config.value("decoder", json()), where("decoder"));
   if (trims) {
     int64_t size = model->max_id() + 1;
     for (const AddedToken& token : added) size = std::max<int64_t>(size, token.id + int64_t{1});
@@ -164,28 +142,6 @@ void Tokenizer::Impl::load(const json& config) {
     for (int32_t id = 0; id < static_cast<int32_t>(size); ++id)
       if (const std::string* token = token_string(id)) edge_table[id] = count_edge_spaces(*token);
   }
-}
-
-void Tokenizer::Impl::load_normalizer(const json& config) {
-  std::vector<const json*> steps;
-  if (type_of(config) == "Sequence") {
-    check(config.contains("normalizers") && config["normalizers"].is_array(),
-          where("normalizer.normalizers must be an array"));
-    for (const json& step : config["normalizers"]) steps.push_back(&step);
-  } else if (!config.is_null()) {
-    steps.push_back(&config);
-  }
-  check(steps.size() <= 1, where("normalizer: a Sequence of "), steps.size(),
-        " normalizers is not supported (at most one NFC or NFKC)");
-  if (steps.empty()) return;
-  const std::string type = type_of(*steps[0]);
-  if (type == "NFC")
-    normal_form = NormalForm::kNFC;
-  else if (type == "NFKC")
-    normal_form = NormalForm::kNFKC;
-  else
-    throw Error(where("normalizer type '"), type,
-                "' is not supported (supported: null, NFC, NFKC, a Sequence of one of them)");
 }
 
 void Tokenizer::Impl::load_added_tokens(const json& config) {
@@ -228,8 +184,7 @@ void Tokenizer::Impl::load_added_tokens(const json& config) {
   }
   for (const AddedToken& token : added) {
     if (token.normalized) {
-      std::string pattern =
-          normal_form ? normalize_string(*normal_form, token.content) : token.content;
+      std::string pattern = normalizer.apply(token.content);
       if (pattern != token.content) added_text[token.id] = pattern;
       normalized_tokens.push_back(&token);
       normalized_patterns.push_back(std::move(pattern));
@@ -297,24 +252,6 @@ void Tokenizer::Impl::load_post_processor(const json& config, const std::string&
   post_steps.push_back(std::move(step));
 }
 
-void Tokenizer::Impl::load_decoder(const json& config) {
-  if (config.is_null()) return;  // HF joins the token strings with spaces
-  std::vector<const json*> steps;
-  if (type_of(config) == "Sequence") {
-    check(config.contains("decoders") && config["decoders"].is_array(),
-          where("decoder.decoders must be an array"));
-    for (const json& step : config["decoders"]) steps.push_back(&step);
-  } else {
-    steps.push_back(&config);
-  }
-  for (const json* step : steps)
-    check(type_of(*step) == "ByteLevel", where("decoder type '"), type_of(*step),
-          "' is not supported (supported: ByteLevel, a Sequence holding one ByteLevel)");
-  check(steps.size() == 1, where("decoder: a Sequence of "), steps.size(),
-        " decoders is not supported (exactly one ByteLevel)");
-  byte_level_decoder = true;
-}
-
 // ---------------------------------------------------------------------------------------------
 // Encoding
 
@@ -350,10 +287,9 @@ void Tokenizer::Impl::encode(std::string_view text, bool add_special_tokens,
 
 void Tokenizer::Impl::encode_gap(std::string_view text, size_t begin, size_t end,
                                  TokenStream& stream) const {
-  Segment segment{text.substr(begin, end - begin), nullptr, begin};
   AlignedText normalized;
-  if (normal_form && normalize(*normal_form, segment.text, nullptr, begin, normalized))
-    segment = {normalized.text, normalized.alignments.data(), begin};
+  const Segment segment =
+      normalizer.apply(Segment{text.substr(begin, end - begin), nullptr, begin}, normalized);
   // Second pass: tokens matched on the normalized text.
   std::vector<AddedMatch> matches;
   normalized_matcher.find(segment.text, matches);
@@ -372,39 +308,44 @@ void Tokenizer::Impl::encode_gap(std::string_view text, size_t begin, size_t end
 void Tokenizer::Impl::encode_words(const Segment& segment, TokenStream& stream) const {
   std::vector<Match> pieces, words;
   pre_tokenizer->split(segment.text, pieces);
-  std::vector<uint32_t> lengths;
-  AlignedText prefixed;
+  AlignedText edited;
   for (const auto& [piece_begin, piece_end] : pieces) {
     if (piece_begin == piece_end) continue;
     Segment piece = segment.sub(piece_begin, piece_end);
-    if (pre_tokenizer->add_prefix_space() && piece.text[0] != ' ') {
-      // HF NormalizedString::prepend: the space takes the first character's alignment.
-      prefixed.text = " ";
-      prefixed.text.append(piece.text);
-      prefixed.alignments.assign(1, piece.alignment(0));
-      for (size_t i = 0; i < piece.text.size(); ++i)
-        prefixed.alignments.push_back(piece.alignment(i));
-      piece = {prefixed.text, prefixed.alignments.data(), piece.origin};
-    }
     words.clear();
-    pre_tokenizer->split_byte_level(piece.text, words);
-    for (const auto& [word_begin, word_end] : words) {
-      const size_t first = stream.ids.size();
-      lengths.clear();
-      model->tokenize(piece.text.substr(word_begin, word_end - word_begin), stream.ids,
-                      stream.want_offsets ? &lengths : nullptr);
-      if (stream.want_offsets) {
-        size_t position = word_begin;
-        for (uint32_t length : lengths) {
-          stream.offsets.push_back(piece.input_range(position, position + length));
-          position += length;
-        }
+    if (pre_tokenizer->metaspace()) {
+      piece = pre_tokenizer->apply_metaspace(piece, edited, words);
+    } else if (pre_tokenizer->byte_level()) {
+      if (pre_tokenizer->add_prefix_space() && piece.text[0] != ' ') {
+        prepend_aligned(piece, " ", edited);  // HF: the space takes the first character's place
+        piece = Segment::of(edited, piece.origin);
       }
-      if (stream.want_spaces)
-        for (size_t i = first; i < stream.ids.size(); ++i)
-          stream.spaces.push_back(edge_spaces(stream.ids[i]));
+      pre_tokenizer->split_byte_level(piece.text, words);
+    } else {
+      words.emplace_back(0, piece.text.size());  // no pre-tokenizer step: the piece is the word
+    }
+    for (const auto& [word_begin, word_end] : words)
+      encode_piece(piece, piece.text.substr(word_begin, word_end - word_begin), word_begin, stream);
+  }
+}
+
+// The model's tokens of one word (bytes [word_begin, +word_text.size()) of `piece`).
+void Tokenizer::Impl::encode_piece(const Segment& piece, std::string_view word_text,
+                                   size_t word_begin, TokenStream& stream) const {
+  thread_local std::vector<uint32_t> lengths;
+  const size_t first = stream.ids.size();
+  lengths.clear();
+  model->tokenize(word_text, stream.ids, stream.want_offsets ? &lengths : nullptr);
+  if (stream.want_offsets) {
+    size_t position = word_begin;
+    for (uint32_t length : lengths) {
+      stream.offsets.push_back(piece.input_range(position, position + length));
+      position += length;
     }
   }
+  if (stream.want_spaces)
+    for (size_t i = first; i < stream.ids.size(); ++i)
+      stream.spaces.push_back(edge_spaces(stream.ids[i]));
 }
 
 void Tokenizer::Impl::post_process(std::string_view text, bool add_special_tokens,
@@ -500,24 +441,16 @@ Encoding Tokenizer::encode_with_offsets(std::string_view text, bool add_special_
 }
 
 std::string Tokenizer::decode(const std::vector<int32_t>& ids, bool skip_special_tokens) const {
-  std::string bytes;
-  bool first = true;
+  std::vector<std::string> tokens;
+  tokens.reserve(ids.size());
   for (int32_t id : ids) {
     const std::string* token = impl_->token_string(id);
     check(token != nullptr, "[tokenizer] ", impl_->path, ": cannot decode id ", id,
           ": not in the vocabulary (size ", vocab_size(), ")");
     if (skip_special_tokens && impl_->special_contents.count(*token)) continue;
-    if (!impl_->byte_level_decoder) {
-      if (!first) bytes += ' ';
-      bytes += *token;
-    } else if (auto raw = byte_level::decode(*token)) {
-      bytes += *raw;
-    } else {
-      bytes += *token;  // not byte-level spelled (e.g. a special token): its UTF-8 as is
-    }
-    first = false;
+    tokens.push_back(*token);
   }
-  return impl_->byte_level_decoder ? utf8::decode_lossy(bytes) : bytes;
+  return impl_->decoder->decode(std::move(tokens));
 }
 
 int64_t Tokenizer::vocab_size() const {

@@ -1,16 +1,20 @@
 #pragma once
-// Hugging Face tokenizer.json, byte-level BPE, native C++: encodes exactly as HF `tokenizers`
-// 0.23 does (ids and offsets), checked on real files (tests/fixtures/tokenizers).
+// Hugging Face tokenizer.json, native C++: encodes exactly as HF `tokenizers` 0.23 does (ids and
+// offsets) and decodes as it does, checked on real and trained files (tests/fixtures/tokenizers).
 //
-// Supported: model BPE (vocab; merges as ["a", "b"] or "a b"; ignore_merges; dropout,
-// byte_fallback, continuing_subword_prefix, end_of_word_suffix only when null/off/empty);
-// added_tokens (special or not, lstrip, rstrip, single_word, normalized), matched before the model
-// as HF does; normalizer null, NFC, NFKC (HF's Unicode 9.0 data, offsets aligned as HF aligns
-// them); pre_tokenizer Split (regex or literal, all five behaviours, invert) steps followed by one
-// ByteLevel (add_prefix_space, use_regex), alone or in a Sequence; post_processor ByteLevel
-// (trim_offsets), TemplateProcessing (single sequences) or a Sequence of them; decoder ByteLevel
-// (or null). Anything else is refused at load with an error naming the component and its type,
-// never encoded differently. truncation and padding must be null.
+// Two kinds of BPE file are supported. Byte-level (GPT-2, Llama-3, Qwen): pre_tokenizer Split
+// steps (regex or literal, all five behaviours, invert) then one ByteLevel (add_prefix_space,
+// use_regex), decoder ByteLevel. SentencePiece-style (Llama-2, Mistral, Gemma): no pre-tokenizer,
+// Split steps, or Metaspace (replacement, prepend_scheme always/first/never, split); a BPE model
+// with byte_fallback (<0xNN> pieces), unk_token and fuse_unk; decoders Replace, ByteFallback,
+// Fuse, Strip, Metaspace. Both: model BPE (vocab; merges as ["a", "b"] or "a b"; ignore_merges;
+// dropout, continuing_subword_prefix, end_of_word_suffix only when null/off/empty); added_tokens
+// (special or not, lstrip, rstrip, single_word, normalized), matched before the model as HF does;
+// normalizer null, NFC, NFKC (HF's Unicode 9.0 data, offsets aligned as HF aligns them), Prepend,
+// Replace, or a Sequence of them; post_processor ByteLevel (trim_offsets), TemplateProcessing
+// (single sequences) or a Sequence of them. Anything else (a Unigram or WordPiece model, other
+// normalizers, pre-tokenizers or decoders) is refused at load with an error naming the component
+// and its type, never encoded differently. truncation and padding must be null.
 //
 // Input text must be valid UTF-8: encode() throws an Error naming the byte offset of the first
 // invalid sequence (HF's Python API only ever sees valid text, a Python str). Any valid code point
