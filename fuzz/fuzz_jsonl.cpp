@@ -1,7 +1,8 @@
-// libFuzzer target for the JSONL readers of every data format. The first byte picks the format
-// (conversations, text, pretokenized, preference, rollout) and on_error (skip or fail); the
-// rest is the file. Every line must end as a document, a counted skip, or (fail) a
-// tandem::Error naming file:line; no other exception and no crash.
+// libFuzzer target for the record readers of every data format: JSONL, and JSON arrays (a file
+// starting with '['). The first byte picks the format (conversations, text, pretokenized,
+// preference, rollout), on_error (skip or fail) and unknown_roles (error, skip_turn,
+// skip_conversation); the rest is the file. Every record must end as a document, a counted
+// skip, or a tandem::Error naming the file; no other exception and no crash.
 #include <unistd.h>
 
 #include <cstdint>
@@ -41,6 +42,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   options.vocab_size = demo_tokenizer().vocab_size();
   options.max_length = 4096;
   options.on_error = (data[0] / 5) % 2 ? tandem::OnError::fail : tandem::OnError::skip;
+  const tandem::UnknownRoles policies[] = {tandem::UnknownRoles::error,
+                                           tandem::UnknownRoles::skip_turn,
+                                           tandem::UnknownRoles::skip_conversation};
+  options.unknown_roles = policies[(data[0] / 10) % 3];
   try {
     if (format == DataFormat::rollout) {
       tandem::RolloutStream stream(scratch_path(), options);

@@ -38,12 +38,14 @@ declare -A libraries=([config]="-lyaml-cpp" [tokenizer]="-lpcre2-8" [jsonl]="-lp
 
 object_of() { echo "$obj_dir/$(echo "$1" | tr '/' '_').o"; }
 
-# Objects, two compilers at a time; a source newer than its object is rebuilt.
+# Objects, two compilers at a time; an object older than its source or than any header under
+# src/ or fuzz/ is rebuilt.
 needed=$(for target in "${targets[@]}"; do echo ${sources[$target]}; echo "fuzz/fuzz_$target.cpp"; done |
          tr ' ' '\n' | sort -u)
 for source in $needed; do
   object=$(object_of "$source")
-  if [ ! -f "$object" ] || [ "$source" -nt "$object" ]; then echo "$source"; fi
+  if [ ! -f "$object" ] || [ "$source" -nt "$object" ] ||
+     [ -n "$(find src fuzz -name '*.h' -newer "$object" -print -quit)" ]; then echo "$source"; fi
 done | xargs -r -P 2 -I{} sh -c 'clang++ "$@" -c {} -o "'"$obj_dir"'/$(echo {} | tr / _).o"' _ "${flags[@]}"
 
 # Seeds: committed files each target reads in real use.
@@ -61,13 +63,20 @@ for target in "${targets[@]}"; do
   case $target in
     safetensors) while IFS= read -r -d '' f; do seed safetensors "$f"; done \
                    < <(find tests/fixtures -name '*.safetensors' -size -200k -type f -print0) ;;
-    tokenizer) for f in tests/fixtures/tokenizers/tiny/tokenizer.json data/demo/tokenizer/tokenizer.json
+    tokenizer) for f in tests/fixtures/tokenizers/{tiny,llama2,gemma}/tokenizer.json \
+                        data/demo/tokenizer/tokenizer.json
                do seed tokenizer "$f" 0 2000000; done
-               seed tokenizer data/demo/chat_heldout.jsonl 1 ;;
+               for mode in 1 2 3 4; do seed tokenizer data/demo/chat_heldout.jsonl $mode; done ;;
     model_config) for f in tests/fixtures/models/*/config.json configs/*-model.json
                   do seed model_config "$f"; done ;;
     jsonl) seed jsonl data/demo/chat.jsonl 0; seed jsonl data/demo/corpus.jsonl 1
-           seed jsonl data/demo/preference.jsonl 3 ;;
+           seed jsonl data/demo/preference.jsonl 3
+           # The same records as JSON arrays (ShareGPT's downloads), under each role policy.
+           python3 -c 'import sys
+for mode, name in ((0, "chat"), (13, "preference"), (20, "chat")):
+    lines = [l for l in open(f"data/demo/{name}.jsonl", encoding="utf-8").read().split("\n") if l][:20]
+    open(f"{sys.argv[1]}/seed-array-{mode}", "wb").write(bytes([mode]) + ("[" + ",\n".join(lines) + "]").encode())' \
+             "$build_dir/corpus-jsonl" ;;
     config) for f in configs/*.yaml configs/examples/*.yaml; do seed config "$f"; done ;;
     manifest) seed manifest fuzz/seeds/manifest.json ;;
     jinja) mkdir -p "$build_dir/corpus-jinja"  # every fixture case's template, mode byte 1

@@ -49,7 +49,10 @@ TEST(DataCli, StatsCountsDocumentsTokensAndSkips) {
   EXPECT_TRUE(contains(first.output, "tokens      ")) << first.output;
   EXPECT_TRUE(contains(first.output, "trained     ")) << first.output;
   EXPECT_TRUE(contains(first.output, "skipped     2\n")) << first.output;
-  EXPECT_TRUE(contains(first.output, "unknown_role: 1 (first: " + file + ":2: unknown role 'bot')"))
+  EXPECT_TRUE(
+      contains(first.output,
+               "unknown_role: 1 (first: " + file +
+                   ":2: 'conversations'[0]: unknown role 'bot' (data.unknown_roles can skip it))"))
       << first.output;
   EXPECT_TRUE(contains(first.output, "malformed_json: 1 (first: " + file + ":4: malformed JSON"))
       << first.output;
@@ -68,7 +71,8 @@ TEST(DataCli, StatsFailsOnBadInputNamingFileAndLine) {
   const std::string file = write_file(dir, "chat.jsonl", kConversations);
   const auto result = run_command(data_command(dir, "stats", file, ""));
   EXPECT_EQ(result.exit_code, 1) << result.output;
-  EXPECT_TRUE(contains(result.output, "[data] " + file + ":2: unknown role 'bot'"))
+  EXPECT_TRUE(
+      contains(result.output, "[data] " + file + ":2: 'conversations'[0]: unknown role 'bot'"))
       << result.output;
 }
 

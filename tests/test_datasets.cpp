@@ -445,7 +445,8 @@ TEST(TokenCache, FailPolicyWritesNoCache) {
   EXPECT_EQ(error_of([&] {
               TokenizedDataset::open(path, DataFormat::conversations, chat_options(), cache);
             }),
-            "[data] " + path + ":2: unknown role 'bot'");
+            "[data] " + path +
+                ":2: 'conversations'[0]: unknown role 'bot' (data.unknown_roles can skip it)");
   EXPECT_TRUE(std::filesystem::is_empty(dir / "cache"));
 }
 

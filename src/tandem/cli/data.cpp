@@ -30,6 +30,7 @@ struct DataCommandOptions {
   bool last_turn_only = false;
   bool no_reasoning_loss = false;
   std::string on_error = "fail";
+  std::string unknown_roles = "error";
   int64_t vocab_size = 0;
   std::string cache_dir;
   bool no_cache = false;
@@ -74,6 +75,7 @@ void load(const DataCommandOptions& cli, LoadedData& out) {
   out.options.last_turn_only = cli.last_turn_only;
   out.options.train_reasoning = !cli.no_reasoning_loss;
   out.options.on_error = parse_on_error(cli.on_error);
+  out.options.unknown_roles = parse_unknown_roles(cli.unknown_roles);
   out.options.vocab_size = cli.vocab_size;
   if (out.format == DataFormat::rollout) {
     RolloutStream stream(cli.data, out.options);
@@ -289,6 +291,11 @@ void add_common_options(CLI::App* command, DataCommandOptions& options) {
                     "(data.train_reasoning: false)");
   command->add_flag("--last-turn-only", options.last_turn_only,
                     "conversations: train the last assistant turn only");
+  command
+      ->add_option("--unknown-roles", options.unknown_roles,
+                   "a message with an unknown role: error (a bad line), skip_turn (leave the "
+                   "message out) or skip_conversation (skip the line, counted)")
+      ->capture_default_str();
   command
       ->add_option("--on-error", options.on_error,
                    "bad lines: fail (error naming file:line) or skip (count by reason)")

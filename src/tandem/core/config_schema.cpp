@@ -153,6 +153,16 @@ const BoolKey last_turn_only{group, "last_turn_only", false,
 const BoolKey train_reasoning{group, "train_reasoning", true,
                               "conversations: the loss covers each assistant turn's reasoning "
                               "(`reasoning_content`) as the template writes it; false skips it"};
+const EnumKey<UnknownRoles> unknown_roles{
+    group,
+    "unknown_roles",
+    UnknownRoles::error,
+    {{"error", UnknownRoles::error},
+     {"skip_turn", UnknownRoles::skip_turn},
+     {"skip_conversation", UnknownRoles::skip_conversation}},
+    "a message whose role is none of system, user, assistant, tool or their aliases: the record "
+    "is bad (`error`, then `on_error` decides), the message is left out (`skip_turn`), or the "
+    "record is skipped and counted (`skip_conversation`)"};
 const EnumKey<OnError> on_error{group,
                                 "on_error",
                                 OnError::fail,

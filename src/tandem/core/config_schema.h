@@ -21,6 +21,7 @@ enum class DataFormat;       // data/datasets.h
 enum class PackingMode;      // data/packing.h
 enum class OverlongPolicy;   // data/packing.h
 enum class OnError;          // data/jsonl.h
+enum class UnknownRoles;     // data/datasets.h
 enum class Divergence;       // objectives/distill_loss.h
 enum class DpoLossType;      // objectives/policy_loss.h
 enum class DFlashTeacher;    // objectives/dflash.h
@@ -79,6 +80,7 @@ extern const EnumKey<OverlongPolicy> overlong;
 extern const IntKey max_length;
 extern const BoolKey last_turn_only;
 extern const BoolKey train_reasoning;
+extern const EnumKey<UnknownRoles> unknown_roles;
 extern const EnumKey<OnError> on_error;
 extern const IntKey vocab_size;
 extern const StringKey cache_dir;

@@ -47,7 +47,9 @@ std::vector<int32_t> parse_ids(const json& value, const char* key) {
 ChatRole parse_role(const std::string& role, std::string& spelling) {
   spelling.clear();
   if (role == "user" || role == "human") return ChatRole::user;
-  if (role == "assistant" || role == "gpt") return ChatRole::assistant;
+  if (role == "assistant" || role == "gpt" || role == "chatgpt" || role == "bing" ||
+      role == "bard")  // ShareGPT's assistant-side names
+    return ChatRole::assistant;
   if (role == "system") return ChatRole::system;
   if (role == "tool") return ChatRole::tool;
   if (role == "ipython" || role == "function") {  // Llama 3.1's and the older OpenAI tool roles
@@ -61,8 +63,11 @@ ChatRole parse_role(const std::string& role, std::string& spelling) {
   bad(BadInput::unknown_role, "unknown role '" + role + "'");
 }
 
+}  // namespace
+
 std::vector<ChatMessage> parse_messages(const json& list, const std::string& key,
-                                        const nlohmann::ordered_json* ordered_list = nullptr) {
+                                        const nlohmann::ordered_json* ordered_list,
+                                        UnknownRoles unknown_roles) {
   if (!list.is_array()) bad(BadInput::wrong_type, "'" + key + "' is not a list of messages");
   std::vector<ChatMessage> messages;
   messages.reserve(list.size());
@@ -78,7 +83,13 @@ std::vector<ChatMessage> parse_messages(const json& list, const std::string& key
       bad(BadInput::wrong_type, where + " has no string 'role' (or ShareGPT 'from')");
     ChatMessage out;
     std::string spelling;
-    out.role = parse_role(role->get<std::string>(), spelling);
+    try {
+      out.role = parse_role(role->get<std::string>(), spelling);
+    } catch (const BadLine& e) {
+      if (unknown_roles == UnknownRoles::skip_turn) continue;
+      throw BadLine(e.reason, where + ": " + e.what() + " (data.unknown_roles can skip it)",
+                    unknown_roles == UnknownRoles::skip_conversation);
+    }
     if (!spelling.empty()) out.fields.set("role", jinja::Value(spelling));
     // Content: a string; or null / absent (an assistant turn that only calls tools) or a list
     // of parts, which only a Jinja template can render (it gets them as they are).
@@ -108,20 +119,13 @@ std::vector<ChatMessage> parse_messages(const json& list, const std::string& key
   return messages;
 }
 
-// A preference field: a message list, or a string read as one message of `string_role`;
-// message fields in the key order of `ordered` (the line parsed keeping it) when it has them.
-std::vector<ChatMessage> parse_turns(const json& line, const char* key, ChatRole string_role,
-                                     const nlohmann::ordered_json& ordered) {
-  const json& value = required(line, key);
-  if (value.is_string()) return {{string_role, value.get<std::string>(), {}}};
-  if (!value.is_array())
-    bad(BadInput::wrong_type, std::string("'") + key + "' is neither a string nor a message list");
-  const nlohmann::ordered_json* list =
-      ordered.is_object() && ordered.contains(key) ? &ordered[key] : nullptr;
-  return parse_messages(value, key, list);
+UnknownRoles parse_unknown_roles(std::string_view text) {
+  if (text == "error") return UnknownRoles::error;
+  if (text == "skip_turn") return UnknownRoles::skip_turn;
+  if (text == "skip_conversation") return UnknownRoles::skip_conversation;
+  throw Error("[data] unknown_roles must be error, skip_turn or skip_conversation, not '", text,
+              "'");
 }
-
-}  // namespace
 
 DataFormat parse_data_format(std::string_view text) {
   if (text == "conversations") return DataFormat::conversations;
@@ -171,13 +175,13 @@ nlohmann::ordered_json ordered_line(std::string_view raw_line) {
   return parsed.is_discarded() ? nlohmann::ordered_json() : parsed;
 }
 
-std::vector<ChatMessage> parse_conversation(const json& line,
-                                            const nlohmann::ordered_json& ordered) {
+std::vector<ChatMessage> parse_conversation(const json& line, const nlohmann::ordered_json& ordered,
+                                            UnknownRoles unknown_roles) {
   const char* key = line.contains("conversations") ? "conversations" : "messages";
   if (!line.contains(key)) bad(BadInput::wrong_type, "missing key 'conversations' (or 'messages')");
   const nlohmann::ordered_json* ordered_list =
       ordered.is_object() && ordered.contains(key) ? &ordered[key] : nullptr;
-  std::vector<ChatMessage> messages = parse_messages(line[key], key, ordered_list);
+  std::vector<ChatMessage> messages = parse_messages(line[key], key, ordered_list, unknown_roles);
   if (messages.empty()) bad(BadInput::empty, "empty conversation");
   return messages;
 }
@@ -259,8 +263,8 @@ std::vector<TokenizedDocument> DocumentStream::parse(const json& line) const {
   if (format_ == DataFormat::conversations) {
     const nlohmann::ordered_json ordered =
         chat_template_->is_jinja() ? ordered_line(reader_.line_text()) : nullptr;
-    out.push_back(encode(parse_conversation(line, ordered), options_.last_turn_only, 0,
-                         parse_tools(line, ordered)));
+    out.push_back(encode(parse_conversation(line, ordered, options_.unknown_roles),
+                         options_.last_turn_only, 0, parse_tools(line, ordered)));
   } else if (format_ == DataFormat::text) {
     const json& text = required(line, "text");
     if (!text.is_string()) bad(BadInput::wrong_type, "'text' is not a string");
@@ -298,12 +302,12 @@ std::vector<TokenizedDocument> DocumentStream::parse(const json& line) const {
     const nlohmann::ordered_json ordered =
         chat_template_->is_jinja() ? ordered_line(reader_.line_text()) : nullptr;
     const jinja::Value tools = parse_tools(line, ordered);
-    const std::vector<ChatMessage> prompt = parse_turns(line, "prompt", ChatRole::user, ordered);
+    const PreferenceMessages pair = split_preference(line, ordered, options_.unknown_roles);
     for (const char* key : {"chosen", "rejected"}) {
-      std::vector<ChatMessage> messages = prompt;
-      for (ChatMessage& m : parse_turns(line, key, ChatRole::assistant, ordered))
-        messages.push_back(std::move(m));
-      out.push_back(encode(messages, false, prompt.size(), tools));
+      std::vector<ChatMessage> messages = pair.prompt;
+      for (const ChatMessage& m : key[0] == 'c' ? pair.chosen : pair.rejected)
+        messages.push_back(m);
+      out.push_back(encode(messages, false, pair.prompt.size(), tools));
       out.back().source += std::string(" (") + key + ")";
     }
   }

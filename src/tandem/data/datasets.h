@@ -1,11 +1,12 @@
 #pragma once
 // The JSONL dataset formats (docs/data.md), streamed one line at a time:
 //
-//   conversations  {"id": ..., "conversations": [{"role": "system|user|assistant",
+//   conversations  {"id": ..., "conversations": [{"role": "system|user|assistant|tool",
 //                  "content": "..."}, ...]}; also "messages" for the list, and ShareGPT's
-//                  {"from": "human|gpt|system", "value": ...} (aliases human/gpt ->
-//                  user/assistant). Rendered with a chat template, tokenized whole; the loss
-//                  mask covers assistant content + end-of-turn (text/chat_template.h).
+//                  {"from": "human|gpt|system", "value": ...} (aliases human -> user;
+//                  gpt, chatgpt, bing, bard -> assistant). Rendered with a chat template,
+//                  tokenized whole; the loss mask covers assistant content + end-of-turn
+//                  (text/chat_template.h). Other roles follow DatasetOptions::unknown_roles.
 //   text           {"text": "..."}: plain text for pre-training, tokenized with the tokenizer's
 //                  special tokens (e.g. a leading BOS); the loss covers every token.
 //   pretokenized   {"input_ids": [...], "loss_mask": [...]} (loss_mask optional: all ones;
@@ -13,7 +14,11 @@
 //   preference     {"prompt", "chosen", "rejected"}: each a string or a message list. A string
 //                  prompt is one user message and a string completion one assistant message;
 //                  prompt+chosen and prompt+rejected are rendered and tokenized whole, the loss
-//                  covering the completion's assistant messages only.
+//                  covering the completion's assistant messages only. Without "prompt" (TRL's
+//                  implicit prompt) the prompt is what chosen and rejected share from their
+//                  start; completions that repeat the prompt's messages (UltraFeedback-style
+//                  rows) have them removed, so the prompt is rendered once
+//                  (split_preference).
 //   rollout        {"prompt_ids": [...], "completion_ids": [...], "old_logprobs": [...]} plus
 //                  "advantage", or "reward" and "group_id" (string or integer).
 //
@@ -36,6 +41,14 @@ class Tokenizer;
 
 enum class DataFormat { conversations, text, pretokenized, preference, rollout };
 
+/// What a message whose role tandem does not know does to its conversation: the record is bad
+/// (`error`, then `on_error` decides), the message is left out (`skip_turn`), or the record is
+/// skipped and counted whatever `on_error` says (`skip_conversation`).
+enum class UnknownRoles { error, skip_turn, skip_conversation };
+
+/// "error", "skip_turn" or "skip_conversation"; anything else throws.
+UnknownRoles parse_unknown_roles(std::string_view text);
+
 /// "conversations", "text", "pretokenized", "preference" or "rollout"; anything else throws.
 DataFormat parse_data_format(std::string_view text);
 std::string_view data_format_name(DataFormat format);
@@ -47,6 +60,7 @@ struct DatasetOptions {
   int64_t max_length = 0;                // longest document in tokens; 0: no limit
   bool last_turn_only = false;           // conversations: train the last assistant turn only
   bool train_reasoning = true;           // conversations: the loss covers reasoning text
+  UnknownRoles unknown_roles = UnknownRoles::error;
   OnError on_error = OnError::fail;
   int64_t vocab_size = 0;  // ids must lie in [0, vocab_size); 0: the tokenizer's, else unchecked
 
@@ -83,7 +97,31 @@ nlohmann::ordered_json ordered_line(std::string_view raw_line);
 /// `ordered` (ordered_line of the same line) when given, else in the JSON library's (sorted)
 /// order.
 std::vector<ChatMessage> parse_conversation(const nlohmann::json& line,
-                                            const nlohmann::ordered_json& ordered = nullptr);
+                                            const nlohmann::ordered_json& ordered = nullptr,
+                                            UnknownRoles unknown_roles = UnknownRoles::error);
+
+/// The messages of a JSON message list (OpenAI's role/content or ShareGPT's from/value; `key`
+/// names it in errors), each one's other fields in the key order of `ordered_list` when given.
+/// Throws BadLine (unknown_role, wrong_type).
+std::vector<ChatMessage> parse_messages(const nlohmann::json& list, const std::string& key,
+                                        const nlohmann::ordered_json* ordered_list,
+                                        UnknownRoles unknown_roles);
+
+/// A preference record's prompt and its two completions, as messages.
+struct PreferenceMessages {
+  std::vector<ChatMessage> prompt, chosen, rejected;
+};
+
+/// The prompt and completions of a preference line: "prompt" given (a string is one user
+/// message, a string completion one assistant message), and completions that start with the
+/// prompt's messages (UltraFeedback-style) have those removed; or, without "prompt", the
+/// longest run of messages chosen and rejected share from their start (strings: their shared
+/// text, backed off to a word start as TRL does). Throws BadLine (wrong_type) naming what is
+/// wrong: no shared prompt, one completion repeating the prompt and the other not, an empty
+/// completion.
+PreferenceMessages split_preference(const nlohmann::json& line,
+                                    const nlohmann::ordered_json& ordered = nullptr,
+                                    UnknownRoles unknown_roles = UnknownRoles::error);
 
 /// The line's `tools` (tool definitions for the template), undefined when absent, in the key
 /// order of `ordered` when given; throws BadLine when it is not a list.

@@ -84,9 +84,111 @@ SkipCounts SkipCounts::from_json(const nlohmann::json& json) {
 JsonlReader::JsonlReader(std::string path, OnError on_error)
     : path_(std::move(path)), on_error_(on_error), file_(path_, std::ios::binary) {
   check(file_.is_open(), "[data] ", path_, ": cannot open");
+  // A JSON array when the first character (after a UTF-8 byte order mark and whitespace) is '['.
+  std::streambuf* in = file_.rdbuf();
+  int c = in->sgetc();
+  if (c == 0xEF) {
+    char bom[3];
+    if (in->sgetn(bom, 3) != 3 || std::string_view(bom, 3) != "\xEF\xBB\xBF") in->pubseekpos(0);
+    c = in->sgetc();
+  }
+  std::string leading;
+  while (c == ' ' || c == '\t' || c == '\r' || c == '\n') {
+    leading += static_cast<char>(in->sbumpc());
+    c = in->sgetc();
+  }
+  if (c == '[') {
+    array_ = true;
+    in->sbumpc();
+    for (char l : leading) text_line_ += l == '\n';
+  } else {
+    in->pubseekpos(0);  // JSONL: read from the start, whitespace lines count as lines
+  }
+}
+
+bool JsonlReader::next_element() {
+  // Skips whitespace and one separating comma, then copies one value, tracking strings and
+  // nesting, up to the comma or bracket that ends it at depth 0.
+  std::streambuf* in = file_.rdbuf();
+  buffer_.clear();
+  bool separator = false;
+  int c;
+  while ((c = in->sgetc()) != EOF) {
+    if (c == '\n') ++text_line_;
+    if (c == ' ' || c == '\t' || c == '\r' || c == '\n' || (c == ',' && !separator && line_ > 0)) {
+      separator = separator || c == ',';
+      in->sbumpc();
+      continue;
+    }
+    break;
+  }
+  check(c != EOF, "[data] ", path_, ": the JSON array is not closed (no ']' by line ", text_line_,
+        ")");
+  if (c == ']') {
+    in->sbumpc();
+    while ((c = in->sbumpc()) != EOF) {
+      if (c == '\n') ++text_line_;
+      check(c == ' ' || c == '\t' || c == '\r' || c == '\n', "[data] ", path_, ": line ",
+            text_line_, ": data after the JSON array's closing ']'");
+    }
+    return false;
+  }
+  check(line_ == 0 || separator, "[data] ", path_, ": line ", text_line_,
+        ": the JSON array's elements must be separated by commas");
+  record_line_ = text_line_;
+  // A value ends where its closing bracket or quote brings it back to depth 0, or, for a bare
+  // number or literal, before whitespace, a comma or the array's ']'.
+  int depth = 0;
+  bool in_string = false, escaped = false;
+  while ((c = in->sgetc()) != EOF) {
+    if (!in_string && depth == 0 && !buffer_.empty() &&
+        (c == ',' || c == ']' || c == ' ' || c == '\t' || c == '\r' || c == '\n'))
+      break;
+    in->sbumpc();
+    buffer_ += static_cast<char>(c);
+    if (c == '\n') ++text_line_;
+    if (in_string) {
+      if (escaped) {
+        escaped = false;
+      } else if (c == '\\') {
+        escaped = true;
+      } else if (c == '"') {
+        in_string = false;
+        if (depth == 0) break;  // a bare string
+      }
+      continue;
+    }
+    if (c == '"') {
+      in_string = true;
+    } else if (c == '{' || c == '[') {
+      ++depth;
+    } else if (c == '}' || c == ']') {
+      if (--depth <= 0) break;  // the value closed (or an unbalanced bracket: its parse names it)
+    }
+  }
+  return true;
 }
 
 bool JsonlReader::next(nlohmann::json& value) {
+  if (array_) {
+    while (!array_done_ && next_element()) {
+      ++line_;
+      try {
+        value = parse_json_text(buffer_);
+      } catch (const JsonTextError& e) {
+        reject(BadLine(BadInput::malformed_json, std::string("malformed JSON: ") + e.what()));
+        continue;
+      }
+      if (!value.is_object()) {
+        reject(BadLine(BadInput::malformed_json,
+                       std::string("expected a JSON object, got ") + value.type_name()));
+        continue;
+      }
+      return true;
+    }
+    array_done_ = true;
+    return false;
+  }
   while (std::getline(file_, buffer_)) {
     ++line_;
     if (!buffer_.empty() && buffer_.back() == '\r') buffer_.pop_back();
@@ -109,16 +211,33 @@ bool JsonlReader::next(nlohmann::json& value) {
 }
 
 void JsonlReader::skip_through(int64_t line) {
+  if (array_) {
+    while (line_ < line && !array_done_) {
+      if (next_element())
+        ++line_;
+      else
+        array_done_ = true;
+    }
+    return;
+  }
   while (line_ < line && std::getline(file_, buffer_)) ++line_;
 }
 
 void JsonlReader::reject(const BadLine& bad, int64_t line) {
   if (line == 0) line = line_;
-  if (on_error_ == OnError::fail) throw Error("[data] ", path_, ":", line, ": ", bad.what());
+  if (on_error_ == OnError::fail && !bad.always_skip)
+    throw Error("[data] ", where_record(line), ": ", bad.what());
   skipped_.add(bad.reason, line, bad.what());
   if (skip_listener_) skip_listener_(line, bad);
 }
 
-std::string JsonlReader::where() const { return path_ + ":" + std::to_string(line_); }
+std::string JsonlReader::where_record(int64_t record) const {
+  if (!array_) return path_ + ":" + std::to_string(record);
+  std::string out = path_ + "[" + std::to_string(record - 1) + "]";
+  if (record == line_) out += " (line " + std::to_string(record_line_) + ")";
+  return out;
+}
+
+std::string JsonlReader::where() const { return where_record(line_); }
 
 }  // namespace tandem

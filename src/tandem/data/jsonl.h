@@ -1,7 +1,9 @@
 #pragma once
-// JSONL read one line at a time (memory bounded by the longest line), and the bad-input policy
-// every dataset shares: a bad line is an Error naming file and line (`on_error: fail`) or is
-// skipped and counted by reason (`on_error: skip`).
+// JSON records read one at a time: JSONL (one object per line; memory bounded by the longest
+// line) or a JSON array of objects (ShareGPT's downloads; streamed element by element, memory
+// bounded by the largest element), told apart by the file's first character. And the bad-input
+// policy every dataset shares: a bad record is an Error naming file and line, or file, record and
+// line for an array (`on_error: fail`), or is skipped and counted by reason (`on_error: skip`).
 #include <cstdint>
 #include <fstream>
 #include <functional>
@@ -33,12 +35,15 @@ enum class BadInput {
 };
 std::string_view bad_input_name(BadInput reason);
 
-/// Thrown by the parser of one line; the reader turns it into an Error or a count.
+/// Thrown by the parser of one line; the reader turns it into an Error or a count. `always_skip`:
+/// skipped and counted even under `on_error: fail` (a record a chosen policy drops, e.g.
+/// `data.unknown_roles: skip_conversation`).
 class BadLine : public std::runtime_error {
  public:
-  BadLine(BadInput reason, const std::string& detail)
-      : std::runtime_error(detail), reason(reason) {}
+  BadLine(BadInput reason, const std::string& detail, bool always_skip = false)
+      : std::runtime_error(detail), reason(reason), always_skip(always_skip) {}
   BadInput reason;
+  bool always_skip;
 };
 
 /// Skipped lines per reason, with the first one of each kept for the report.
@@ -58,18 +63,23 @@ struct SkipCounts {
   static SkipCounts from_json(const nlohmann::json& json);
 };
 
-/// Streams the JSON values of a JSONL file; blank lines are ignored.
+/// Streams the JSON objects of a JSONL file (blank lines are ignored) or of a JSON array file
+/// (one whose first character other than whitespace or a UTF-8 byte order mark is '[').
+/// "Line" below is the record number: the line in JSONL, the element (1-based) in an array.
 class JsonlReader {
  public:
   /// Opens `path`; throws Error("[data] <path>: cannot open") when it can't.
   JsonlReader(std::string path, OnError on_error);
 
-  /// Reads the next line holding a JSON object into `value`; false at the end of the file.
-  /// Malformed lines go through reject() on the way.
+  /// Reads the next record holding a JSON object into `value`; false at the end of the file.
+  /// Malformed records go through reject() on the way. An array whose brackets do not close, or
+  /// with data after its closing bracket, is an Error naming the file and line.
   bool next(nlohmann::json& value);
 
-  /// Moves past lines up to `line` (1-based) without parsing them (a resumed job's done lines).
+  /// Moves past records up to `line` (1-based) without parsing them (a resumed job's done ones).
   void skip_through(int64_t line);
+  /// Whether the file is a JSON array rather than JSONL.
+  bool is_array() const { return array_; }
 
   /// Applies the policy to the current line (or to `line`, 1-based, when given): throws
   /// Error("[data] <path>:<line>: <detail>") under fail; counts it under skip and tells the
@@ -80,7 +90,8 @@ class JsonlReader {
     skip_listener_ = std::move(listener);
   }
 
-  /// "<path>:<line>" of the current line.
+  /// "<path>:<line>" of the current line; for an array "<path>[<index>] (line <n>)", the
+  /// element's 0-based index and the line it starts on.
   std::string where() const;
   /// The text of the line the last next() returned.
   const std::string& line_text() const { return buffer_; }
@@ -95,6 +106,14 @@ class JsonlReader {
   std::ifstream file_;
   std::string buffer_;
   int64_t line_ = 0;
+  bool array_ = false;
+  bool array_done_ = false;
+  int64_t text_line_ = 1;    // array: the physical line the reader is on
+  int64_t record_line_ = 0;  // array: the physical line the current element starts on
+
+  /// Array mode: the next element's text into buffer_; false after the closing bracket.
+  bool next_element();
+  std::string where_record(int64_t record) const;
   SkipCounts skipped_;
   std::function<void(int64_t, const BadLine&)> skip_listener_;
 };

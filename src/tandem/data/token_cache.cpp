@@ -23,7 +23,7 @@ namespace {
 
 constexpr char kMagic[8] = {'T', 'A', 'N', 'D', 'M', 'T', 'O', 'K'};
 constexpr char kEndMagic[8] = {'T', 'A', 'N', 'D', 'M', 'E', 'N', 'D'};
-constexpr uint32_t kVersion = 1;
+constexpr uint32_t kVersion = 2;  // 2: role aliases, unknown_roles, implicit preference prompts
 constexpr size_t kHeaderSize = 80;
 constexpr size_t kTrailerSize = 24;
 
@@ -203,6 +203,7 @@ nlohmann::json build(const std::string& path, DataFormat format, const DatasetOp
       {"max_length", options.max_length},
       {"last_turn_only", options.last_turn_only},
       {"train_reasoning", options.train_reasoning},
+      {"unknown_roles", static_cast<int>(options.unknown_roles)},
       {"on_error", on_error_name(options.on_error)},
       {"vocab_size", options.effective_vocab_size()},
       {"lines", good + stream.skipped().total()},
@@ -248,6 +249,7 @@ uint64_t token_cache_key(const std::string& path, DataFormat format,
   key.update_u64(static_cast<uint64_t>(options.max_length));
   key.update_u64(format == DataFormat::conversations && options.last_turn_only);
   key.update_u64(format == DataFormat::conversations && !options.train_reasoning);
+  key.update_u64(static_cast<uint64_t>(options.unknown_roles));
   key.update_field(on_error_name(options.on_error));
   key.update_u64(static_cast<uint64_t>(options.effective_vocab_size()));
   return key.digest();

@@ -129,6 +129,7 @@ DataOptions read_data_options(const Config& config) {
   options.dataset.max_length = data::max_length.read(config);
   options.dataset.last_turn_only = data::last_turn_only.read(config);
   options.dataset.train_reasoning = data::train_reasoning.read(config);
+  options.dataset.unknown_roles = data::unknown_roles.read(config);
   options.dataset.on_error = data::on_error.read(config);
   options.dataset.vocab_size = data::vocab_size.read(config);
   options.cache_dir = data::cache_dir.read(config);

@@ -1,0 +1,234 @@
+// Data as hubs ship it: ShareGPT JSON arrays (streamed, their errors naming file, record and
+// line), ShareGPT's role aliases and the unknown-role policy, and preference records in every
+// common shape (explicit prompt, TRL's implicit prompt, UltraFeedback-style repeated prompts),
+// each checked against the record written in the plain JSONL shape it stands for.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "chat_fixture.h"
+#include "tandem/core/error.h"
+#include "tandem/data/datasets.h"
+#include "tandem/text/tokenizer.h"
+
+namespace {
+
+using tandem::DataFormat;
+using tandem::DatasetOptions;
+using tandem::OnError;
+using tandem::TokenizedDocument;
+using tandem::UnknownRoles;
+using tandem::testing::error_of;
+using tandem::testing::ScratchDir;
+
+const tandem::Tokenizer& qwen2_tokenizer() {
+  static const tandem::Tokenizer tokenizer =
+      tandem::Tokenizer::from_dir(tandem::testing::qwen2_tokenizer_dir());
+  return tokenizer;
+}
+
+DatasetOptions options(OnError on_error = OnError::fail,
+                       UnknownRoles unknown_roles = UnknownRoles::error) {
+  DatasetOptions out;
+  out.tokenizer = &qwen2_tokenizer();
+  out.chat_template = "chatml";
+  out.on_error = on_error;
+  out.unknown_roles = unknown_roles;
+  return out;
+}
+
+std::string write_file(const ScratchDir& dir, const std::string& name, const std::string& text) {
+  const std::string path = dir / name;
+  std::ofstream(path, std::ios::binary) << text;
+  return path;
+}
+
+std::vector<TokenizedDocument> read_all(const std::string& path, DataFormat format,
+                                        const DatasetOptions& options,
+                                        tandem::SkipCounts* skipped = nullptr) {
+  tandem::DocumentStream stream(path, format, options);
+  std::vector<TokenizedDocument> all, record;
+  while (stream.next(record)) all.insert(all.end(), record.begin(), record.end());
+  if (skipped) *skipped = stream.skipped();
+  return all;
+}
+
+void expect_same_documents(const std::vector<TokenizedDocument>& actual,
+                           const std::vector<TokenizedDocument>& expected) {
+  ASSERT_EQ(actual.size(), expected.size());
+  for (size_t i = 0; i < actual.size(); ++i) {
+    EXPECT_EQ(actual[i].ids, expected[i].ids) << "document " << i;
+    EXPECT_EQ(actual[i].loss_mask, expected[i].loss_mask) << "document " << i;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// ShareGPT JSON arrays and roles
+
+TEST(HubData, ShareGptArrayEqualsTheSameRecordsAsJsonl) {
+  ScratchDir dir;
+  // As downloaded: a byte order mark, a pretty-printed array, every assistant-side alias.
+  const std::string array = write_file(dir, "sharegpt.json",
+                                       "\xEF\xBB\xBF"
+                                       R"(
+[
+  {"id": "a", "conversations": [
+    {"from": "system", "value": "Be brief."},
+    {"from": "human", "value": "Hi, [1] and {2}?"},
+    {"from": "gpt", "value": "Hello \"there\" ]"}]},
+  {"id": "b", "conversations": [{"from": "human", "value": "Q1"}, {"from": "chatgpt", "value": "A1"},
+                                {"from": "human", "value": "Q2"}, {"from": "bing", "value": "A2"}]},
+  {"id": "c", "conversations": [{"from": "human", "value": "Q"}, {"from": "bard", "value": "A"}]}
+]
+)");
+  const std::string jsonl = write_file(
+      dir, "plain.jsonl",
+      R"({"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi, [1] and {2}?"}, {"role": "assistant", "content": "Hello \"there\" ]"}]})"
+      "\n"
+      R"({"messages": [{"role": "user", "content": "Q1"}, {"role": "assistant", "content": "A1"}, {"role": "user", "content": "Q2"}, {"role": "assistant", "content": "A2"}]})"
+      "\n"
+      R"({"messages": [{"role": "user", "content": "Q"}, {"role": "assistant", "content": "A"}]})"
+      "\n");
+  const auto from_array = read_all(array, DataFormat::conversations, options());
+  expect_same_documents(from_array, read_all(jsonl, DataFormat::conversations, options()));
+  ASSERT_EQ(from_array.size(), 3u);
+  EXPECT_EQ(from_array[0].source, array + "[0] (line 3)");
+  EXPECT_EQ(from_array[2].source, array + "[2] (line 9)");
+}
+
+TEST(HubData, ArrayErrorsNameFileRecordAndLine) {
+  ScratchDir dir;
+  const std::string good =
+      R"({"conversations": [{"from": "human", "value": "Q"}, {"from": "gpt", "value": "A"}]})";
+  const std::string path = write_file(
+      dir, "bad.json",
+      "[\n" + good + ",\n{\"conversations\": 7},\n" + good + ",\n{oops},\n" + good + "\n]\n");
+  // fail: the first bad record, by index and line.
+  const std::string message =
+      error_of([&] { read_all(path, DataFormat::conversations, options()); });
+  EXPECT_NE(message.find("[data] " + path + "[1] (line 3): "), std::string::npos) << message;
+  // skip: counted by reason, the good records kept.
+  tandem::SkipCounts skipped;
+  const auto documents =
+      read_all(path, DataFormat::conversations, options(OnError::skip), &skipped);
+  EXPECT_EQ(documents.size(), 3u);
+  EXPECT_EQ(skipped.by_reason.at("wrong_type").count, 1);
+  EXPECT_EQ(skipped.by_reason.at("malformed_json").count, 1);
+  EXPECT_EQ(skipped.by_reason.at("malformed_json").first_line, 4);  // the 4th record
+  // Broken structure is an error for the whole file under either policy: never a silent stop.
+  const std::vector<std::pair<std::string, std::string>> broken = {
+      {"[\n" + good + ",\n" + good, "the JSON array is not closed"},
+      {"[" + good + "]\n{\"extra\": 1}", "line 2: data after the JSON array's closing ']'"},
+      {"[" + good + "\n" + good + "]", "line 2: the JSON array's elements must be separated"},
+  };
+  for (const auto& [text, expected] : broken) {
+    const std::string file = write_file(dir, "broken.json", text);
+    const std::string error =
+        error_of([&] { read_all(file, DataFormat::conversations, options(OnError::skip)); });
+    EXPECT_NE(error.find("[data] " + file + ": "), std::string::npos) << text << " -> " << error;
+    EXPECT_NE(error.find(expected), std::string::npos) << error;
+  }
+}
+
+TEST(HubData, UnknownRolesErrorSkipTheTurnOrTheConversation) {
+  ScratchDir dir;
+  const std::string path = write_file(
+      dir, "roles.jsonl",
+      R"({"conversations": [{"from": "human", "value": "Q"}, {"from": "narrator", "value": "aside"}, {"from": "gpt", "value": "A"}]})"
+      "\n"
+      R"({"conversations": [{"from": "human", "value": "Q2"}, {"from": "gpt", "value": "A2"}]})"
+      "\n");
+  // error: a bad line, so on_error decides.
+  const std::string message =
+      error_of([&] { read_all(path, DataFormat::conversations, options()); });
+  EXPECT_NE(message.find(path + ":1: 'conversations'[1]: unknown role 'narrator'"),
+            std::string::npos)
+      << message;
+  // skip_turn: the line is the conversation without that message.
+  const std::string without = write_file(
+      dir, "without.jsonl",
+      R"({"conversations": [{"from": "human", "value": "Q"}, {"from": "gpt", "value": "A"}]})"
+      "\n"
+      R"({"conversations": [{"from": "human", "value": "Q2"}, {"from": "gpt", "value": "A2"}]})"
+      "\n");
+  expect_same_documents(
+      read_all(path, DataFormat::conversations, options(OnError::fail, UnknownRoles::skip_turn)),
+      read_all(without, DataFormat::conversations, options()));
+  // skip_conversation: skipped and counted even under on_error: fail.
+  tandem::SkipCounts skipped;
+  const auto kept = read_all(path, DataFormat::conversations,
+                             options(OnError::fail, UnknownRoles::skip_conversation), &skipped);
+  ASSERT_EQ(kept.size(), 1u);
+  EXPECT_EQ(kept[0].source, path + ":2");
+  EXPECT_EQ(skipped.by_reason.at("unknown_role").count, 1);
+  EXPECT_EQ(skipped.by_reason.at("unknown_role").first_line, 1);
+  EXPECT_EQ(tandem::parse_unknown_roles("skip_turn"), UnknownRoles::skip_turn);
+  EXPECT_NE(error_of([] { tandem::parse_unknown_roles("drop"); }).find("not 'drop'"),
+            std::string::npos);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Preference shapes
+
+TEST(HubData, ImplicitPromptEqualsTheExplicitOne) {
+  ScratchDir dir;
+  // TRL's implicit prompt: conversations sharing their first messages, and two strings sharing
+  // "The sky is" (the space before the first difference goes to the completions).
+  const std::string implicit = write_file(
+      dir, "implicit.jsonl",
+      R"({"chosen": [{"role": "system", "content": "S"}, {"role": "user", "content": "Q"}, {"role": "assistant", "content": "Good."}], "rejected": [{"role": "system", "content": "S"}, {"role": "user", "content": "Q"}, {"role": "assistant", "content": "Bad."}]})"
+      "\n"
+      R"({"chosen": "The sky is blue.", "rejected": "The sky is green."})"
+      "\n");
+  const std::string explicit_prompt = write_file(
+      dir, "explicit.jsonl",
+      R"({"prompt": [{"role": "system", "content": "S"}, {"role": "user", "content": "Q"}], "chosen": [{"role": "assistant", "content": "Good."}], "rejected": [{"role": "assistant", "content": "Bad."}]})"
+      "\n"
+      R"({"prompt": "The sky is", "chosen": " blue.", "rejected": " green."})"
+      "\n");
+  expect_same_documents(read_all(implicit, DataFormat::preference, options()),
+                        read_all(explicit_prompt, DataFormat::preference, options()));
+}
+
+TEST(HubData, UltraFeedbackRowsRenderThePromptOnce) {
+  ScratchDir dir;
+  const std::string repeated = write_file(
+      dir, "ultrafeedback.jsonl",
+      R"({"prompt": "Name a prime.", "chosen": [{"role": "user", "content": "Name a prime."}, {"role": "assistant", "content": "7"}], "rejected": [{"role": "user", "content": "Name a prime."}, {"role": "assistant", "content": "8"}], "score_chosen": 9.0})"
+      "\n"
+      R"({"prompt": [{"from": "human", "value": "Hi"}], "chosen": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello"}], "rejected": "Go away"})"
+      "\n");
+  const std::string once =
+      write_file(dir, "once.jsonl",
+                 R"({"prompt": "Name a prime.", "chosen": "7", "rejected": "8"})"
+                 "\n"
+                 R"({"prompt": "Hi", "chosen": "Hello", "rejected": "Go away"})"
+                 "\n");
+  expect_same_documents(read_all(repeated, DataFormat::preference, options()),
+                        read_all(once, DataFormat::preference, options()));
+}
+
+TEST(HubData, PreferenceRecordsWithoutAPromptToFindAreNamed) {
+  ScratchDir dir;
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {R"({"chosen": [{"role": "user", "content": "A"}, {"role": "assistant", "content": "x"}], "rejected": [{"role": "user", "content": "B"}, {"role": "assistant", "content": "y"}]})",
+       "share no message at their start"},
+      {R"({"chosen": [{"role": "user", "content": "A"}, {"role": "assistant", "content": "x"}], "rejected": [{"role": "user", "content": "A"}, {"role": "assistant", "content": "x"}]})",
+       "differ in no message"},
+      {R"({"chosen": "Yes.", "rejected": "No."})", "share no text at their start"},
+      {R"({"chosen": "Same", "rejected": "Same and more"})",
+       "one of 'chosen' and 'rejected' is the start of the other"},
+      {R"({"chosen": "text", "rejected": [{"role": "assistant", "content": "x"}]})",
+       "not both strings or both message lists"},
+  };
+  for (const auto& [line, expected] : cases) {
+    const std::string path = write_file(dir, "pref.jsonl", line + "\n");
+    const std::string message =
+        error_of([&] { read_all(path, DataFormat::preference, options()); });
+    EXPECT_NE(message.find("[data] " + path + ":1: "), std::string::npos) << message;
+    EXPECT_NE(message.find(expected), std::string::npos) << message;
+  }
+}
+
+}  // namespace
