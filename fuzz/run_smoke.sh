@@ -3,7 +3,8 @@
 # each for a bounded time, seeded from committed files. Exits non-zero on any finding.
 #   FUZZ_SECONDS=30 fuzz/run_smoke.sh            # seconds per target (default 30)
 #   FUZZ_SECONDS=600 fuzz/run_smoke.sh tokenizer # one target, longer
-# Targets: safetensors (headers), tokenizer (tokenizer.json; encode/decode round trip), model_config
+# Targets: safetensors (headers), tokenizer (tokenizer.json; encode/decode round trip), parquet
+# (Parquet files through Apache Arrow), model_config
 # (config.json), jsonl (every data format), config (YAML + overrides), manifest (checkpoints),
 # jinja (chat templates: parse and render).
 set -euo pipefail
@@ -14,7 +15,11 @@ obj_dir="$build_dir/obj"
 mkdir -p "$obj_dir"
 seconds=${FUZZ_SECONDS:-30}
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(safetensors tokenizer model_config jsonl config manifest jinja)
+[ ${#targets[@]} -gt 0 ] || targets=(safetensors tokenizer model_config jsonl config manifest jinja parquet)
+
+# Apache Arrow for the Parquet reader (jsonl and parquet targets): scripts/setup.sh's pyarrow env.
+pyarrow=$(.venv-parquet/bin/python -c 'import os, pyarrow; print(os.path.dirname(pyarrow.__file__))' 2>/dev/null) ||
+  { echo "fuzz: no .venv-parquet with pyarrow (run scripts/setup.sh): the Parquet reader cannot be built" >&2; exit 1; }
 
 # -fno-sanitize-recover makes a UBSan report fatal, so the fuzzer counts it as a crash.
 flags=(-std=c++20 -O1 -g -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=all
@@ -24,17 +29,21 @@ flags=(-std=c++20 -O1 -g -fsanitize=fuzzer-no-link,address,undefined -fno-saniti
 core=(src/tandem/core/json_parse.cpp src/tandem/core/file_io.cpp src/tandem/core/hash.cpp
       src/tandem/core/json_file.cpp)
 text=(src/tandem/text/*.cpp)
+data=(src/tandem/data/datasets.cpp src/tandem/data/jsonl.cpp src/tandem/data/preference_split.cpp
+      src/tandem/data/parquet_rows.cpp)
 declare -A sources=(
   [safetensors]="src/tandem/io/safetensors.cpp ${core[*]}"
   [tokenizer]="${text[*]} ${core[*]}"
   [model_config]="src/tandem/models/decoder_config.cpp src/tandem/models/family_traits.cpp ${core[*]}"
-  [jsonl]="src/tandem/data/datasets.cpp src/tandem/data/jsonl.cpp ${text[*]} ${core[*]}"
+  [jsonl]="${data[*]} ${text[*]} ${core[*]}"
+  [parquet]="${data[*]} ${text[*]} ${core[*]}"
   [config]="src/tandem/core/config.cpp ${core[*]}"
   [manifest]="src/tandem/train/checkpoint_manifest.cpp ${core[*]}"
   [jinja]="${text[*]} ${core[*]}"
 )
-declare -A libraries=([config]="-lyaml-cpp" [tokenizer]="-lpcre2-8" [jsonl]="-lpcre2-8"
-                      [jinja]="-lpcre2-8")
+arrow_libs="$(ls "$pyarrow"/libparquet.so.[0-9]* | head -1) $(ls "$pyarrow"/libarrow.so.[0-9]* | head -1) -Wl,-rpath,$pyarrow"
+declare -A libraries=([config]="-lyaml-cpp" [tokenizer]="-lpcre2-8" [jsonl]="-lpcre2-8 $arrow_libs"
+                      [jinja]="-lpcre2-8" [parquet]="-lpcre2-8 $arrow_libs")
 
 object_of() { echo "$obj_dir/$(echo "$1" | tr '/' '_').o"; }
 
@@ -46,7 +55,7 @@ for source in $needed; do
   object=$(object_of "$source")
   if [ ! -f "$object" ] || [ "$source" -nt "$object" ] ||
      [ -n "$(find src fuzz -name '*.h' -newer "$object" -print -quit)" ]; then echo "$source"; fi
-done | xargs -r -P 2 -I{} sh -c 'clang++ "$@" -c {} -o "'"$obj_dir"'/$(echo {} | tr / _).o"' _ "${flags[@]}"
+done | xargs -r -P 2 -I{} sh -c 'clang++ "$@" $(case {} in *parquet_rows.cpp) echo "-DTANDEM_WITH_PARQUET -I'"$pyarrow"'/include";; esac) -c {} -o "'"$obj_dir"'/$(echo {} | tr / _).o"' _ "${flags[@]}"
 
 # Seeds: committed files each target reads in real use.
 seed() {  # seed TARGET FILE [PREFIX-BYTE [BYTES]]: FILE's first BYTES into TARGET's corpus
@@ -79,6 +88,7 @@ for mode, name in ((0, "chat"), (13, "preference"), (20, "chat")):
              "$build_dir/corpus-jsonl" ;;
     config) for f in configs/*.yaml configs/examples/*.yaml; do seed config "$f"; done ;;
     manifest) seed manifest fuzz/seeds/manifest.json ;;
+    parquet) for f in tests/fixtures/parquet/*.parquet; do seed parquet "$f"; done ;;
     jinja) mkdir -p "$build_dir/corpus-jinja"  # every fixture case's template, mode byte 1
            python3 -c 'import json, sys
 for i, case in enumerate(json.load(open("tests/fixtures/jinja/cases.json"))["cases"]):

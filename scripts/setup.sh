@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what tandem needs on a fresh machine and builds build/tandem.
-#   scripts/setup.sh            Debian packages, the cached Python env (torch), then the build
+#   scripts/setup.sh            Debian packages, the cached Python envs (torch; pyarrow for
+#                               Parquet), then the build
 #   scripts/setup.sh --tools    also the fixture-generator env (transformers, tokenizers)
 #   scripts/setup.sh --no-build everything but the build
 # The Python environments live in $TANDEM_CACHE (default ~/.cache/tandem), keyed by the hash of
@@ -65,6 +66,8 @@ make_venv() {  # make_venv NAME LOCKFILE... ; prints the venv path
 }
 venv=$(make_venv venv requirements.lock)
 ln -sfn "$venv" .venv
+parquet_venv=$(make_venv venv-parquet requirements-parquet.lock)
+ln -sfn "$parquet_venv" .venv-parquet
 if ((want_tools)); then
   tools_venv=$(make_venv venv-tools requirements.lock tools/requirements.lock)
   ln -sfn "$tools_venv" .venv-tools
@@ -75,7 +78,9 @@ fi
 if ((want_build)); then
   torch_prefix=$("$venv/bin/python" -c 'import torch.utils; print(torch.utils.cmake_prefix_path)')
   jobs=${TANDEM_JOBS:-$(nproc)}
-  cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$torch_prefix" >/dev/null
+  pyarrow_dir=$("$parquet_venv/bin/python" -c 'import os, pyarrow; print(os.path.dirname(pyarrow.__file__))')
+  cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$torch_prefix" \
+    -DTANDEM_PYARROW_DIR="$pyarrow_dir" >/dev/null
   cmake --build build -j "$jobs"
   echo "[setup] built $root/build/tandem"
 fi

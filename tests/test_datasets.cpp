@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "chat_fixture.h"
+#include "read_documents.h"
 #include "tandem/core/error.h"
 #include "tandem/core/hash.h"
 #include "tandem/data/datasets.h"
@@ -17,6 +18,7 @@
 namespace {
 
 using tandem::testing::error_of;
+using tandem::testing::read_all;
 
 using tandem::BadInput;
 using tandem::ChatMessage;
@@ -49,16 +51,6 @@ DatasetOptions chat_options(OnError on_error = OnError::fail) {
   options.chat_template = "chatml";
   options.on_error = on_error;
   return options;
-}
-
-std::vector<TokenizedDocument> read_all(const std::string& path, DataFormat format,
-                                        const DatasetOptions& options,
-                                        tandem::SkipCounts* skipped = nullptr) {
-  tandem::DocumentStream stream(path, format, options);
-  std::vector<TokenizedDocument> all, record;
-  while (stream.next(record)) all.insert(all.end(), record.begin(), record.end());
-  if (skipped) *skipped = stream.skipped();
-  return all;
 }
 
 const char* kGood =

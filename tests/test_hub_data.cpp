@@ -4,12 +4,16 @@
 // each checked against the record written in the plain JSONL shape it stands for.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "chat_fixture.h"
+#include "read_documents.h"
 #include "tandem/core/error.h"
 #include "tandem/data/datasets.h"
+#include "tandem/data/heldout_split.h"
 #include "tandem/text/tokenizer.h"
 
 namespace {
@@ -20,6 +24,7 @@ using tandem::OnError;
 using tandem::TokenizedDocument;
 using tandem::UnknownRoles;
 using tandem::testing::error_of;
+using tandem::testing::read_all;
 using tandem::testing::ScratchDir;
 
 const tandem::Tokenizer& qwen2_tokenizer() {
@@ -42,16 +47,6 @@ std::string write_file(const ScratchDir& dir, const std::string& name, const std
   const std::string path = dir / name;
   std::ofstream(path, std::ios::binary) << text;
   return path;
-}
-
-std::vector<TokenizedDocument> read_all(const std::string& path, DataFormat format,
-                                        const DatasetOptions& options,
-                                        tandem::SkipCounts* skipped = nullptr) {
-  tandem::DocumentStream stream(path, format, options);
-  std::vector<TokenizedDocument> all, record;
-  while (stream.next(record)) all.insert(all.end(), record.begin(), record.end());
-  if (skipped) *skipped = stream.skipped();
-  return all;
 }
 
 void expect_same_documents(const std::vector<TokenizedDocument>& actual,
@@ -229,6 +224,83 @@ TEST(HubData, PreferenceRecordsWithoutAPromptToFindAreNamed) {
     EXPECT_NE(message.find("[data] " + path + ":1: "), std::string::npos) << message;
     EXPECT_NE(message.find(expected), std::string::npos) << message;
   }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Held-out split
+
+std::vector<std::string> lines_of(const std::string& path) {
+  std::ifstream in(path);
+  std::vector<std::string> out;
+  for (std::string line; std::getline(in, line);) out.push_back(line);
+  return out;
+}
+
+TEST(HubData, HeldOutSplitIsDeterministicAndDependsOnTheRecordAlone) {
+  ScratchDir dir;
+  std::string jsonl, array = "[\n";
+  std::vector<std::string> records;
+  for (int i = 0; i < 400; ++i) {
+    records.push_back(R"({"id":)" + std::to_string(i) +
+                      R"(,"messages":[{"role":"user","content":"q)" + std::to_string(i) +
+                      R"("}]})");
+    jsonl += records.back() + "\n";
+    array += std::string(i ? ",\n  " : "  ") + records.back();
+  }
+  array += "\n]\n";
+  const std::string in = write_file(dir, "all.jsonl", jsonl);
+  const auto counts =
+      tandem::split_records(in, 0.1, 7, dir / "train.jsonl", dir / "heldout.jsonl", OnError::fail);
+  const auto train = lines_of(dir / "train.jsonl"), heldout = lines_of(dir / "heldout.jsonl");
+  EXPECT_EQ(counts.train, static_cast<int64_t>(train.size()));
+  EXPECT_EQ(counts.heldout, static_cast<int64_t>(heldout.size()));
+  EXPECT_EQ(train.size() + heldout.size(), records.size());
+  // Each record is on the side its own hash says, in the input's order on each side.
+  std::vector<std::string> expected_train, expected_heldout;
+  for (const std::string& record : records)
+    (tandem::is_heldout(record, 7, 0.1) ? expected_heldout : expected_train).push_back(record);
+  EXPECT_EQ(train, expected_train);
+  EXPECT_EQ(heldout, expected_heldout);
+  // About a tenth (a binomial(400, 0.1) outside [16, 64] has probability below 1e-5).
+  EXPECT_GE(heldout.size(), 16u);
+  EXPECT_LE(heldout.size(), 64u);
+  // The same records as a pretty-printed JSON array, reversed: the same records held out.
+  std::string reversed = "[";
+  for (size_t i = records.size(); i-- > 0;) reversed += records[i] + (i ? ",\n" : "]");
+  tandem::split_records(write_file(dir, "reversed.json", reversed), 0.1, 7, dir / "train2.jsonl",
+                        dir / "heldout2.jsonl", OnError::fail);
+  auto heldout2 = lines_of(dir / "heldout2.jsonl");
+  std::reverse(heldout2.begin(), heldout2.end());
+  EXPECT_EQ(heldout2, heldout);
+  // Another seed, another split.
+  tandem::split_records(in, 0.1, 8, dir / "train3.jsonl", dir / "heldout3.jsonl", OnError::fail);
+  EXPECT_NE(lines_of(dir / "heldout3.jsonl"), heldout);
+}
+
+TEST(HubData, HeldOutSplitNeverWritesOverAFileAndLeavesNothingOnFailure) {
+  ScratchDir dir;
+  const std::string in = write_file(dir, "in.jsonl", "{\"a\": 1}\n{broken\n{\"a\": 2}\n");
+  const std::string kept = write_file(dir, "train.jsonl", "precious\n");
+  std::string message = error_of(
+      [&] { tandem::split_records(in, 0.5, 0, kept, dir / "heldout.jsonl", OnError::fail); });
+  EXPECT_NE(message.find(kept + " exists; tandem does not write over it"), std::string::npos)
+      << message;
+  EXPECT_EQ(lines_of(kept), std::vector<std::string>{"precious"});
+  message = error_of(
+      [&] { tandem::split_records(in, 0.5, 0, dir / "t.jsonl", dir / "h.jsonl", OnError::fail); });
+  EXPECT_NE(message.find("[data] " + in + ":2: malformed JSON"), std::string::npos) << message;
+  EXPECT_FALSE(std::filesystem::exists(dir / "t.jsonl"));
+  EXPECT_FALSE(std::filesystem::exists(dir / "h.jsonl"));
+  for (const auto& entry : std::filesystem::directory_iterator(dir.path()))
+    EXPECT_EQ(entry.path().string().find(".tmp-"), std::string::npos) << entry.path();
+  const auto counts =
+      tandem::split_records(in, 0.5, 0, dir / "t.jsonl", dir / "h.jsonl", OnError::skip);
+  EXPECT_EQ(counts.train + counts.heldout, 2);
+  EXPECT_EQ(counts.skipped.total(), 1);
+  EXPECT_NE(error_of([&] {
+              tandem::split_records(in, 1.0, 0, dir / "x.jsonl", dir / "y.jsonl", OnError::skip);
+            }).find("must lie in (0, 1)"),
+            std::string::npos);
 }
 
 }  // namespace

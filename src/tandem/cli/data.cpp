@@ -12,6 +12,7 @@
 #include "tandem/cli/commands.h"
 #include "tandem/core/error.h"
 #include "tandem/data/datasets.h"
+#include "tandem/data/heldout_split.h"
 #include "tandem/data/token_cache.h"
 #include "tandem/text/tokenizer.h"
 
@@ -273,7 +274,9 @@ int run_stats(const DataCommandOptions& cli) {
 }
 
 void add_common_options(CLI::App* command, DataCommandOptions& options) {
-  command->add_option("--data", options.data, "JSONL file")->required()->check(CLI::ExistingFile);
+  command->add_option("--data", options.data, "the data file: JSONL, a JSON array or Parquet")
+      ->required()
+      ->check(CLI::ExistingFile);
   command
       ->add_option("--format", options.format, "conversations, pretokenized, preference or rollout")
       ->capture_default_str();
@@ -309,6 +312,29 @@ void add_common_options(CLI::App* command, DataCommandOptions& options) {
                     "tokenize without reading or writing the cache");
 }
 
+struct SplitOptions {
+  std::string data, train, heldout, on_error = "fail";
+  double fraction = 0.05;
+  uint64_t seed = 0;
+};
+
+int run_split(const SplitOptions& cli) {
+  const SplitCounts counts = split_records(cli.data, cli.fraction, cli.seed, cli.train,
+                                           cli.heldout, parse_on_error(cli.on_error));
+  const int64_t total = counts.train + counts.heldout;
+  const double percent =
+      total > 0 ? 100.0 * static_cast<double>(counts.heldout) / static_cast<double>(total) : 0.0;
+  std::cout << "split " << cli.data << " (held-out fraction " << cli.fraction << ", seed "
+            << cli.seed << ")\n"
+            << "train    " << cli.train << ": " << counts.train << " records\n"
+            << "heldout  " << cli.heldout << ": " << counts.heldout << " records (" << percent
+            << "%)\n";
+  if (counts.skipped.total() > 0)
+    std::cout << "skipped  " << counts.skipped.total() << " bad records\n"
+              << counts.skipped.report(cli.data);
+  return 0;
+}
+
 }  // namespace
 
 Runner add_data_command(CLI::App& root) {
@@ -332,9 +358,35 @@ Runner add_data_command(CLI::App& root) {
       "stats", "documents, tokens, trained tokens, a length histogram, skipped lines by reason");
   add_common_options(stats, *options);
 
-  return [options, inspect, stats]() {
+  auto split_options = std::make_shared<SplitOptions>();
+  CLI::App* split = data->add_subcommand(
+      "split",
+      "split a data file (JSONL, JSON array or Parquet) into train and held-out JSONL files, "
+      "each record's side decided by a hash of the seed and the record alone");
+  split->add_option("--data", split_options->data, "the file to split")
+      ->required()
+      ->check(CLI::ExistingFile);
+  split
+      ->add_option("--heldout-fraction", split_options->fraction,
+                   "the share of records held out, in (0, 1)")
+      ->capture_default_str();
+  split->add_option("--seed", split_options->seed, "another seed draws another split")
+      ->capture_default_str();
+  split->add_option("--train", split_options->train, "the train part (JSONL; must not exist)")
+      ->required();
+  split
+      ->add_option("--heldout", split_options->heldout, "the held-out part (JSONL; must not exist)")
+      ->required();
+  split
+      ->add_option(
+          "--on-error", split_options->on_error,
+          "bad records: fail (error naming file and record) or skip (count, in neither part)")
+      ->capture_default_str();
+
+  return [options, inspect, stats, split_options, split]() {
     if (inspect->parsed()) return run_inspect(*options);
     if (stats->parsed()) return run_stats(*options);
+    if (split->parsed()) return run_split(*split_options);
     return 1;
   };
 }

@@ -153,6 +153,22 @@ std::string_view data_format_name(DataFormat format) {
   return "?";
 }
 
+std::vector<std::string> columns_of(DataFormat format) {
+  switch (format) {
+    case DataFormat::conversations:
+      return {"conversations", "messages", "tools"};
+    case DataFormat::text:
+      return {"text"};
+    case DataFormat::pretokenized:
+      return {"input_ids", "loss_mask"};
+    case DataFormat::preference:
+      return {"prompt", "chosen", "rejected", "tools"};
+    case DataFormat::rollout:
+      return {"prompt_ids", "completion_ids", "old_logprobs", "advantage", "reward", "group_id"};
+  }
+  return {};
+}
+
 int64_t DatasetOptions::effective_vocab_size() const {
   if (vocab_size > 0) return vocab_size;
   return tokenizer ? tokenizer->vocab_size() : 0;
@@ -222,7 +238,7 @@ void validate_document(const TokenizedDocument& document, const DatasetOptions& 
 
 DocumentStream::DocumentStream(const std::string& path, DataFormat format,
                                const DatasetOptions& options)
-    : format_(format), options_(options), reader_(path, options.on_error) {
+    : format_(format), options_(options), reader_(path, options.on_error, columns_of(format)) {
   check(format != DataFormat::rollout, "[data] ", path,
         ": rollout files are read with RolloutStream, not as documents");
   if (format != DataFormat::pretokenized) {
@@ -337,7 +353,7 @@ bool DocumentStream::next(std::vector<TokenizedDocument>& documents) {
 }
 
 RolloutStream::RolloutStream(const std::string& path, const DatasetOptions& options)
-    : options_(options), reader_(path, options.on_error) {}
+    : options_(options), reader_(path, options.on_error, columns_of(DataFormat::rollout)) {}
 
 bool RolloutStream::next(RolloutSample& sample) {
   json line;

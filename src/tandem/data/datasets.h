@@ -46,6 +46,10 @@ enum class DataFormat { conversations, text, pretokenized, preference, rollout }
 /// skipped and counted whatever `on_error` says (`skip_conversation`).
 enum class UnknownRoles { error, skip_turn, skip_conversation };
 
+/// The fields a format reads: the columns read from a Parquet file (by name; others are left
+/// unread).
+std::vector<std::string> columns_of(DataFormat format);
+
 /// "error", "skip_turn" or "skip_conversation"; anything else throws.
 UnknownRoles parse_unknown_roles(std::string_view text);
 

@@ -4,6 +4,7 @@
 
 #include "tandem/core/error.h"
 #include "tandem/core/json_parse.h"
+#include "tandem/data/parquet_rows.h"
 
 namespace tandem {
 
@@ -81,28 +82,17 @@ SkipCounts SkipCounts::from_json(const nlohmann::json& json) {
   return out;
 }
 
-JsonlReader::JsonlReader(std::string path, OnError on_error)
+JsonlReader::JsonlReader(std::string path, OnError on_error,
+                         const std::vector<std::string>& columns)
     : path_(std::move(path)), on_error_(on_error), file_(path_, std::ios::binary) {
   check(file_.is_open(), "[data] ", path_, ": cannot open");
-  // A JSON array when the first character (after a UTF-8 byte order mark and whitespace) is '['.
-  std::streambuf* in = file_.rdbuf();
-  int c = in->sgetc();
-  if (c == 0xEF) {
-    char bom[3];
-    if (in->sgetn(bom, 3) != 3 || std::string_view(bom, 3) != "\xEF\xBB\xBF") in->pubseekpos(0);
-    c = in->sgetc();
-  }
-  std::string leading;
-  while (c == ' ' || c == '\t' || c == '\r' || c == '\n') {
-    leading += static_cast<char>(in->sbumpc());
-    c = in->sgetc();
-  }
-  if (c == '[') {
-    array_ = true;
-    in->sbumpc();
-    for (char l : leading) text_line_ += l == '\n';
-  } else {
-    in->pubseekpos(0);  // JSONL: read from the start, whitespace lines count as lines
+  const RecordFile kind = record_file_kind(path_);
+  if (kind == RecordFile::parquet) {
+    parquet_ = std::make_unique<ParquetRows>(path_, columns);
+  } else if (kind == RecordFile::json_array) {
+    array_ = true;  // read on from just after the '['
+    for (int c = file_.rdbuf()->sbumpc(); c != EOF && c != '['; c = file_.rdbuf()->sbumpc())
+      text_line_ += c == '\n';
   }
 }
 
@@ -169,22 +159,54 @@ bool JsonlReader::next_element() {
   return true;
 }
 
+JsonlReader::~JsonlReader() = default;
+
+bool JsonlReader::parse_record(nlohmann::json& value) {
+  try {
+    value = parse_json_text(buffer_);  // nesting bounded, overflowing numbers caught
+  } catch (const JsonTextError& e) {
+    reject(BadLine(BadInput::malformed_json, std::string("malformed JSON: ") + e.what()));
+    return false;
+  }
+  if (!value.is_object()) {
+    reject(BadLine(BadInput::malformed_json,
+                   std::string("expected a JSON object, got ") + value.type_name()));
+    return false;
+  }
+  return true;
+}
+
 bool JsonlReader::next(nlohmann::json& value) {
-  if (array_) {
-    while (!array_done_ && next_element()) {
-      ++line_;
+  if (parquet_) {
+    while (true) {
+      nlohmann::ordered_json row;
+      bool more = false;
       try {
-        value = parse_json_text(buffer_);
-      } catch (const JsonTextError& e) {
-        reject(BadLine(BadInput::malformed_json, std::string("malformed JSON: ") + e.what()));
+        ++line_;
+        more = parquet_->next(row);
+      } catch (const BadLine& bad) {
+        reject(bad);
         continue;
       }
-      if (!value.is_object()) {
-        reject(BadLine(BadInput::malformed_json,
-                       std::string("expected a JSON object, got ") + value.type_name()));
+      if (!more) {
+        --line_;
+        return false;
+      }
+      try {
+        buffer_ = row.dump();  // the row's text, in the file's column order (line_text)
+        value = nlohmann::json::parse(buffer_);
+      } catch (const nlohmann::json::exception& e) {  // ParquetRows checks its text; a backstop
+        reject(
+            BadLine(BadInput::malformed_json, std::string("not expressible as JSON: ") + e.what()));
         continue;
       }
       return true;
+    }
+  }
+  if (array_) {
+    while (!array_done_ && next_element()) {
+      ++line_;
+      if (parse_record(value)) return true;
     }
     array_done_ = true;
     return false;
@@ -193,24 +215,27 @@ bool JsonlReader::next(nlohmann::json& value) {
     ++line_;
     if (!buffer_.empty() && buffer_.back() == '\r') buffer_.pop_back();
     if (buffer_.find_first_not_of(" \t") == std::string::npos) continue;  // blank line
-    try {
-      value = parse_json_text(buffer_);  // nesting bounded, overflowing numbers caught
-    } catch (const JsonTextError& e) {
-      reject(BadLine(BadInput::malformed_json, std::string("malformed JSON: ") + e.what()));
-      continue;
-    }
-    if (!value.is_object()) {
-      reject(BadLine(BadInput::malformed_json,
-                     std::string("expected a JSON object, got ") + value.type_name()));
-      continue;
-    }
-    return true;
+    if (parse_record(value)) return true;
   }
   check(file_.eof(), "[data] ", path_, ": read error after line ", line_);
   return false;
 }
 
 void JsonlReader::skip_through(int64_t line) {
+  if (parquet_) {
+    nlohmann::ordered_json row;
+    while (line_ < line) {
+      ++line_;
+      try {
+        if (!parquet_->next(row)) {
+          --line_;
+          return;
+        }
+      } catch (const BadLine&) {
+      }
+    }
+    return;
+  }
   if (array_) {
     while (line_ < line && !array_done_) {
       if (next_element())
@@ -231,9 +256,36 @@ void JsonlReader::reject(const BadLine& bad, int64_t line) {
   if (skip_listener_) skip_listener_(line, bad);
 }
 
+RecordFile record_file_kind(const std::string& path) {
+  if (is_parquet_file(path)) return RecordFile::parquet;
+  // A JSON array when the first character after a UTF-8 byte order mark and whitespace is '['.
+  std::ifstream in(path, std::ios::binary);
+  std::string head(4096, '\0');
+  in.read(head.data(), static_cast<std::streamsize>(head.size()));
+  head.resize(static_cast<size_t>(in.gcount()));
+  size_t i = head.starts_with("\xEF\xBB\xBF") ? 3 : 0;
+  while (i < head.size() &&
+         (head[i] == ' ' || head[i] == '\t' || head[i] == '\r' || head[i] == '\n'))
+    ++i;
+  return i < head.size() && head[i] == '[' ? RecordFile::json_array : RecordFile::jsonl;
+}
+
+std::string record_name(const std::string& path, RecordFile kind, int64_t record) {
+  switch (kind) {
+    case RecordFile::parquet:
+      return path + ": row " + std::to_string(record - 1);
+    case RecordFile::json_array:
+      return path + "[" + std::to_string(record - 1) + "]";
+    case RecordFile::jsonl:
+      break;
+  }
+  return path + ":" + std::to_string(record);
+}
+
 std::string JsonlReader::where_record(int64_t record) const {
-  if (!array_) return path_ + ":" + std::to_string(record);
-  std::string out = path_ + "[" + std::to_string(record - 1) + "]";
+  if (parquet_) return record_name(path_, RecordFile::parquet, record);
+  if (!array_) return record_name(path_, RecordFile::jsonl, record);
+  std::string out = record_name(path_, RecordFile::json_array, record);
   if (record == line_) out += " (line " + std::to_string(record_line_) + ")";
   return out;
 }

@@ -1,19 +1,24 @@
 #pragma once
-// JSON records read one at a time: JSONL (one object per line; memory bounded by the longest
-// line) or a JSON array of objects (ShareGPT's downloads; streamed element by element, memory
-// bounded by the largest element), told apart by the file's first character. And the bad-input
+// Records read one at a time: JSONL (one object per line; memory bounded by the longest line), a
+// JSON array of objects (ShareGPT's downloads; streamed element by element, memory bounded by the
+// largest element), or a Parquet file (data/parquet_rows.h; a row group at a time), told apart by
+// the file's first bytes. And the bad-input
 // policy every dataset shares: a bad record is an Error naming file and line, or file, record and
 // line for an array (`on_error: fail`), or is skipped and counted by reason (`on_error: skip`).
 #include <cstdint>
 #include <fstream>
 #include <functional>
 #include <map>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace tandem {
+
+class ParquetRows;
 
 enum class OnError { fail, skip };
 
@@ -63,13 +68,22 @@ struct SkipCounts {
   static SkipCounts from_json(const nlohmann::json& json);
 };
 
+/// The kinds of record file JsonlReader reads, told apart by their first bytes.
+enum class RecordFile { jsonl, json_array, parquet };
+RecordFile record_file_kind(const std::string& path);
+/// How record `record` (1-based) of a file is named in errors and sources: "path:7" (JSONL),
+/// "path[6]" (JSON array, the 0-based index), "path: row 6" (Parquet).
+std::string record_name(const std::string& path, RecordFile kind, int64_t record);
+
 /// Streams the JSON objects of a JSONL file (blank lines are ignored) or of a JSON array file
 /// (one whose first character other than whitespace or a UTF-8 byte order mark is '[').
 /// "Line" below is the record number: the line in JSONL, the element (1-based) in an array.
 class JsonlReader {
  public:
-  /// Opens `path`; throws Error("[data] <path>: cannot open") when it can't.
-  JsonlReader(std::string path, OnError on_error);
+  /// Opens `path`; throws Error("[data] <path>: cannot open") when it can't. `columns`: the
+  /// top-level fields a Parquet file is read for (all when empty; JSON files give every field).
+  JsonlReader(std::string path, OnError on_error, const std::vector<std::string>& columns = {});
+  ~JsonlReader();
 
   /// Reads the next record holding a JSON object into `value`; false at the end of the file.
   /// Malformed records go through reject() on the way. An array whose brackets do not close, or
@@ -80,6 +94,8 @@ class JsonlReader {
   void skip_through(int64_t line);
   /// Whether the file is a JSON array rather than JSONL.
   bool is_array() const { return array_; }
+  /// Whether the file is Parquet (its records are rows).
+  bool is_parquet() const { return parquet_ != nullptr; }
 
   /// Applies the policy to the current line (or to `line`, 1-based, when given): throws
   /// Error("[data] <path>:<line>: <detail>") under fail; counts it under skip and tells the
@@ -91,7 +107,7 @@ class JsonlReader {
   }
 
   /// "<path>:<line>" of the current line; for an array "<path>[<index>] (line <n>)", the
-  /// element's 0-based index and the line it starts on.
+  /// element's 0-based index and the line it starts on; for Parquet "<path>: row <index>".
   std::string where() const;
   /// The text of the line the last next() returned.
   const std::string& line_text() const { return buffer_; }
@@ -107,10 +123,13 @@ class JsonlReader {
   std::string buffer_;
   int64_t line_ = 0;
   bool array_ = false;
+  std::unique_ptr<ParquetRows> parquet_;
   bool array_done_ = false;
   int64_t text_line_ = 1;    // array: the physical line the reader is on
   int64_t record_line_ = 0;  // array: the physical line the current element starts on
 
+  /// Parses buffer_ into `value`; false (after reject()) when it is not one JSON object.
+  bool parse_record(nlohmann::json& value);
   /// Array mode: the next element's text into buffer_; false after the closing bracket.
   bool next_element();
   std::string where_record(int64_t record) const;

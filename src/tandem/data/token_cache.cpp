@@ -264,6 +264,7 @@ TokenizedDataset TokenizedDataset::open(const std::string& path, DataFormat form
 
   TokenizedDataset out;
   out.source_path_ = path;
+  out.record_file_ = record_file_kind(path);
   out.format_ = format;
   out.key_ = key;
   std::string file_path;  // the file to map
@@ -353,6 +354,7 @@ TokenizedDataset& TokenizedDataset::operator=(TokenizedDataset&& other) noexcept
   if (this != &other) {
     unmap();
     source_path_ = std::move(other.source_path_);
+    record_file_ = other.record_file_;
     cache_path_ = std::move(other.cache_path_);
     format_ = other.format_;
     key_ = other.key_;
@@ -395,7 +397,7 @@ TokenizedDocument TokenizedDataset::document(int64_t i) const {
   const uint8_t* bits = mapping_ + e.offset + size_t{e.length} * 4;
   out.loss_mask.resize(e.length);
   for (uint32_t t = 0; t < e.length; ++t) out.loss_mask[t] = (bits[t / 8] >> (t % 8)) & 1;
-  out.source = source_path_ + ":" + std::to_string(e.line);
+  out.source = record_name(source_path_, record_file_, e.line);
   if (documents_per_record_ == 2) out.source += i % 2 == 0 ? " (chosen)" : " (rejected)";
   return out;
 }

@@ -95,6 +95,7 @@ class TokenizedDataset {
   const uint8_t* mapping_ = nullptr;
   size_t mapping_size_ = 0;
   int documents_per_record_ = 1;
+  RecordFile record_file_ = RecordFile::jsonl;  // how sources name records
   int64_t num_documents_ = 0;
   int64_t num_tokens_ = 0;
   int64_t num_trained_tokens_ = 0;

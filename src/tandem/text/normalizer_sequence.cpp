@@ -15,8 +15,7 @@ std::string type_of(const nlohmann::json& object) {
 }
 
 std::string string_field(const nlohmann::json& step, const char* field, const std::string& where) {
-  check(step.contains(field) && step[field].is_string(), where, ".", field,
-        " must be a string");
+  check(step.contains(field) && step[field].is_string(), where, ".", field, " must be a string");
   return step[field].get<std::string>();
 }
 

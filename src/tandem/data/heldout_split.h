@@ -1,0 +1,32 @@
+#pragma once
+// A deterministic held-out split of a data file (`tandem data split`): each record goes to the
+// held-out part when a hash of the seed and the record's canonical JSON text (compact, keys in
+// the file's order) falls below the fraction, so a record's side depends on nothing but itself
+// and the seed: not on its position, the file's other records, or whether it came from JSONL, a
+// JSON array or a Parquet row. Both parts are written as JSONL.
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "tandem/data/jsonl.h"
+
+namespace tandem {
+
+/// Whether a record with this canonical text is held out: XXH64(seed, text) / 2^64 < fraction.
+bool is_heldout(std::string_view canonical_record, uint64_t seed, double fraction);
+
+struct SplitCounts {
+  int64_t train = 0;
+  int64_t heldout = 0;
+  SkipCounts skipped;  // bad records (on_error: skip), in neither part
+};
+
+/// Splits the records of `path` (JSONL, JSON array or Parquet) into `train_path` and
+/// `heldout_path`. `fraction` in (0, 1). Refuses to write over an existing file; both parts are
+/// written to temporary files and renamed into place once complete, so a failed split leaves
+/// nothing behind. Throws Error naming the file on bad input under `on_error: fail`.
+SplitCounts split_records(const std::string& path, double fraction, uint64_t seed,
+                          const std::string& train_path, const std::string& heldout_path,
+                          OnError on_error);
+
+}  // namespace tandem
