@@ -319,8 +319,8 @@ struct SplitOptions {
 };
 
 int run_split(const SplitOptions& cli) {
-  const SplitCounts counts = split_records(cli.data, cli.fraction, cli.seed, cli.train,
-                                           cli.heldout, parse_on_error(cli.on_error));
+  const SplitCounts counts = split_records(cli.data, cli.fraction, cli.seed, cli.train, cli.heldout,
+                                           parse_on_error(cli.on_error));
   const int64_t total = counts.train + counts.heldout;
   const double percent =
       total > 0 ? 100.0 * static_cast<double>(counts.heldout) / static_cast<double>(total) : 0.0;
