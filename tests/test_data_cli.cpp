@@ -1,9 +1,10 @@
-// `tandem data inspect|stats` run as a user would: the binary on small JSONL files.
+// `tandem data inspect|stats|split` run as a user would: the binary on small data files.
 #include <gtest/gtest.h>
 
 #include <fstream>
 
 #include "chat_fixture.h"
+#include "tandem/data/parquet_rows.h"
 
 namespace {
 
@@ -133,6 +134,50 @@ TEST(DataCli, RolloutStatsAndHelp) {
   const auto help = run_command(tandem_binary() + " data --help");
   EXPECT_EQ(help.exit_code, 0) << help.output;
   EXPECT_TRUE(contains(help.output, "inspect") && contains(help.output, "stats")) << help.output;
+}
+
+}  // namespace
+
+// `tandem data split` and `stats` on the hub formats, run as a user would.
+namespace {
+
+TEST(DataCli, SplitAndStatsReadArraysAndParquet) {
+  ScratchDir dir;
+  const std::string array = write_file(
+      dir, "sharegpt.json",
+      R"([{"conversations": [{"from": "human", "value": "Hi"}, {"from": "bard", "value": "Yo"}]}])");
+  const auto array_stats = run_command(data_command(dir, "stats", array, "--no-cache"));
+  ASSERT_EQ(array_stats.exit_code, 0) << array_stats.output;
+  EXPECT_TRUE(contains(array_stats.output, "documents   1")) << array_stats.output;
+
+  const std::string parquet =
+      tandem::testing::source_path("tests/fixtures/parquet/ultrachat.parquet");
+  if (!tandem::ParquetRows::available()) {  // a build without Arrow says so, naming the file
+    const auto refused = run_command(data_command(dir, "stats", parquet, "--no-cache"));
+    EXPECT_NE(refused.exit_code, 0);
+    EXPECT_TRUE(contains(refused.output, "this build of tandem reads none")) << refused.output;
+    return;
+  }
+  const std::string split = tandem_binary() + " data split --data " + parquet +
+                            " --heldout-fraction 0.4 --seed 3 --train " + (dir / "train.jsonl") +
+                            " --heldout " + (dir / "heldout.jsonl");
+  const auto result = run_command(split);
+  ASSERT_EQ(result.exit_code, 0) << result.output;
+  EXPECT_TRUE(contains(result.output, "train    " + (dir / "train.jsonl") + ": ")) << result.output;
+  // Run again: the outputs exist and are never written over.
+  const auto again = run_command(split);
+  EXPECT_NE(again.exit_code, 0);
+  EXPECT_TRUE(contains(again.output, "exists; tandem does not write over it")) << again.output;
+  // The two parts hold the five rows between them, readable by stats.
+  int64_t rows = 0;
+  for (const char* part : {"train.jsonl", "heldout.jsonl"}) {
+    std::ifstream in(dir / part);
+    for (std::string line; std::getline(in, line);) ++rows;
+  }
+  EXPECT_EQ(rows, 5);
+  const auto stats = run_command(data_command(dir, "stats", parquet, "--no-cache"));
+  ASSERT_EQ(stats.exit_code, 0) << stats.output;
+  EXPECT_TRUE(contains(stats.output, "documents   5")) << stats.output;
 }
 
 }  // namespace
