@@ -3,16 +3,11 @@
 #include <nlohmann/json.hpp>
 
 #include "tandem/core/error.h"
+#include "tandem/text/component_config.h"
 
 namespace tandem {
 
 namespace {
-
-std::string type_of(const nlohmann::json& object) {
-  return object.is_object() && object.contains("type") && object["type"].is_string()
-             ? object["type"].get<std::string>()
-             : std::string();
-}
 
 std::string string_field(const nlohmann::json& step, const char* field, const std::string& where) {
   check(step.contains(field) && step[field].is_string(), where, ".", field, " must be a string");
@@ -23,7 +18,7 @@ std::string string_field(const nlohmann::json& step, const char* field, const st
 
 NormalizerSequence::NormalizerSequence(const nlohmann::json& config, const std::string& where) {
   if (config.is_null()) return;
-  if (type_of(config) == "Sequence") {
+  if (component_type(config) == "Sequence") {
     check(config.contains("normalizers") && config["normalizers"].is_array(), where,
           ".normalizers must be an array");
     const auto& steps = config["normalizers"];
@@ -36,7 +31,7 @@ NormalizerSequence::NormalizerSequence(const nlohmann::json& config, const std::
 
 void NormalizerSequence::add_step(const nlohmann::json& config, const std::string& where) {
   check(config.is_object(), where, " must be an object");
-  const std::string type = type_of(config);
+  const std::string type = component_type(config);
   Step step;
   if (type == "NFC") {
     step.kind = Step::kNFC;
@@ -48,17 +43,7 @@ void NormalizerSequence::add_step(const nlohmann::json& config, const std::strin
   } else if (type == "Replace") {
     step.kind = Step::kReplace;
     step.text = string_field(config, "content", where);
-    check(config.contains("pattern") && config["pattern"].is_object(), where,
-          ".pattern must be {\"String\": ...} or {\"Regex\": ...}");
-    const auto& pattern = config["pattern"];
-    if (pattern.contains("String") && pattern["String"].is_string()) {
-      step.literal = pattern["String"].get<std::string>();
-      check(!step.literal.empty(), where, ".pattern.String is empty");
-    } else if (pattern.contains("Regex") && pattern["Regex"].is_string()) {
-      step.regex = std::make_shared<Regex>(pattern["Regex"].get<std::string>(), false, where);
-    } else {
-      throw Error(where, ".pattern must be {\"String\": ...} or {\"Regex\": ...}");
-    }
+    step.pattern = read_pattern(config, where);
   } else {
     throw Error(where, ": normalizer type '", type,
                 "' is not supported (supported: NFC, NFKC, Prepend, Replace, a Sequence of them)");
@@ -78,10 +63,7 @@ bool NormalizerSequence::apply_step(const Step& step, const Segment& in, Aligned
       return true;
     case Step::kReplace: {
       TextRanges matches;
-      if (step.regex)
-        step.regex->find_all(in.text, matches);
-      else
-        find_literal(in.text, step.literal, matches);
+      step.pattern->find_all(in.text, matches);
       // An empty regex match replaces nothing here (HF would insert the content there): the one
       // known difference, documented in docs/data.md.
       std::erase_if(matches, [](const auto& m) { return m.first == m.second; });

@@ -33,9 +33,8 @@ class NormalizerSequence {
  private:
   struct Step {
     enum Kind { kNFC, kNFKC, kPrepend, kReplace } kind;
-    std::string text;                    // Prepend: the prefix; Replace: the content
-    std::string literal;                 // Replace of a String pattern
-    std::shared_ptr<const Regex> regex;  // Replace of a Regex pattern
+    std::string text;                      // Prepend: the prefix; Replace: the content
+    std::shared_ptr<const Regex> pattern;  // Replace: a literal string or a regex
   };
   void add_step(const nlohmann::json& step, const std::string& where);
   /// One step into `out`; false when it leaves the text as it is.

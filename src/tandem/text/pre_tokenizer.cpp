@@ -4,7 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tandem/core/error.h"
-#include "tandem/text/utf8.h"
+#include "tandem/text/component_config.h"
 
 namespace tandem {
 
@@ -94,13 +94,7 @@ void SplitStep::apply(std::string_view text, size_t base, std::vector<Match>& pa
 
 MetaspaceSettings MetaspaceSettings::read(const nlohmann::json& step, const std::string& where) {
   MetaspaceSettings settings;
-  check(step.contains("replacement") && step["replacement"].is_string(), where,
-        ".replacement must be a one-character string");
-  settings.replacement = step["replacement"].get<std::string>();
-  check(!settings.replacement.empty() && !utf8::find_invalid(settings.replacement) &&
-            utf8::sequence_length(static_cast<unsigned char>(settings.replacement[0])) ==
-                settings.replacement.size(),
-        where, ".replacement must be one character, not \"", settings.replacement, "\"");
+  settings.replacement = read_one_character(step, "replacement", where);
   if (step.contains("prepend_scheme") && !step["prepend_scheme"].is_null()) {
     const std::string scheme =
         step["prepend_scheme"].is_string() ? step["prepend_scheme"].get<std::string>() : "";
@@ -126,7 +120,7 @@ MetaspaceSettings MetaspaceSettings::read(const nlohmann::json& step, const std:
 PreTokenizer::PreTokenizer(const nlohmann::json& config, const std::string& where) {
   if (config.is_null()) return;  // no pre-tokenizer: the normalized text is one piece
   check(config.is_object(), where, " must be an object");
-  const std::string type = config.value("type", std::string());
+  const std::string type = component_type(config);
   if (type == "Sequence") {
     check(config.contains("pretokenizers") && config["pretokenizers"].is_array(), where,
           ".pretokenizers must be an array");
@@ -140,21 +134,14 @@ PreTokenizer::PreTokenizer(const nlohmann::json& config, const std::string& wher
 
 void PreTokenizer::add_step(const nlohmann::json& step, const std::string& where) {
   check(step.is_object(), where, " must be an object");
-  const std::string type = step.value("type", std::string());
+  const std::string type = component_type(step);
   check(!has_byte_level_ && !metaspace_, where, " (", type, ") comes after ",
         has_byte_level_ ? "ByteLevel" : "Metaspace",
         ": only Split steps before one ByteLevel or Metaspace are supported");
   if (type == "Split") {
-    check(step.contains("pattern") && step["pattern"].is_object(), where,
-          ".pattern must be {\"Regex\": ...} or {\"String\": ...}");
-    const auto& pattern = step["pattern"];
-    const bool literal = pattern.contains("String");
-    const char* key = literal ? "String" : "Regex";
-    check(pattern.contains(key) && pattern[key].is_string(), where,
-          ".pattern must be {\"Regex\": ...} or {\"String\": ...}");
+    std::shared_ptr<const Regex> pattern = read_pattern(step, where, /*allow_empty=*/true);
     check(step.contains("behavior"), where, ".behavior is missing");
-    splits_.push_back({std::make_shared<Regex>(pattern[key].get<std::string>(), literal, where),
-                       parse_behavior(step["behavior"], where),
+    splits_.push_back({std::move(pattern), parse_behavior(step["behavior"], where),
                        flag(step, "invert", false, where)});
   } else if (type == "ByteLevel") {
     has_byte_level_ = true;
@@ -191,7 +178,8 @@ Segment PreTokenizer::apply_metaspace(const Segment& piece, AlignedText& storage
   const MetaspaceSettings& settings = *metaspace_;
   Segment out = piece;
   TextRanges spaces;
-  find_literal(piece.text, " ", spaces);
+  static const Regex space(" ", /*literal=*/true, "Metaspace");
+  space.find_all(piece.text, spaces);
   if (!spaces.empty()) {
     replace_ranges(piece, spaces, settings.replacement, storage);
     out = Segment::of(storage, piece.origin);

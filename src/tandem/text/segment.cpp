@@ -11,12 +11,6 @@ std::pair<size_t, size_t> Segment::input_range(size_t begin, size_t end) const {
   return {origin + begin, origin + end};
 }
 
-void find_literal(std::string_view text, std::string_view needle, TextRanges& found) {
-  for (size_t at = text.find(needle); at != std::string_view::npos;
-       at = text.find(needle, at + needle.size()))
-    found.emplace_back(at, at + needle.size());
-}
-
 void replace_ranges(const Segment& segment, const TextRanges& matches, std::string_view content,
                     AlignedText& out) {
   out.text.clear();

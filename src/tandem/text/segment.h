@@ -8,6 +8,8 @@
 #include <utility>
 #include <vector>
 
+#include "tandem/text/regex.h"
+
 namespace tandem {
 
 /// Input byte range [first, second) of one byte of a normalized text.
@@ -43,11 +45,8 @@ struct Segment {
   }
 };
 
-/// Byte ranges [first, second) of matches in a text.
-using TextRanges = std::vector<std::pair<size_t, size_t>>;
-
-/// The non-overlapping occurrences of `needle` (not empty) in `text`, left to right.
-void find_literal(std::string_view text, std::string_view needle, TextRanges& found);
+/// Byte ranges [first, second) of matches in a text (Regex::find_all's).
+using TextRanges = std::vector<Match>;
 
 /// `segment` with each range of `matches` (sorted, disjoint) replaced by `content` into `out`. The
 /// bytes of each inserted `content` take the alignment of the last byte it replaces; the other

@@ -4,34 +4,18 @@
 
 #include "tandem/core/error.h"
 #include "tandem/text/byte_level.h"
+#include "tandem/text/component_config.h"
 #include "tandem/text/utf8.h"
 
 namespace tandem {
 
 namespace {
 
-std::string type_of(const nlohmann::json& object) {
-  return object.is_object() && object.contains("type") && object["type"].is_string()
-             ? object["type"].get<std::string>()
-             : std::string();
-}
-
 int hex_digit(char c) {
   if (c >= '0' && c <= '9') return c - '0';
   if (c >= 'a' && c <= 'f') return c - 'a' + 10;
   if (c >= 'A' && c <= 'F') return c - 'A' + 10;
   return -1;
-}
-
-// One character of a decoder's config (Strip's content, Metaspace's replacement).
-std::string one_character(const nlohmann::json& step, const char* field, const std::string& where) {
-  check(step.contains(field) && step[field].is_string(), where, ".", field,
-        " must be a one-character string");
-  const std::string value = step[field].get<std::string>();
-  check(!value.empty() && !utf8::find_invalid(value) &&
-            utf8::sequence_length(static_cast<unsigned char>(value[0])) == value.size(),
-        where, ".", field, " must be one character, not \"", value, "\"");
-  return value;
 }
 
 size_t count_field(const nlohmann::json& step, const char* field, const std::string& where) {
@@ -78,7 +62,7 @@ int byte_fallback_value(std::string_view token) {
 TokenDecoder::TokenDecoder(const nlohmann::json& config, const std::string& where) {
   if (config.is_null()) return;
   null_ = false;
-  if (type_of(config) == "Sequence") {
+  if (component_type(config) == "Sequence") {
     check(config.contains("decoders") && config["decoders"].is_array(), where,
           ".decoders must be an array");
     const auto& steps = config["decoders"];
@@ -91,7 +75,7 @@ TokenDecoder::TokenDecoder(const nlohmann::json& config, const std::string& wher
 
 void TokenDecoder::add_step(const nlohmann::json& config, const std::string& where) {
   check(config.is_object(), where, " must be an object");
-  const std::string type = type_of(config);
+  const std::string type = component_type(config);
   Step step;
   if (type == "ByteLevel") {
     step.kind = Step::kByteLevel;
@@ -100,27 +84,19 @@ void TokenDecoder::add_step(const nlohmann::json& config, const std::string& whe
     check(config.contains("content") && config["content"].is_string(), where,
           ".content must be a string");
     step.text = config["content"].get<std::string>();
-    const auto& pattern = config.contains("pattern") ? config["pattern"] : nlohmann::json();
-    if (pattern.is_object() && pattern.contains("String") && pattern["String"].is_string()) {
-      step.literal = pattern["String"].get<std::string>();
-      check(!step.literal.empty(), where, ".pattern.String is empty");
-    } else if (pattern.is_object() && pattern.contains("Regex") && pattern["Regex"].is_string()) {
-      step.regex = std::make_shared<Regex>(pattern["Regex"].get<std::string>(), false, where);
-    } else {
-      throw Error(where, ".pattern must be {\"String\": ...} or {\"Regex\": ...}");
-    }
+    step.pattern = read_pattern(config, where);
   } else if (type == "ByteFallback") {
     step.kind = Step::kByteFallback;
   } else if (type == "Fuse") {
     step.kind = Step::kFuse;
   } else if (type == "Strip") {
     step.kind = Step::kStrip;
-    step.text = one_character(config, "content", where);
+    step.text = read_one_character(config, "content", where);
     step.start = count_field(config, "start", where);
     step.stop = count_field(config, "stop", where);
   } else if (type == "Metaspace") {
     step.kind = Step::kMetaspace;
-    step.text = one_character(config, "replacement", where);
+    step.text = read_one_character(config, "replacement", where);
     const std::string scheme = config.value("prepend_scheme", std::string("always"));
     check(scheme == "always" || scheme == "first" || scheme == "never", where,
           ".prepend_scheme is \"", scheme, "\", not always, first or never");
@@ -148,12 +124,8 @@ void TokenDecoder::apply(const Step& step, std::vector<std::string>& tokens) {
     }
     case Step::kReplace:
       for (std::string& token : tokens) {
-        if (!step.regex) {
-          token = replace_all(token, step.literal, step.text);
-          continue;
-        }
         std::vector<Match> matches;
-        step.regex->find_all(token, matches);
+        step.pattern->find_all(token, matches);
         std::string out;
         size_t position = 0;
         for (const auto& [begin, end] : matches) {

@@ -24,12 +24,11 @@ class TokenDecoder {
  private:
   struct Step {
     enum Kind { kByteLevel, kReplace, kByteFallback, kFuse, kStrip, kMetaspace } kind;
-    std::string text;                    // Replace: content; Strip: the character; Metaspace:
-                                         // the replacement
-    std::string literal;                 // Replace of a String pattern
-    std::shared_ptr<const Regex> regex;  // Replace of a Regex pattern
-    size_t start = 0, stop = 0;          // Strip
-    bool prepends = true;                // Metaspace: prepend_scheme is not "never"
+    std::string text;                      // Replace: content; Strip: the character; Metaspace:
+                                           // the replacement
+    std::shared_ptr<const Regex> pattern;  // Replace: a literal string or a regex
+    size_t start = 0, stop = 0;            // Strip
+    bool prepends = true;                  // Metaspace: prepend_scheme is not "never"
   };
   void add_step(const nlohmann::json& step, const std::string& where);
   static void apply(const Step& step, std::vector<std::string>& tokens);

@@ -13,7 +13,7 @@
 #include "tandem/core/json_parse.h"
 #include "tandem/text/added_vocabulary.h"
 #include "tandem/text/bpe.h"
-#include "tandem/text/byte_level.h"
+#include "tandem/text/component_config.h"
 #include "tandem/text/normalizer_sequence.h"
 #include "tandem/text/pre_tokenizer.h"
 #include "tandem/text/segment.h"
@@ -30,12 +30,6 @@ bool json_flag(const json& object, const char* field, bool fallback, const std::
   if (!object.contains(field) || object[field].is_null()) return fallback;
   check(object[field].is_boolean(), where, ".", field, " must be a boolean");
   return object[field].get<bool>();
-}
-
-std::string type_of(const json& object) {
-  return object.is_object() && object.contains("type") && object["type"].is_string()
-             ? object["type"].get<std::string>()
-             : std::string();
 }
 
 // Leading and trailing chars of a token string that HF's ByteLevel offset trimming counts:
@@ -200,7 +194,7 @@ void Tokenizer::Impl::load_added_tokens(const json& config) {
 
 void Tokenizer::Impl::load_post_processor(const json& config, const std::string& field) {
   if (config.is_null()) return;
-  const std::string type = type_of(config);
+  const std::string type = component_type(config);
   if (type == "Sequence") {
     check(config.contains("processors") && config["processors"].is_array(),
           where(field + ".processors must be an array"));
