@@ -153,6 +153,12 @@ TEST(TokenizerDecoders, ByteFallbackAndStripByHand) {
   EXPECT_EQ(tandem::byte_fallback_value("<0x0A>"), 10);
   EXPECT_EQ(tandem::byte_fallback_value("<0x0a>"), 10);
   EXPECT_EQ(tandem::byte_fallback_value("<0x0A"), -1);
+  // Metaspace's legacy spelling: add_prefix_space with prepend_scheme never keeps every space.
+  const tandem::TokenDecoder legacy(
+      json::parse(R"({"type": "Metaspace", "replacement": "_", "add_prefix_space": false,
+                     "prepend_scheme": "never"})"),
+      "hand");
+  EXPECT_EQ(legacy.decode({"_a_b", "_c"}), " a b c");
   const tandem::TokenDecoder null_decoder(json(), "hand");
   EXPECT_EQ(null_decoder.decode({"a", "b"}), "a b");
 }
@@ -334,6 +340,10 @@ TEST(TokenizerErrors, UnsupportedComponentsAreNamed) {
       {R"({"decoder": {"type": "WordPiece"}})", "decoder type 'WordPiece' is not supported"},
       {R"({"decoder": {"type": "Strip", "content": "ab", "start": 1}})",
        "decoder.content must be one character"},
+      {R"({"decoder": {"type": "Metaspace", "replacement": "_", "add_prefix_space": false}})",
+       "decoder.add_prefix_space (false) does not match prepend_scheme"},
+      {R"({"decoder": {"type": "Metaspace", "replacement": "_", "prepend_scheme": 3}})",
+       "decoder.prepend_scheme is 3, not \"always\", \"first\" or \"never\""},
       {R"({"post_processor": {"type": "BertProcessing"}})",
        "post-processor type 'BertProcessing' is not supported"},
       {R"({"truncation": {"max_length": 8}})", "truncation is set"},

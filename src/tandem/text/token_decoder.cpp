@@ -5,6 +5,7 @@
 #include "tandem/core/error.h"
 #include "tandem/text/byte_level.h"
 #include "tandem/text/component_config.h"
+#include "tandem/text/pre_tokenizer.h"
 #include "tandem/text/utf8.h"
 
 namespace tandem {
@@ -96,11 +97,11 @@ void TokenDecoder::add_step(const nlohmann::json& config, const std::string& whe
     step.stop = count_field(config, "stop", where);
   } else if (type == "Metaspace") {
     step.kind = Step::kMetaspace;
-    step.text = read_one_character(config, "replacement", where);
-    const std::string scheme = config.value("prepend_scheme", std::string("always"));
-    check(scheme == "always" || scheme == "first" || scheme == "never", where,
-          ".prepend_scheme is \"", scheme, "\", not always, first or never");
-    step.prepends = scheme != "never";
+    // The same settings, read by the same rules, as the Metaspace pre-tokenizer (HF decodes
+    // with the pre-tokenizer's own struct).
+    const MetaspaceSettings settings = MetaspaceSettings::read(config, where);
+    step.text = settings.replacement;
+    step.prepends = settings.prepend != MetaspaceSettings::kNever;
   } else {
     throw Error(where, ": decoder type '", type,
                 "' is not supported (supported: ByteLevel, Replace, ByteFallback, Fuse, Strip, "
