@@ -17,7 +17,9 @@
 
 namespace {
 
+using tandem::testing::chatml_options;
 using tandem::testing::error_of;
+using tandem::testing::qwen2_tokenizer;
 using tandem::testing::read_all;
 
 using tandem::BadInput;
@@ -30,27 +32,12 @@ using tandem::TokenizedDataset;
 using tandem::TokenizedDocument;
 using tandem::testing::ScratchDir;
 
-// The Qwen2 tokenizer fixture (ChatML special tokens), loaded once.
-const tandem::Tokenizer& qwen2_tokenizer() {
-  static const tandem::Tokenizer tokenizer =
-      tandem::Tokenizer::from_dir(tandem::testing::qwen2_tokenizer_dir());
-  return tokenizer;
-}
-
 std::string write_lines(const ScratchDir& dir, const std::string& name,
                         const std::vector<std::string>& lines) {
   const std::string path = dir / name;
   std::ofstream file(path, std::ios::binary);
   for (const std::string& line : lines) file << line << "\n";
   return path;
-}
-
-DatasetOptions chat_options(OnError on_error = OnError::fail) {
-  DatasetOptions options;
-  options.tokenizer = &qwen2_tokenizer();
-  options.chat_template = "chatml";
-  options.on_error = on_error;
-  return options;
 }
 
 const char* kGood =
@@ -73,7 +60,7 @@ TEST(Hash, Xxh64MatchesReferenceVectors) {
 TEST(Datasets, ConversationsTokenizeLikeTheChatTemplate) {
   ScratchDir dir;
   const std::string path = write_lines(dir, "chat.jsonl", {kGood, "", kGood});
-  const auto documents = read_all(path, DataFormat::conversations, chat_options());
+  const auto documents = read_all(path, DataFormat::conversations, chatml_options());
   ASSERT_EQ(documents.size(), 2u);
   const std::vector<ChatMessage> messages = {{ChatRole::system, "Be brief."},
                                              {ChatRole::user, "Hi"},
@@ -87,7 +74,7 @@ TEST(Datasets, ConversationsTokenizeLikeTheChatTemplate) {
   EXPECT_EQ(documents[0].source, path + ":1");
   EXPECT_EQ(documents[1].source, path + ":3");  // the blank line 2 is ignored
 
-  DatasetOptions last = chat_options();
+  DatasetOptions last = chatml_options();
   last.last_turn_only = true;
   const auto last_turn = read_all(path, DataFormat::conversations, last);
   const auto expected_last = tandem::encode_chat(
@@ -103,7 +90,7 @@ TEST(Datasets, MessagesKeyAndShareGptAliases) {
       dir, "chat.jsonl",
       {R"({"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Yo"}]})",
        R"({"conversations": [{"from": "human", "value": "Hi"}, {"from": "gpt", "value": "Yo"}]})"});
-  const auto documents = read_all(path, DataFormat::conversations, chat_options());
+  const auto documents = read_all(path, DataFormat::conversations, chatml_options());
   ASSERT_EQ(documents.size(), 2u);
   EXPECT_EQ(documents[0].ids, documents[1].ids);
   EXPECT_EQ(documents[0].loss_mask, documents[1].loss_mask);
@@ -168,7 +155,7 @@ std::vector<BadCase> bad_cases() {
 }
 
 DatasetOptions options_for(DataFormat format, OnError on_error) {
-  DatasetOptions options = chat_options(on_error);
+  DatasetOptions options = chatml_options(on_error);
   options.max_length = 512;
   options.vocab_size = format == DataFormat::pretokenized ? 1000 : 0;
   return options;
@@ -236,7 +223,7 @@ TEST(Datasets, PreferenceTrainsTheCompletionOnly) {
       dir, "pref.jsonl",
       {R"({"prompt": "Capital of France?", "chosen": "Paris.", "rejected": "Lyon."})",
        R"({"prompt": [{"role": "system", "content": "Be exact."}, {"role": "user", "content": "1+1?"}, {"role": "assistant", "content": "Two."}, {"role": "user", "content": "2+2?"}], "chosen": [{"role": "assistant", "content": "Four."}], "rejected": [{"role": "assistant", "content": "Five."}]})"});
-  const auto documents = read_all(path, DataFormat::preference, chat_options());
+  const auto documents = read_all(path, DataFormat::preference, chatml_options());
   ASSERT_EQ(documents.size(), 4u);
   const auto& tokenizer = qwen2_tokenizer();
   const auto chat = tandem::ChatTemplate::from_name("chatml");
@@ -325,7 +312,7 @@ TEST(TokenCache, SecondOpenReadsTheCache) {
       write_lines(dir, "chat.jsonl",
                   {kGood, R"({"conversations": [{"role": "bot", "content": "Hi"}]})", kGood});
   const tandem::CacheOptions cache{true, dir / "cache"};
-  const DatasetOptions options = chat_options(OnError::skip);
+  const DatasetOptions options = chatml_options(OnError::skip);
   const auto expected = read_all(path, DataFormat::conversations, options);
 
   TokenizedDataset first = TokenizedDataset::open(path, DataFormat::conversations, options, cache);
@@ -380,7 +367,7 @@ TEST(TokenCache, CorruptOrTruncatedCacheIsRebuilt) {
   ScratchDir dir;
   const std::string path = write_lines(dir, "chat.jsonl", {kGood, kGood, kGood});
   const tandem::CacheOptions cache{true, dir / "cache"};
-  const DatasetOptions options = chat_options();
+  const DatasetOptions options = chatml_options();
   std::string cache_path;
   std::vector<int32_t> ids;
   {
@@ -419,8 +406,9 @@ TEST(TokenCache, PreferencePairsAndDisabledCache) {
   ScratchDir dir;
   const std::string path = write_lines(
       dir, "pref.jsonl", {R"({"prompt": "Hi", "chosen": "Hello.", "rejected": "Go away."})"});
-  const auto expected = read_all(path, DataFormat::preference, chat_options());
-  auto dataset = TokenizedDataset::open(path, DataFormat::preference, chat_options(), {false, ""});
+  const auto expected = read_all(path, DataFormat::preference, chatml_options());
+  auto dataset =
+      TokenizedDataset::open(path, DataFormat::preference, chatml_options(), {false, ""});
   EXPECT_EQ(dataset.cache_path(), "");
   EXPECT_EQ(dataset.num_records(), 1);
   const auto pair = dataset.pair(0);
@@ -435,7 +423,7 @@ TEST(TokenCache, FailPolicyWritesNoCache) {
       dir, "chat.jsonl", {kGood, R"({"conversations": [{"role": "bot", "content": "Hi"}]})"});
   const tandem::CacheOptions cache{true, dir / "cache"};
   EXPECT_EQ(error_of([&] {
-              TokenizedDataset::open(path, DataFormat::conversations, chat_options(), cache);
+              TokenizedDataset::open(path, DataFormat::conversations, chatml_options(), cache);
             }),
             "[data] " + path +
                 ":2: 'conversations'[0]: unknown role 'bot' (data.unknown_roles can skip it)");

@@ -23,25 +23,10 @@ using tandem::DatasetOptions;
 using tandem::OnError;
 using tandem::TokenizedDocument;
 using tandem::UnknownRoles;
+using tandem::testing::chatml_options;
 using tandem::testing::error_of;
 using tandem::testing::read_all;
 using tandem::testing::ScratchDir;
-
-const tandem::Tokenizer& qwen2_tokenizer() {
-  static const tandem::Tokenizer tokenizer =
-      tandem::Tokenizer::from_dir(tandem::testing::qwen2_tokenizer_dir());
-  return tokenizer;
-}
-
-DatasetOptions options(OnError on_error = OnError::fail,
-                       UnknownRoles unknown_roles = UnknownRoles::error) {
-  DatasetOptions out;
-  out.tokenizer = &qwen2_tokenizer();
-  out.chat_template = "chatml";
-  out.on_error = on_error;
-  out.unknown_roles = unknown_roles;
-  return out;
-}
 
 std::string write_file(const ScratchDir& dir, const std::string& name, const std::string& text) {
   const std::string path = dir / name;
@@ -85,8 +70,8 @@ TEST(HubData, ShareGptArrayEqualsTheSameRecordsAsJsonl) {
       "\n"
       R"({"messages": [{"role": "user", "content": "Q"}, {"role": "assistant", "content": "A"}]})"
       "\n");
-  const auto from_array = read_all(array, DataFormat::conversations, options());
-  expect_same_documents(from_array, read_all(jsonl, DataFormat::conversations, options()));
+  const auto from_array = read_all(array, DataFormat::conversations, chatml_options());
+  expect_same_documents(from_array, read_all(jsonl, DataFormat::conversations, chatml_options()));
   ASSERT_EQ(from_array.size(), 3u);
   EXPECT_EQ(from_array[0].source, array + "[0] (line 3)");
   EXPECT_EQ(from_array[2].source, array + "[2] (line 9)");
@@ -101,12 +86,12 @@ TEST(HubData, ArrayErrorsNameFileRecordAndLine) {
       "[\n" + good + ",\n{\"conversations\": 7},\n" + good + ",\n{oops},\n" + good + "\n]\n");
   // fail: the first bad record, by index and line.
   const std::string message =
-      error_of([&] { read_all(path, DataFormat::conversations, options()); });
+      error_of([&] { read_all(path, DataFormat::conversations, chatml_options()); });
   EXPECT_NE(message.find("[data] " + path + "[1] (line 3): "), std::string::npos) << message;
   // skip: counted by reason, the good records kept.
   tandem::SkipCounts skipped;
   const auto documents =
-      read_all(path, DataFormat::conversations, options(OnError::skip), &skipped);
+      read_all(path, DataFormat::conversations, chatml_options(OnError::skip), &skipped);
   EXPECT_EQ(documents.size(), 3u);
   EXPECT_EQ(skipped.by_reason.at("wrong_type").count, 1);
   EXPECT_EQ(skipped.by_reason.at("malformed_json").count, 1);
@@ -120,7 +105,7 @@ TEST(HubData, ArrayErrorsNameFileRecordAndLine) {
   for (const auto& [text, expected] : broken) {
     const std::string file = write_file(dir, "broken.json", text);
     const std::string error =
-        error_of([&] { read_all(file, DataFormat::conversations, options(OnError::skip)); });
+        error_of([&] { read_all(file, DataFormat::conversations, chatml_options(OnError::skip)); });
     EXPECT_NE(error.find("[data] " + file + ": "), std::string::npos) << text << " -> " << error;
     EXPECT_NE(error.find(expected), std::string::npos) << error;
   }
@@ -136,7 +121,7 @@ TEST(HubData, UnknownRolesErrorSkipTheTurnOrTheConversation) {
       "\n");
   // error: a bad line, so on_error decides.
   const std::string message =
-      error_of([&] { read_all(path, DataFormat::conversations, options()); });
+      error_of([&] { read_all(path, DataFormat::conversations, chatml_options()); });
   EXPECT_NE(message.find(path + ":1: 'conversations'[1]: unknown role 'narrator'"),
             std::string::npos)
       << message;
@@ -147,13 +132,14 @@ TEST(HubData, UnknownRolesErrorSkipTheTurnOrTheConversation) {
       "\n"
       R"({"conversations": [{"from": "human", "value": "Q2"}, {"from": "gpt", "value": "A2"}]})"
       "\n");
-  expect_same_documents(
-      read_all(path, DataFormat::conversations, options(OnError::fail, UnknownRoles::skip_turn)),
-      read_all(without, DataFormat::conversations, options()));
+  expect_same_documents(read_all(path, DataFormat::conversations,
+                                 chatml_options(OnError::fail, UnknownRoles::skip_turn)),
+                        read_all(without, DataFormat::conversations, chatml_options()));
   // skip_conversation: skipped and counted even under on_error: fail.
   tandem::SkipCounts skipped;
-  const auto kept = read_all(path, DataFormat::conversations,
-                             options(OnError::fail, UnknownRoles::skip_conversation), &skipped);
+  const auto kept =
+      read_all(path, DataFormat::conversations,
+               chatml_options(OnError::fail, UnknownRoles::skip_conversation), &skipped);
   ASSERT_EQ(kept.size(), 1u);
   EXPECT_EQ(kept[0].source, path + ":2");
   EXPECT_EQ(skipped.by_reason.at("unknown_role").count, 1);
@@ -182,8 +168,8 @@ TEST(HubData, ImplicitPromptEqualsTheExplicitOne) {
       "\n"
       R"({"prompt": "The sky is", "chosen": " blue.", "rejected": " green."})"
       "\n");
-  expect_same_documents(read_all(implicit, DataFormat::preference, options()),
-                        read_all(explicit_prompt, DataFormat::preference, options()));
+  expect_same_documents(read_all(implicit, DataFormat::preference, chatml_options()),
+                        read_all(explicit_prompt, DataFormat::preference, chatml_options()));
 }
 
 TEST(HubData, UltraFeedbackRowsRenderThePromptOnce) {
@@ -200,8 +186,8 @@ TEST(HubData, UltraFeedbackRowsRenderThePromptOnce) {
                  "\n"
                  R"({"prompt": "Hi", "chosen": "Hello", "rejected": "Go away"})"
                  "\n");
-  expect_same_documents(read_all(repeated, DataFormat::preference, options()),
-                        read_all(once, DataFormat::preference, options()));
+  expect_same_documents(read_all(repeated, DataFormat::preference, chatml_options()),
+                        read_all(once, DataFormat::preference, chatml_options()));
 }
 
 TEST(HubData, PreferenceRecordsWithoutAPromptToFindAreNamed) {
@@ -220,7 +206,7 @@ TEST(HubData, PreferenceRecordsWithoutAPromptToFindAreNamed) {
   for (const auto& [line, expected] : cases) {
     const std::string path = write_file(dir, "pref.jsonl", line + "\n");
     const std::string message =
-        error_of([&] { read_all(path, DataFormat::preference, options()); });
+        error_of([&] { read_all(path, DataFormat::preference, chatml_options()); });
     EXPECT_NE(message.find("[data] " + path + ":1: "), std::string::npos) << message;
     EXPECT_NE(message.find(expected), std::string::npos) << message;
   }

@@ -22,6 +22,7 @@ using tandem::DatasetOptions;
 using tandem::OnError;
 using tandem::ParquetRows;
 using tandem::TokenizedDocument;
+using tandem::testing::chatml_options;
 using tandem::testing::error_of;
 using tandem::testing::read_all;
 using tandem::testing::ScratchDir;
@@ -34,17 +35,7 @@ std::string fixture(const std::string& name) {
 #define SKIP_WITHOUT_ARROW()                                                            \
   if (!ParquetRows::available())                                                        \
   GTEST_SKIP() << "this build has no Apache Arrow (TANDEM_PYARROW_DIR unset): Parquet " \
-                  "is refused, as ParquetWithoutArrow checks"
-
-DatasetOptions options(OnError on_error = OnError::fail) {
-  static const tandem::Tokenizer tokenizer =
-      tandem::Tokenizer::from_dir(tandem::testing::qwen2_tokenizer_dir());
-  DatasetOptions out;
-  out.tokenizer = &tokenizer;
-  out.chat_template = "chatml";
-  out.on_error = on_error;
-  return out;
-}
+                  "is refused, as Parquet.WithoutArrowAParquetFileIsRefusedSayingSo checks"
 
 TEST(Parquet, RowsEqualWhatPyarrowReads) {
   SKIP_WITHOUT_ARROW();
@@ -74,9 +65,10 @@ TEST(Parquet, RowsEqualWhatPyarrowReads) {
 
 TEST(Parquet, HubConversationsAndPreferencesReadAsTheirJsonl) {
   SKIP_WITHOUT_ARROW();
-  const auto chat = read_all(fixture("ultrachat.parquet"), DataFormat::conversations, options());
+  const auto chat =
+      read_all(fixture("ultrachat.parquet"), DataFormat::conversations, chatml_options());
   const auto chat_jsonl =
-      read_all(fixture("ultrachat.jsonl"), DataFormat::conversations, options());
+      read_all(fixture("ultrachat.jsonl"), DataFormat::conversations, chatml_options());
   ASSERT_EQ(chat.size(), 5u);  // three row groups
   ASSERT_EQ(chat.size(), chat_jsonl.size());
   for (size_t i = 0; i < chat.size(); ++i) {
@@ -84,9 +76,10 @@ TEST(Parquet, HubConversationsAndPreferencesReadAsTheirJsonl) {
     EXPECT_EQ(chat[i].loss_mask, chat_jsonl[i].loss_mask) << i;
   }
   EXPECT_EQ(chat[4].source, fixture("ultrachat.parquet") + ": row 4");
-  const auto pref = read_all(fixture("ultrafeedback.parquet"), DataFormat::preference, options());
+  const auto pref =
+      read_all(fixture("ultrafeedback.parquet"), DataFormat::preference, chatml_options());
   const auto pref_jsonl =
-      read_all(fixture("ultrafeedback.jsonl"), DataFormat::preference, options());
+      read_all(fixture("ultrafeedback.jsonl"), DataFormat::preference, chatml_options());
   ASSERT_EQ(pref.size(), 6u);
   ASSERT_EQ(pref.size(), pref_jsonl.size());
   for (size_t i = 0; i < pref.size(); ++i) EXPECT_EQ(pref[i].ids, pref_jsonl[i].ids) << i;
@@ -107,7 +100,7 @@ TEST(Parquet, ValuesJsonCannotHoldAreBadRowsNamingTheColumn) {
   EXPECT_EQ(good, 2);
   EXPECT_EQ(skip.skipped().by_reason.at("wrong_type").count, 3);
   // The conversations format reads only its own columns: every row is good there.
-  EXPECT_EQ(read_all(path, DataFormat::conversations, options()).size(), 5u);
+  EXPECT_EQ(read_all(path, DataFormat::conversations, chatml_options()).size(), 5u);
 }
 
 TEST(Parquet, FootersDeclaringTooMuchAreRefusedBeforeReading) {
@@ -141,12 +134,12 @@ TEST(Parquet, CorruptOrForeignFilesAreNamed) {
     const std::string path = dir / ("bad" + std::to_string(i) + ".parquet");
     std::ofstream(path, std::ios::binary) << files[i].first;
     const std::string message =
-        error_of([&] { read_all(path, DataFormat::conversations, options(OnError::skip)); });
+        error_of([&] { read_all(path, DataFormat::conversations, chatml_options(OnError::skip)); });
     EXPECT_NE(message.find("[data] " + path + ": " + files[i].second), std::string::npos)
         << message;
   }
-  const std::string message =
-      error_of([&] { read_all(fixture("types.parquet"), DataFormat::conversations, options()); });
+  const std::string message = error_of(
+      [&] { read_all(fixture("types.parquet"), DataFormat::conversations, chatml_options()); });
   EXPECT_NE(message.find("none of the columns this format reads (conversations, messages, tools) "
                          "is in the file (its columns: i8, u64"),
             std::string::npos)
@@ -158,10 +151,10 @@ TEST(Parquet, CorruptOrForeignFilesAreNamed) {
 TEST(Parquet, FuzzFoundFileIsABadRowThenANamedError) {
   SKIP_WITHOUT_ARROW();
   const std::string path = fixture("fuzz-invalid-utf8-field-name.parquet");
-  EXPECT_EQ(error_of([&] { read_all(path, DataFormat::preference, options()); }),
+  EXPECT_EQ(error_of([&] { read_all(path, DataFormat::preference, chatml_options()); }),
             "[data] " + path + ": row 0: column 'chosen': a field name that is not valid UTF-8");
   const std::string message =
-      error_of([&] { read_all(path, DataFormat::preference, options(OnError::skip)); });
+      error_of([&] { read_all(path, DataFormat::preference, chatml_options(OnError::skip)); });
   EXPECT_NE(message.find("[data] " + path + ": row group 1 cannot be read: "), std::string::npos)
       << message;
 }

@@ -65,6 +65,16 @@ ChatRole parse_role(const std::string& role, std::string& spelling) {
 
 }  // namespace
 
+std::string rendered_role(const std::string& role) {
+  std::string spelling;
+  try {
+    const ChatRole parsed = parse_role(role, spelling);
+    return spelling.empty() ? std::string(chat_role_name(parsed)) : spelling;
+  } catch (const BadLine&) {
+    return role;
+  }
+}
+
 std::vector<ChatMessage> parse_messages(const json& list, const std::string& key,
                                         const nlohmann::ordered_json* ordered_list,
                                         UnknownRoles unknown_roles) {

@@ -104,6 +104,10 @@ std::vector<ChatMessage> parse_conversation(const nlohmann::json& line,
                                             const nlohmann::ordered_json& ordered = nullptr,
                                             UnknownRoles unknown_roles = UnknownRoles::error);
 
+/// The role name a template sees for a message's role: aliases resolved ("human" is "user",
+/// "gpt" "assistant"), spellings kept ("developer"), an unknown role as it is.
+std::string rendered_role(const std::string& role);
+
 /// The messages of a JSON message list (OpenAI's role/content or ShareGPT's from/value; `key`
 /// names it in errors), each one's other fields in the key order of `ordered_list` when given.
 /// Throws BadLine (unknown_role, wrong_type).

@@ -194,7 +194,7 @@ bool JsonlReader::next(nlohmann::json& value) {
       }
       try {
         buffer_ = row.dump();  // the row's text, in the file's column order (line_text)
-        value = nlohmann::json::parse(buffer_);
+        value = nlohmann::json(row);
       } catch (const nlohmann::json::exception& e) {  // ParquetRows checks its text; a backstop
         reject(
             BadLine(BadInput::malformed_json, std::string("not expressible as JSON: ") + e.what()));

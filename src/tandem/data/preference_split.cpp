@@ -13,7 +13,7 @@ using nlohmann::ordered_json;
 [[noreturn]] void bad(const std::string& detail) { throw BadLine(BadInput::wrong_type, detail); }
 
 // A message as compared across prompt and completions: ShareGPT's from/value read as role/content,
-// role aliases as their role ("human" is "user").
+// roles as a template sees them (rendered_role: "human" is "user").
 json comparable(const json& message) {
   if (!message.is_object()) return message;
   json out = message;
@@ -25,12 +25,8 @@ json comparable(const json& message) {
       out.erase("value");
     }
   }
-  if (out.contains("role") && out["role"].is_string()) {
-    const std::string role = out["role"].get<std::string>();
-    if (role == "human") out["role"] = "user";
-    if (role == "gpt" || role == "chatgpt" || role == "bing" || role == "bard")
-      out["role"] = "assistant";
-  }
+  if (out.contains("role") && out["role"].is_string())
+    out["role"] = rendered_role(out["role"].get<std::string>());
   return out;
 }
 
