@@ -45,7 +45,7 @@ TEST(DataCli, StatsCountsDocumentsTokensAndSkips) {
   EXPECT_TRUE(
       contains(first.output, "cache       built: " + dir.path() + "/cache/chat-conversations-"))
       << first.output;
-  EXPECT_TRUE(contains(first.output, "lines       4 (2 good, 2 skipped)")) << first.output;
+  EXPECT_TRUE(contains(first.output, "records     4 (2 good, 2 skipped)")) << first.output;
   EXPECT_TRUE(contains(first.output, "documents   2\n")) << first.output;
   EXPECT_TRUE(contains(first.output, "tokens      ")) << first.output;
   EXPECT_TRUE(contains(first.output, "trained     ")) << first.output;
@@ -63,8 +63,8 @@ TEST(DataCli, StatsCountsDocumentsTokensAndSkips) {
   ASSERT_EQ(second.exit_code, 0) << second.output;
   EXPECT_TRUE(contains(second.output, "cache       hit: ")) << second.output;
   // Everything after the cache line is identical.
-  EXPECT_EQ(first.output.substr(first.output.find("lines")),
-            second.output.substr(second.output.find("lines")));
+  EXPECT_EQ(first.output.substr(first.output.find("records")),
+            second.output.substr(second.output.find("records")));
 }
 
 TEST(DataCli, StatsFailsOnBadInputNamingFileAndLine) {

@@ -316,19 +316,19 @@ TEST(TokenCache, SecondOpenReadsTheCache) {
   const auto expected = read_all(path, DataFormat::conversations, options);
 
   TokenizedDataset first = TokenizedDataset::open(path, DataFormat::conversations, options, cache);
-  EXPECT_FALSE(first.from_cache());
-  ASSERT_TRUE(std::filesystem::exists(first.cache_path()));
-  const auto written = std::filesystem::last_write_time(first.cache_path());
+  EXPECT_FALSE(first.files()[0].from_cache);
+  ASSERT_TRUE(std::filesystem::exists(first.files()[0].cache_path));
+  const auto written = std::filesystem::last_write_time(first.files()[0].cache_path);
   TokenizedDataset second = TokenizedDataset::open(path, DataFormat::conversations, options, cache);
-  EXPECT_TRUE(second.from_cache());
-  EXPECT_EQ(second.cache_path(), first.cache_path());
-  EXPECT_EQ(std::filesystem::last_write_time(second.cache_path()), written);
+  EXPECT_TRUE(second.files()[0].from_cache);
+  EXPECT_EQ(second.files()[0].cache_path, first.files()[0].cache_path);
+  EXPECT_EQ(std::filesystem::last_write_time(second.files()[0].cache_path), written);
 
   for (const TokenizedDataset* dataset : {&first, &second}) {
     ASSERT_EQ(dataset->size(), 2);
-    EXPECT_EQ(dataset->num_lines(), 3);
-    EXPECT_EQ(dataset->skipped().by_reason.at("unknown_role").count, 1);
-    EXPECT_EQ(dataset->skipped().by_reason.at("unknown_role").first_line, 2);
+    EXPECT_EQ(dataset->files()[0].lines, 3);
+    EXPECT_EQ(dataset->files()[0].skipped.by_reason.at("unknown_role").count, 1);
+    EXPECT_EQ(dataset->files()[0].skipped.by_reason.at("unknown_role").first_line, 2);
     int64_t tokens = 0, trained = 0;
     for (int64_t i = 0; i < dataset->size(); ++i) {
       const TokenizedDocument document = dataset->document(i);
@@ -346,8 +346,9 @@ TEST(TokenCache, SecondOpenReadsTheCache) {
   // Any option that changes tokens changes the key; so does the file's content.
   DatasetOptions other = options;
   other.last_turn_only = true;
-  EXPECT_NE(TokenizedDataset::open(path, DataFormat::conversations, other, cache).cache_path(),
-            first.cache_path());
+  EXPECT_NE(
+      TokenizedDataset::open(path, DataFormat::conversations, other, cache).files()[0].cache_path,
+      first.files()[0].cache_path);
   other = options;
   other.chat_template = "qwen2";
   EXPECT_NE(tandem::token_cache_key(path, DataFormat::conversations, other),
@@ -359,8 +360,9 @@ TEST(TokenCache, SecondOpenReadsTheCache) {
   const uint64_t key = tandem::token_cache_key(path, DataFormat::conversations, options);
   write_lines(dir, "chat.jsonl", {kGood});
   EXPECT_NE(tandem::token_cache_key(path, DataFormat::conversations, options), key);
-  EXPECT_FALSE(
-      TokenizedDataset::open(path, DataFormat::conversations, options, cache).from_cache());
+  EXPECT_FALSE(TokenizedDataset::open(path, DataFormat::conversations, options, cache)
+                   .files()[0]
+                   .from_cache);
 }
 
 TEST(TokenCache, CorruptOrTruncatedCacheIsRebuilt) {
@@ -372,7 +374,7 @@ TEST(TokenCache, CorruptOrTruncatedCacheIsRebuilt) {
   std::vector<int32_t> ids;
   {
     auto dataset = TokenizedDataset::open(path, DataFormat::conversations, options, cache);
-    cache_path = dataset.cache_path();
+    cache_path = dataset.files()[0].cache_path;
     ids = dataset.document(2).ids;
   }
   const auto size = std::filesystem::file_size(cache_path);
@@ -387,13 +389,14 @@ TEST(TokenCache, CorruptOrTruncatedCacheIsRebuilt) {
     ::testing::internal::CaptureStderr();
     auto dataset = TokenizedDataset::open(path, DataFormat::conversations, options, cache);
     const std::string warning = ::testing::internal::GetCapturedStderr();
-    EXPECT_FALSE(dataset.from_cache()) << damage;
+    EXPECT_FALSE(dataset.files()[0].from_cache) << damage;
     EXPECT_NE(warning.find("token cache " + cache_path + " is corrupt"), std::string::npos)
         << damage << ": " << warning;
     EXPECT_EQ(dataset.document(2).ids, ids);
     EXPECT_EQ(std::filesystem::file_size(cache_path), size);
-    EXPECT_TRUE(
-        TokenizedDataset::open(path, DataFormat::conversations, options, cache).from_cache());
+    EXPECT_TRUE(TokenizedDataset::open(path, DataFormat::conversations, options, cache)
+                    .files()[0]
+                    .from_cache);
   }
   // No temporary file is left behind.
   int files = 0;
@@ -409,7 +412,7 @@ TEST(TokenCache, PreferencePairsAndDisabledCache) {
   const auto expected = read_all(path, DataFormat::preference, chatml_options());
   auto dataset =
       TokenizedDataset::open(path, DataFormat::preference, chatml_options(), {false, ""});
-  EXPECT_EQ(dataset.cache_path(), "");
+  EXPECT_EQ(dataset.files()[0].cache_path, "");
   EXPECT_EQ(dataset.num_records(), 1);
   const auto pair = dataset.pair(0);
   EXPECT_EQ(pair.chosen.ids, expected[0].ids);

@@ -11,6 +11,7 @@
 
 #include "tandem/cli/commands.h"
 #include "tandem/core/error.h"
+#include "tandem/data/data_files.h"
 #include "tandem/data/datasets.h"
 #include "tandem/data/heldout_split.h"
 #include "tandem/data/token_cache.h"
@@ -21,7 +22,7 @@ namespace tandem::cli {
 namespace {
 
 struct DataCommandOptions {
-  std::string data;
+  std::vector<std::string> data;  // files or globs
   std::string format = "conversations";
   std::string tokenizer;
   std::string chat_template = "auto";
@@ -35,6 +36,10 @@ struct DataCommandOptions {
   int64_t vocab_size = 0;
   std::string cache_dir;
   bool no_cache = false;
+  std::vector<std::string> columns;  // FIELD=COLUMN
+  double heldout_fraction = 0;
+  uint64_t heldout_seed = 0;
+  std::string side = "train";
   // inspect
   int64_t index = 0;
   int64_t count = 1;
@@ -45,16 +50,22 @@ struct DataCommandOptions {
 // Everything a subcommand reads: the tokenizer, the options, and the documents (cached formats)
 // or the rollout samples.
 struct LoadedData {
+  std::vector<std::string> paths;  // --data expanded
+  std::string described;           // the files in one line
   std::optional<Tokenizer> tokenizer;
   DatasetOptions options;
   DataFormat format = DataFormat::conversations;
-  std::optional<TokenizedDataset> dataset;  // conversations, pretokenized, preference
-  std::vector<RolloutSample> rollouts;      // rollout
-  SkipCounts rollout_skipped;
+  std::optional<TokenizedDataset> dataset;   // conversations, pretokenized, preference
+  std::vector<RolloutSample> rollouts;       // rollout
+  std::vector<TokenizedFile> rollout_files;  // rollout: each file's counts (no cache)
 };
 
 // Fills `out` in place: out.options points at out.tokenizer.
 void load(const DataCommandOptions& cli, LoadedData& out) {
+  std::vector<WeightedPath> entries;
+  for (const std::string& path : cli.data) entries.push_back({path, 1.0});
+  out.paths = paths_of(expand_data_files(entries, "--data"));
+  out.described = describe_files(out.paths);
   out.format = parse_data_format(cli.format);
   if (!cli.tokenizer.empty())
     out.tokenizer = std::filesystem::is_directory(cli.tokenizer)
@@ -78,15 +89,41 @@ void load(const DataCommandOptions& cli, LoadedData& out) {
   out.options.on_error = parse_on_error(cli.on_error);
   out.options.unknown_roles = parse_unknown_roles(cli.unknown_roles);
   out.options.vocab_size = cli.vocab_size;
+  check(cli.heldout_fraction >= 0 && cli.heldout_fraction < 1,
+        "[data] --heldout-fraction must lie in [0, 1), not ", cli.heldout_fraction);
+  check(cli.side == "train" || cli.side == "heldout",
+        "[data] --side must be train or heldout, not '", cli.side, "'");
+  check(cli.heldout_fraction > 0 || cli.side == "train",
+        "[data] --side heldout needs --heldout-fraction");
+  out.options.heldout = {cli.heldout_fraction, cli.heldout_seed, cli.side == "heldout"};
+  for (const std::string& rename : cli.columns) {
+    const size_t equals = rename.find('=');
+    check(equals != std::string::npos && equals > 0 && equals + 1 < rename.size(),
+          "[data] --column ", rename, ": expected FIELD=COLUMN, e.g. messages=conversation");
+    out.options.columns.emplace_back(rename.substr(0, equals), rename.substr(equals + 1));
+  }
   if (out.format == DataFormat::rollout) {
-    RolloutStream stream(cli.data, out.options);
-    RolloutSample sample;
-    while (stream.next(sample)) out.rollouts.push_back(std::move(sample));
-    out.rollout_skipped = stream.skipped();
+    for (const std::string& path : out.paths) {
+      RolloutStream stream(path, out.options);
+      RolloutSample sample;
+      TokenizedFile file;
+      file.path = path;
+      file.first_document = static_cast<int64_t>(out.rollouts.size());
+      while (stream.next(sample)) out.rollouts.push_back(std::move(sample));
+      file.documents = static_cast<int64_t>(out.rollouts.size()) - file.first_document;
+      file.skipped = stream.skipped();
+      file.lines = file.documents + file.skipped.total();
+      file.passed_over = stream.passed_over();
+      out.rollout_files.push_back(std::move(file));
+    }
   } else {
     out.dataset =
-        TokenizedDataset::open(cli.data, out.format, out.options, {!cli.no_cache, cli.cache_dir});
+        TokenizedDataset::open(out.paths, out.format, out.options, {!cli.no_cache, cli.cache_dir});
   }
+}
+
+const std::vector<TokenizedFile>& files_of(const LoadedData& data) {
+  return data.dataset ? data.dataset->files() : data.rollout_files;
 }
 
 // A token's text made printable: newlines and tabs as \n and \t, other control bytes and
@@ -167,14 +204,14 @@ int run_inspect(const DataCommandOptions& cli) {
   const bool color = cli.color == "always" || (cli.color == "auto" && ::isatty(STDOUT_FILENO));
   const int64_t records =
       data.dataset ? data.dataset->num_records() : static_cast<int64_t>(data.rollouts.size());
-  check(cli.index >= 0 && cli.index < records, "[data] --index ", cli.index, ": ", cli.data,
+  check(cli.index >= 0 && cli.index < records, "[data] --index ", cli.index, ": ", data.described,
         " has ", records, " good records (0..", records - 1, ")");
   check(cli.count >= 1, "[data] --count must be at least 1");
-  std::cout << cli.data << ": " << records << " " << cli.format << " records";
-  if (data.dataset && !data.dataset->cache_path().empty())
-    std::cout << " (cache " << (data.dataset->from_cache() ? "hit" : "built") << ": "
-              << data.dataset->cache_path() << ")";
-  std::cout << "\n";
+  std::cout << data.described << ": " << records << " " << cli.format << " records\n";
+  for (const TokenizedFile& file : files_of(data))
+    if (!file.cache_path.empty())
+      std::cout << "  " << file.path << ": cache " << (file.from_cache ? "hit" : "built") << ": "
+                << file.cache_path << "\n";
   const int64_t end = std::min(records, cli.index + cli.count);
   for (int64_t r = cli.index; r < end; ++r) {
     if (data.format == DataFormat::preference) {
@@ -203,38 +240,54 @@ int run_stats(const DataCommandOptions& cli) {
   LoadedData data;
   load(cli, data);
   std::vector<int64_t> lengths;
-  int64_t tokens = 0, trained = 0, lines = 0;
-  const SkipCounts* skipped = &data.rollout_skipped;
+  int64_t tokens = 0, trained = 0, lines = 0, skipped = 0, passed_over = 0;
   if (data.dataset) {
     const TokenizedDataset& dataset = *data.dataset;
     for (int64_t i = 0; i < dataset.size(); ++i) lengths.push_back(dataset.length(i));
     tokens = dataset.num_tokens();
     trained = dataset.num_trained_tokens();
-    lines = dataset.num_lines();
-    skipped = &dataset.skipped();
   } else {
     for (const RolloutSample& s : data.rollouts) {
       lengths.push_back(static_cast<int64_t>(s.prompt_ids.size() + s.completion_ids.size()));
       trained += static_cast<int64_t>(s.completion_ids.size());
     }
     for (int64_t length : lengths) tokens += length;
-    lines = static_cast<int64_t>(data.rollouts.size()) + skipped->total();
+  }
+  for (const TokenizedFile& file : files_of(data)) {
+    lines += file.lines;
+    skipped += file.skipped.total();
+    passed_over += file.passed_over;
   }
   const int64_t documents = static_cast<int64_t>(lengths.size());
 
   std::ostringstream out;
-  out << "file        " << cli.data << " (" << cli.format;
+  out << (data.paths.size() > 1 ? "files       " : "file        ") << data.described << " ("
+      << cli.format;
   if (data.format == DataFormat::conversations || data.format == DataFormat::preference)
     out << ", template " << cli.chat_template;
   if (cli.max_length > 0) out << ", max_length " << cli.max_length;
   if (cli.last_turn_only) out << ", last turn only";
   if (cli.no_reasoning_loss) out << ", no loss on reasoning";
+  if (cli.heldout_fraction > 0)
+    out << ", " << cli.side << " side of held-out fraction " << cli.heldout_fraction << " seed "
+        << cli.heldout_seed;
   out << ", on_error " << cli.on_error << ")\n";
-  if (data.dataset && !data.dataset->cache_path().empty())
-    out << "cache       " << (data.dataset->from_cache() ? "hit" : "built") << ": "
-        << data.dataset->cache_path() << "\n";
-  out << "lines       " << lines << " (" << lines - skipped->total() << " good, "
-      << skipped->total() << " skipped)\n";
+  for (const TokenizedFile& file : files_of(data)) {
+    if (data.paths.size() > 1)
+      out << "  " << file.path << ": " << file.lines - file.skipped.total() << " good records, "
+          << file.skipped.total() << " skipped"
+          << (cli.heldout_fraction > 0 ? ", " + std::to_string(file.passed_over) + " passed over"
+                                       : "")
+          << "\n";
+    if (!file.cache_path.empty())
+      out << (data.paths.size() > 1 ? "    cache " : "cache       ")
+          << (file.from_cache ? "hit" : "built") << ": " << file.cache_path << "\n";
+  }
+  out << "records     " << lines << " (" << lines - skipped << " good, " << skipped << " skipped";
+  if (cli.heldout_fraction > 0)
+    out << "; " << passed_over << " more on the " << (cli.side == "train" ? "held-out" : "train")
+        << " side, passed over";
+  out << ")\n";
   out << "documents   " << documents << "\n";
   out << "tokens      " << tokens;
   if (documents > 0)
@@ -247,7 +300,8 @@ int run_stats(const DataCommandOptions& cli) {
   if (tokens > 0)
     out << " (" << std::fixed << std::setprecision(1) << 100.0 * trained / tokens << "% of tokens)";
   out << "\n";
-  out << "skipped     " << skipped->total() << "\n" << skipped->report(cli.data);
+  out << "skipped     " << skipped << "\n";
+  for (const TokenizedFile& file : files_of(data)) out << file.skipped.report(file.path);
 
   if (documents > 0) {
     // Power-of-two bins [2^k, 2^(k+1)) from the shortest document to the longest.
@@ -274,9 +328,11 @@ int run_stats(const DataCommandOptions& cli) {
 }
 
 void add_common_options(CLI::App* command, DataCommandOptions& options) {
-  command->add_option("--data", options.data, "the data file: JSONL, a JSON array or Parquet")
-      ->required()
-      ->check(CLI::ExistingFile);
+  command
+      ->add_option("--data", options.data,
+                   "the data: files (JSONL, JSON arrays or Parquet) or globs, read as one "
+                   "dataset in the order given")
+      ->required();
   command
       ->add_option("--format", options.format, "conversations, pretokenized, preference or rollout")
       ->capture_default_str();
@@ -310,6 +366,21 @@ void add_common_options(CLI::App* command, DataCommandOptions& options) {
       "token cache directory (default: $TANDEM_CACHE/data or ~/.cache/tandem/data)");
   command->add_flag("--no-cache", options.no_cache,
                     "tokenize without reading or writing the cache");
+  command->add_option("--column", options.columns,
+                      "FIELD=COLUMN: read a field of the format from another key or Parquet "
+                      "column (data.columns), e.g. messages=conversation; repeatable");
+  command
+      ->add_option("--heldout-fraction", options.heldout_fraction,
+                   "read one side of a held-out split, as data.heldout_fraction does (0: "
+                   "every record)")
+      ->capture_default_str();
+  command
+      ->add_option("--heldout-seed", options.heldout_seed, "the split's seed (data.heldout_seed)")
+      ->capture_default_str();
+  command
+      ->add_option("--side", options.side,
+                   "with --heldout-fraction: train (what training reads) or heldout")
+      ->capture_default_str();
 }
 
 struct SplitOptions {

@@ -20,6 +20,7 @@
 #include "tandem/core/dtype.h"
 #include "tandem/core/error.h"
 #include "tandem/core/file_io.h"
+#include "tandem/data/data_files.h"
 #include "tandem/data/datasets.h"
 #include "tandem/data/resumable_jsonl.h"
 #include "tandem/eval/regeneration.h"
@@ -55,7 +56,12 @@ void fill_from_config(RegenerateOptions& o) {
     fill(o.target, keys::model::path.find(config));
     fill(o.dtype, dtype_name(keys::model::dtype.find(config)));
   }
-  fill(o.data, keys::data::path.find(config));
+  if (const auto paths = keys::data::path.find(config); paths && o.data.empty()) {
+    check(paths->size() == 1 && !is_glob(paths->front().path), "[regenerate] ",
+          keys::data::path.where(config),
+          " names several files; regenerate reads one file: give --data FILE");
+    o.data = paths->front().path;
+  }
   fill(o.tokenizer, keys::data::tokenizer.find(config));
   fill(o.chat_template, keys::data::chat_template.find(config));
   fill(o.template_kwargs, keys::data::template_kwargs.find(config));

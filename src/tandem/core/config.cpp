@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cmath>
 #include <fstream>
 #include <map>
 #include <set>
@@ -296,6 +297,77 @@ std::vector<int64_t> Config::get_int_list(const std::string& key,
                                           std::optional<std::vector<int64_t>> fallback) const {
   return read_value<std::vector<int64_t>>(*state_, join(prefix_, key), fallback,
                                           "a list of integers", where(key));
+}
+
+std::vector<WeightedPath> Config::get_path_list(
+    const std::string& key, std::optional<std::vector<WeightedPath>> fallback) const {
+  const std::string path = join(prefix_, key);
+  const YAML::Node node = find(state_->root, path);
+  if (!node.IsDefined() || node.IsNull() || !node.IsSequence()) {  // one path
+    const std::string one = get_string(key, fallback && fallback->size() == 1
+                                                ? std::optional<std::string>(fallback->at(0).path)
+                                                : std::nullopt);
+    return {{one, 1.0}};
+  }
+  state_->used.insert(path);
+  state_->read.insert(path);
+  check(node.size() > 0, "[config] ", where(key), ": an empty list names no file");
+  std::vector<WeightedPath> entries;
+  for (size_t i = 0; i < node.size(); ++i) {
+    const YAML::Node item = node[i];
+    const std::string entry = where(key) + "[" + std::to_string(i) + "]";
+    WeightedPath out;
+    if (item.IsScalar()) {
+      out.path = item.Scalar();
+    } else {
+      check(item.IsMap(), "[config] ", entry, ": expected a path or {path: ..., weight: ...}");
+      for (const auto& field : item) {
+        const std::string name = field.first.Scalar();
+        check(name == "path" || name == "weight", "[config] ", entry, ": unknown field '", name,
+              "' (an entry holds path and weight)");
+      }
+      check(item["path"].IsDefined() && item["path"].IsScalar(), "[config] ", entry,
+            ": needs a path (a string)");
+      out.path = item["path"].Scalar();
+      if (item["weight"].IsDefined()) {
+        try {
+          out.weight = item["weight"].as<double>();
+        } catch (const YAML::Exception&) {
+          throw Error("[config] ", entry, ": weight must be a number, got '",
+                      YAML::Dump(item["weight"]), "'");
+        }
+        check(std::isfinite(out.weight) && out.weight > 0, "[config] ", entry,
+              ": weight must be a finite number > 0, got ", out.weight);
+      }
+    }
+    check(!out.path.empty(), "[config] ", entry, ": an empty path");
+    entries.push_back(std::move(out));
+  }
+  assign(state_->resolved, split_dotted(path), YAML::Clone(node), where(key));
+  return entries;
+}
+
+std::vector<std::pair<std::string, std::string>> Config::get_string_map(
+    const std::string& key) const {
+  const std::string path = join(prefix_, key);
+  const YAML::Node node = find(state_->root, path);
+  state_->used.insert(path);
+  state_->read.insert(path);
+  std::vector<std::pair<std::string, std::string>> entries;
+  if (!node.IsDefined() || node.IsNull()) {
+    assign(state_->resolved, split_dotted(path), YAML::Node(YAML::NodeType::Map), where(key));
+    return entries;
+  }
+  check(node.IsMap(), "[config] ", where(key), ": expected a mapping (name: value, ...)");
+  for (const auto& item : node) {
+    const std::string name = item.first.Scalar();
+    check(item.second.IsScalar() && !item.second.Scalar().empty(), "[config] ",
+          where(key + "." + name), ": expected a non-empty string");
+    state_->used.insert(join(path, name));
+    entries.emplace_back(name, item.second.Scalar());
+  }
+  assign(state_->resolved, split_dotted(path), YAML::Clone(node), where(key));
+  return entries;
 }
 
 std::string Config::get_choice(const std::string& key, const std::vector<std::string>& choices,

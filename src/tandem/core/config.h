@@ -12,12 +12,20 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace tandem {
 
 /// Nodes a config may hold once its aliases are expanded (a real run config has a few hundred).
 inline constexpr int64_t kMaxConfigNodes = 1000000;
+
+/// One entry of a path list (`data.path`): a path or glob and how much it weighs.
+struct WeightedPath {
+  std::string path;
+  double weight = 1.0;
+  bool operator==(const WeightedPath&) const = default;
+};
 
 class Config {
  public:
@@ -40,6 +48,14 @@ class Config {
                          std::optional<std::string> fallback = std::nullopt) const;
   std::vector<int64_t> get_int_list(
       const std::string& key, std::optional<std::vector<int64_t>> fallback = std::nullopt) const;
+  /// A path, or a list whose entries are paths or `{path: ..., weight: ...}` mappings (weight
+  /// 1 when not given; finite and > 0). Errors name the entry.
+  std::vector<WeightedPath> get_path_list(
+      const std::string& key,
+      std::optional<std::vector<WeightedPath>> fallback = std::nullopt) const;
+  /// A mapping of names to strings (`{messages: conversation}`), in the file's order; empty when
+  /// unset. Errors name the entry that is not a string.
+  std::vector<std::pair<std::string, std::string>> get_string_map(const std::string& key) const;
   /// `get_string` restricted to `choices`.
   std::string get_choice(const std::string& key, const std::vector<std::string>& choices,
                          std::optional<std::string> fallback = std::nullopt) const;

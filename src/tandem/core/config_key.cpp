@@ -137,6 +137,26 @@ std::string StringKey::get(const Config& section,
   return section.get_string(info_.name, fallback);
 }
 
+PathListKey::PathListKey(KeyGroup& group, std::string name,
+                         Fallback<std::vector<WeightedPath>> fallback, std::string doc)
+    : Key(group, key_info(std::move(name), "path or list", "", {}, std::move(doc)), fallback,
+          fallback.value.empty() ? std::string() : fallback.value.front().path) {}
+
+std::vector<WeightedPath> PathListKey::get(
+    const Config& section, const std::optional<std::vector<WeightedPath>>& fallback) const {
+  return section.get_path_list(info_.name, fallback);
+}
+
+StringMapKey::StringMapKey(KeyGroup& group, std::string name, std::string doc)
+    : Key(group, key_info(std::move(name), "mapping", "", {}, std::move(doc)),
+          std::vector<std::pair<std::string, std::string>>{}, "{}") {}
+
+std::vector<std::pair<std::string, std::string>> StringMapKey::get(
+    const Config& section,
+    const std::optional<std::vector<std::pair<std::string, std::string>>>&) const {
+  return section.get_string_map(info_.name);
+}
+
 IntListKey::IntListKey(KeyGroup& group, std::string name, Fallback<std::vector<int64_t>> fallback,
                        IntRange range, std::string doc)
     : Key(group, key_info(std::move(name), "integer list", range.text(), {}, std::move(doc)),

@@ -223,6 +223,30 @@ class StringKey : public Key<std::string> {
   std::string get(const Config& section, const std::optional<std::string>& fallback) const override;
 };
 
+/// A path, or a list of paths each with an optional weight (Config::get_path_list).
+class PathListKey : public Key<std::vector<WeightedPath>> {
+ public:
+  PathListKey(KeyGroup& group, std::string name, Fallback<std::vector<WeightedPath>> fallback,
+              std::string doc);
+
+ private:
+  std::vector<WeightedPath> get(
+      const Config& section,
+      const std::optional<std::vector<WeightedPath>>& fallback) const override;
+};
+
+/// Names mapped to strings (Config::get_string_map); unset is the empty mapping.
+class StringMapKey : public Key<std::vector<std::pair<std::string, std::string>>> {
+ public:
+  StringMapKey(KeyGroup& group, std::string name, std::string doc);
+
+ private:
+  std::vector<std::pair<std::string, std::string>> get(
+      const Config& section,
+      const std::optional<std::vector<std::pair<std::string, std::string>>>& fallback)
+      const override;
+};
+
 /// A list of integers, each in `range`.
 class IntListKey : public Key<std::vector<int64_t>> {
  public:

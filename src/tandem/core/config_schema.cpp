@@ -107,7 +107,11 @@ const NumberKey max_grad_norm{group, "max_grad_norm", 1.0, NumberRange::at_least
 
 namespace data {
 KeyGroup group{"data", "the data"};
-const StringKey path{group, "path", Required{}, "a JSONL file"};
+const PathListKey path{group, "path", Required{},
+                       "the data: a file (JSONL, a JSON array or Parquet), a glob "
+                       "(`data/*.parquet`), or a list of them, each a path or `{path, weight}`: "
+                       "weight w draws each of the file's records w times per epoch (a fraction: "
+                       "a fixed subset), default 1"};
 const EnumKey<DataFormat> format{group,
                                  "format",
                                  DataFormat::conversations,
@@ -174,6 +178,19 @@ const IntKey vocab_size{group, "vocab_size", 0, IntRange::between(0, kMaxTokens)
 const StringKey cache_dir{group, "cache_dir", "",
                           "the token cache; empty: `$TANDEM_CACHE/data` (else "
                           "`~/.cache/tandem/data`)"};
+const StringMapKey columns{group, "columns",
+                           "fields read from differently named keys or Parquet columns, "
+                           "`{field: column}`: `{messages: conversation}` reads a conversation "
+                           "from `conversation`; a field of data.format (conversations: "
+                           "`conversations`, `messages`, `tools`; preference: `prompt`, `chosen`, "
+                           "`rejected`, `tools`; ...)"};
+const NumberKey heldout_fraction{
+    group, "heldout_fraction", 0.0, NumberRange::closed_open(0, 1),
+    "leave this fraction of records out of training, chosen by a hash "
+    "of each record and `heldout_seed` (the records `tandem data split "
+    "--heldout-fraction F --seed S` writes to its held-out file); 0: none"};
+const IntKey heldout_seed{group, "heldout_seed", 0, IntRange::at_least(0),
+                          "the seed of the held-out hash"};
 const BoolKey scale_rewards_by_std{group, "scale_rewards_by_std", true,
                                    "rollout only: divide group advantages by the group's std"};
 }  // namespace data

@@ -68,7 +68,7 @@ extern const NumberKey max_grad_norm;
 
 namespace data {  // the dataset, its tokenizer, how it is packed
 extern KeyGroup group;
-extern const StringKey path;
+extern const PathListKey path;
 extern const EnumKey<DataFormat> format;
 extern const StringKey tokenizer;
 extern const StringKey chat_template;
@@ -84,6 +84,9 @@ extern const EnumKey<UnknownRoles> unknown_roles;
 extern const EnumKey<OnError> on_error;
 extern const IntKey vocab_size;
 extern const StringKey cache_dir;
+extern const StringMapKey columns;
+extern const NumberKey heldout_fraction;
+extern const IntKey heldout_seed;
 extern const BoolKey scale_rewards_by_std;
 }  // namespace data
 

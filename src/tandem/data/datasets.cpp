@@ -179,6 +179,46 @@ std::vector<std::string> columns_of(DataFormat format) {
   return {};
 }
 
+std::vector<std::string> columns_to_read(DataFormat format, const DatasetOptions& options) {
+  std::vector<std::string> fields = columns_of(format);
+  std::map<std::string, std::string> field_of;  // column -> the field read from it
+  for (const auto& [field, column] : options.columns) {
+    if (std::find(fields.begin(), fields.end(), field) == fields.end()) {
+      std::string listed;
+      for (const std::string& name : fields) listed += (listed.empty() ? "" : ", ") + name;
+      throw Error("[data] data.columns: '", field, "' is not a field the ",
+                  data_format_name(format), " format reads (", listed, ")");
+    }
+    const auto [previous, inserted] = field_of.emplace(column, field);
+    check(inserted, "[data] data.columns: '", previous->second, "' and '", field,
+          "' are both read from column '", column, "'");
+  }
+  if (options.heldout.active()) return {};
+  for (std::string& name : fields)
+    for (const auto& [field, column] : options.columns)
+      if (name == field) name = column;
+  return fields;
+}
+
+namespace {
+
+// Renames the mapped columns of `record` to the fields they stand for (all taken out first, so
+// swapped names do not collide); a column the record lacks is left alone.
+template <typename Json>
+void rename_columns(Json& record, const std::vector<std::pair<std::string, std::string>>& columns) {
+  if (columns.empty() || !record.is_object()) return;
+  std::vector<std::pair<std::string, Json>> taken;
+  for (const auto& [field, column] : columns) {
+    const auto found = record.find(column);
+    if (found == record.end()) continue;
+    taken.emplace_back(field, std::move(*found));
+    record.erase(column);
+  }
+  for (auto& [field, value] : taken) record[field] = std::move(value);
+}
+
+}  // namespace
+
 int64_t DatasetOptions::effective_vocab_size() const {
   if (vocab_size > 0) return vocab_size;
   return tokenizer ? tokenizer->vocab_size() : 0;
@@ -248,7 +288,9 @@ void validate_document(const TokenizedDocument& document, const DatasetOptions& 
 
 DocumentStream::DocumentStream(const std::string& path, DataFormat format,
                                const DatasetOptions& options)
-    : format_(format), options_(options), reader_(path, options.on_error, columns_of(format)) {
+    : format_(format),
+      options_(options),
+      reader_(path, options.on_error, columns_to_read(format, options)) {
   check(format != DataFormat::rollout, "[data] ", path,
         ": rollout files are read with RolloutStream, not as documents");
   if (format != DataFormat::pretokenized) {
@@ -284,11 +326,16 @@ TokenizedDocument DocumentStream::encode(const std::vector<ChatMessage>& message
   return {std::move(tokens.ids), std::move(tokens.loss_mask), reader_.where()};
 }
 
+nlohmann::ordered_json DocumentStream::ordered_record() const {
+  nlohmann::ordered_json ordered = ordered_line(reader_.line_text());
+  rename_columns(ordered, options_.columns);
+  return ordered;
+}
+
 std::vector<TokenizedDocument> DocumentStream::parse(const json& line) const {
   std::vector<TokenizedDocument> out;
   if (format_ == DataFormat::conversations) {
-    const nlohmann::ordered_json ordered =
-        chat_template_->is_jinja() ? ordered_line(reader_.line_text()) : nullptr;
+    const nlohmann::ordered_json ordered = chat_template_->is_jinja() ? ordered_record() : nullptr;
     out.push_back(encode(parse_conversation(line, ordered, options_.unknown_roles),
                          options_.last_turn_only, 0, parse_tools(line, ordered)));
   } else if (format_ == DataFormat::text) {
@@ -325,8 +372,7 @@ std::vector<TokenizedDocument> DocumentStream::parse(const json& line) const {
     document.source = reader_.where();
     out.push_back(std::move(document));
   } else {
-    const nlohmann::ordered_json ordered =
-        chat_template_->is_jinja() ? ordered_line(reader_.line_text()) : nullptr;
+    const nlohmann::ordered_json ordered = chat_template_->is_jinja() ? ordered_record() : nullptr;
     const jinja::Value tools = parse_tools(line, ordered);
     const PreferenceMessages pair = split_preference(line, ordered, options_.unknown_roles);
     for (const char* key : {"chosen", "rejected"}) {
@@ -352,6 +398,11 @@ std::vector<TokenizedDocument> DocumentStream::parse(const json& line) const {
 bool DocumentStream::next(std::vector<TokenizedDocument>& documents) {
   json line;
   while (reader_.next(line)) {
+    if (!options_.heldout.keeps(reader_.line_text())) {
+      ++passed_over_;
+      continue;
+    }
+    rename_columns(line, options_.columns);
     try {
       documents = parse(line);
       return true;
@@ -363,11 +414,17 @@ bool DocumentStream::next(std::vector<TokenizedDocument>& documents) {
 }
 
 RolloutStream::RolloutStream(const std::string& path, const DatasetOptions& options)
-    : options_(options), reader_(path, options.on_error, columns_of(DataFormat::rollout)) {}
+    : options_(options),
+      reader_(path, options.on_error, columns_to_read(DataFormat::rollout, options)) {}
 
 bool RolloutStream::next(RolloutSample& sample) {
   json line;
   while (reader_.next(line)) {
+    if (!options_.heldout.keeps(reader_.line_text())) {
+      ++passed_over_;
+      continue;
+    }
+    rename_columns(line, options_.columns);
     try {
       sample = RolloutSample{};
       sample.prompt_ids = parse_ids(required(line, "prompt_ids"), "prompt_ids");

@@ -29,9 +29,11 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "tandem/data/document.h"
+#include "tandem/data/heldout_split.h"
 #include "tandem/data/jsonl.h"
 #include "tandem/text/chat_template.h"
 
@@ -67,10 +69,20 @@ struct DatasetOptions {
   UnknownRoles unknown_roles = UnknownRoles::error;
   OnError on_error = OnError::fail;
   int64_t vocab_size = 0;  // ids must lie in [0, vocab_size); 0: the tokenizer's, else unchecked
+  HeldoutOptions heldout;  // records on the other side of a held-out split are passed over
+  // Fields read from other keys or Parquet columns (data.columns): (field, column) pairs, each
+  // field one the format reads (columns_of).
+  std::vector<std::pair<std::string, std::string>> columns;
 
   /// vocab_size, else the tokenizer's vocab size, else 0 (no range check).
   int64_t effective_vocab_size() const;
 };
+
+/// The keys (and Parquet columns) a reader of `format` with `options` reads: columns_of(format)
+/// with options.columns' renames, or every column while a held-out split hashes whole records
+/// (empty). Throws Error naming data.columns when it maps a field the format does not read, or
+/// two fields to one column.
+std::vector<std::string> columns_to_read(DataFormat format, const DatasetOptions& options);
 
 /// A preference pair: both documents share the prompt; the loss covers the completion only.
 struct PreferencePair {
@@ -158,9 +170,13 @@ class DocumentStream {
   /// Line number (1-based) of the line the last next() returned.
   int64_t line() const { return reader_.line(); }
   const SkipCounts& skipped() const { return reader_.skipped(); }
+  /// Records passed over as the other side of options.heldout (not bad, not counted as skipped).
+  int64_t passed_over() const { return passed_over_; }
 
  private:
   std::vector<TokenizedDocument> parse(const nlohmann::json& line) const;
+  /// The current record parsed keeping key order, its columns renamed (for Jinja templates).
+  nlohmann::ordered_json ordered_record() const;
   TokenizedDocument encode(const std::vector<ChatMessage>& messages, bool last_only,
                            size_t first_trained_message, const jinja::Value& tools) const;
 
@@ -168,6 +184,7 @@ class DocumentStream {
   DatasetOptions options_;
   std::optional<ChatTemplate> chat_template_;
   JsonlReader reader_;
+  int64_t passed_over_ = 0;
 };
 
 /// Streams a rollout file.
@@ -177,10 +194,13 @@ class RolloutStream {
   /// The next good sample; false at the end.
   bool next(RolloutSample& sample);
   const SkipCounts& skipped() const { return reader_.skipped(); }
+  /// Records passed over as the other side of options.heldout.
+  int64_t passed_over() const { return passed_over_; }
 
  private:
   DatasetOptions options_;
   JsonlReader reader_;
+  int64_t passed_over_ = 0;
 };
 
 /// GRPO advantages for the samples without one: A = (r − mean_g r) / (std_g r + epsilon) over

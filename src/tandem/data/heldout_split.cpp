@@ -20,6 +20,15 @@ bool is_heldout(std::string_view canonical_record, uint64_t seed, double fractio
   return u < fraction;
 }
 
+std::string canonical_record(std::string_view record_text) {
+  return ordered_line(record_text).dump();
+}
+
+bool HeldoutOptions::keeps(std::string_view record_text) const {
+  if (!active()) return true;
+  return is_heldout(canonical_record(record_text), seed, fraction) == keep_heldout;
+}
+
 SplitCounts split_records(const std::string& path, double fraction, uint64_t seed,
                           const std::string& train_path, const std::string& heldout_path,
                           OnError on_error) {
@@ -44,8 +53,7 @@ SplitCounts split_records(const std::string& path, double fraction, uint64_t see
     JsonlReader reader(path, on_error);
     nlohmann::json value;
     while (reader.next(value)) {
-      // The canonical text: compact, keys in the file's order.
-      const std::string canonical = ordered_line(reader.line_text()).dump();
+      const std::string canonical = canonical_record(reader.line_text());
       const bool held = is_heldout(canonical, seed, fraction);
       (held ? heldout : train) << canonical << '\n';
       ++(held ? counts.heldout : counts.train);

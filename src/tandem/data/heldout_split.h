@@ -15,6 +15,23 @@ namespace tandem {
 /// Whether a record with this canonical text is held out: XXH64(seed, text) / 2^64 < fraction.
 bool is_heldout(std::string_view canonical_record, uint64_t seed, double fraction);
 
+/// A record's canonical text from its text as read (JsonlReader::line_text): compact JSON, keys
+/// in the file's order.
+std::string canonical_record(std::string_view record_text);
+
+/// Which records a reader keeps when a held-out fraction is set (`data.heldout_fraction`): the
+/// training side (records not held out) or the held-out side, exactly the two files
+/// `tandem data split` writes with the same fraction and seed.
+struct HeldoutOptions {
+  double fraction = 0;  // 0: every record is kept
+  uint64_t seed = 0;
+  bool keep_heldout = false;  // false: the training side; true: the held-out side
+
+  bool active() const { return fraction > 0; }
+  /// Whether the record read as `record_text` is kept.
+  bool keeps(std::string_view record_text) const;
+};
+
 struct SplitCounts {
   int64_t train = 0;
   int64_t heldout = 0;

@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cstdlib>
 #include <cstring>
@@ -15,6 +16,7 @@
 #include "tandem/core/error.h"
 #include "tandem/core/hash.h"
 #include "tandem/core/json_parse.h"
+#include "tandem/data/data_files.h"
 #include "tandem/text/tokenizer.h"
 
 namespace tandem {
@@ -206,7 +208,12 @@ nlohmann::json build(const std::string& path, DataFormat format, const DatasetOp
       {"unknown_roles", static_cast<int>(options.unknown_roles)},
       {"on_error", on_error_name(options.on_error)},
       {"vocab_size", options.effective_vocab_size()},
+      {"columns", options.columns},
+      {"heldout_fraction", options.heldout.fraction},
+      {"heldout_seed", options.heldout.seed},
+      {"keep_heldout", options.heldout.keep_heldout},
       {"lines", good + stream.skipped().total()},
+      {"passed_over", stream.passed_over()},
       {"skipped", stream.skipped().to_json()}};
   return meta;
 }
@@ -252,137 +259,185 @@ uint64_t token_cache_key(const std::string& path, DataFormat format,
   key.update_u64(static_cast<uint64_t>(options.unknown_roles));
   key.update_field(on_error_name(options.on_error));
   key.update_u64(static_cast<uint64_t>(options.effective_vocab_size()));
+  if (!options.columns.empty()) {  // unset: the key as before the option
+    key.update_field("columns").update_u64(options.columns.size());
+    for (const auto& [field, column] : options.columns)
+      key.update_field(field).update_field(column);
+  }
+  if (options.heldout.active()) {  // unset: the key of a file read whole, as before the option
+    key.update_field("heldout").update_field(std::to_string(options.heldout.fraction));
+    key.update_u64(options.heldout.seed).update_u64(options.heldout.keep_heldout);
+  }
   return key.digest();
 }
 
-TokenizedDataset TokenizedDataset::open(const std::string& path, DataFormat format,
-                                        const DatasetOptions& options, const CacheOptions& cache) {
-  check(format != DataFormat::rollout, "[data] ", path,
-        ": rollout files are read with RolloutStream; they are not cached");
-  const uint64_t key = token_cache_key(path, format, options);
-  const int documents_per_record = format == DataFormat::preference ? 2 : 1;
+// One file's cache entry, memory-mapped.
+struct TokenizedDataset::Mapping {
+  const uint8_t* bytes = nullptr;
+  size_t size = 0;
+  uint64_t index_offset = 0;
+  RecordFile record_file = RecordFile::jsonl;  // how sources name records
+  std::string path;                            // the input file
+  Mapping() = default;
+  Mapping(const Mapping&) = delete;
+  Mapping& operator=(const Mapping&) = delete;
+  ~Mapping() {
+    if (bytes) ::munmap(const_cast<uint8_t*>(bytes), size);
+  }
+};
 
-  TokenizedDataset out;
-  out.source_path_ = path;
-  out.record_file_ = record_file_kind(path);
-  out.format_ = format;
-  out.key_ = key;
+void TokenizedDataset::open_file(const std::string& path, DataFormat format,
+                                 const DatasetOptions& options, const CacheOptions& cache,
+                                 TokenizedFile& file, Mapping& mapping,
+                                 uint32_t& documents_per_record) {
+  const uint64_t key = token_cache_key(path, format, options);
+  file.path = path;
+  file.key = key;
+  mapping.path = path;
+  mapping.record_file = record_file_kind(path);
   std::string file_path;  // the file to map
   if (cache.enabled) {
     const std::string dir = cache.dir.empty() ? default_data_cache_dir() : cache.dir;
     std::error_code error;
     std::filesystem::create_directories(dir, error);
     check(!error, "[data] cannot create the cache directory ", dir, ": ", error.message());
-    out.cache_path_ = dir + "/" + input_stem(path) + "-" + std::string(data_format_name(format)) +
+    file.cache_path = dir + "/" + input_stem(path) + "-" + std::string(data_format_name(format)) +
                       "-" + hex64(key) + ".tokens";
-    file_path = out.cache_path_;
+    file_path = file.cache_path;
   }
-
-  if (cache.enabled && std::filesystem::exists(file_path)) {
-    out.from_cache_ = true;
-  } else {
-    const std::string temp =
-        cache.enabled
-            ? file_path + ".tmp-" + unique_suffix()
-            : (std::filesystem::temp_directory_path() / ("tandem-tokens-" + unique_suffix()))
-                  .string();
-    try {
-      CacheWriter writer(temp, documents_per_record);
-      const nlohmann::json meta = build(path, format, options, writer);
-      writer.finish(key, meta.dump());
-      if (cache.enabled) std::filesystem::rename(temp, file_path);
-    } catch (...) {
-      std::error_code ignored;
-      std::filesystem::remove(temp, ignored);
-      throw;
+  for (int attempt = 0;; ++attempt) {
+    file.from_cache = cache.enabled && std::filesystem::exists(file_path);
+    if (!file.from_cache) {
+      const std::string temp =
+          cache.enabled
+              ? file_path + ".tmp-" + unique_suffix()
+              : (std::filesystem::temp_directory_path() / ("tandem-tokens-" + unique_suffix()))
+                    .string();
+      try {
+        CacheWriter writer(temp, format == DataFormat::preference ? 2 : 1);
+        const nlohmann::json meta = build(path, format, options, writer);
+        writer.finish(key, meta.dump());
+        if (cache.enabled) std::filesystem::rename(temp, file_path);
+      } catch (...) {
+        std::error_code ignored;
+        std::filesystem::remove(temp, ignored);
+        throw;
+      }
+      if (!cache.enabled) file_path = temp;
     }
-    if (!cache.enabled) file_path = temp;
-  }
 
-  // Map and validate; a bad entry found in the cache is removed and rebuilt.
-  const int fd = ::open(file_path.c_str(), O_RDONLY);
-  check(fd >= 0, "[data] ", file_path, ": cannot open (", std::strerror(errno), ")");
-  struct stat info;
-  const bool stat_ok = ::fstat(fd, &info) == 0;
-  void* mapping = MAP_FAILED;
-  if (stat_ok && info.st_size > 0)
-    mapping = ::mmap(nullptr, static_cast<size_t>(info.st_size), PROT_READ, MAP_PRIVATE, fd, 0);
-  const int map_errno = errno;
-  ::close(fd);
-  if (!cache.enabled) std::filesystem::remove(file_path);  // unnamed from here on
-  std::string problem = !stat_ok ? "cannot stat" : info.st_size == 0 ? "empty file" : "";
-  if (problem.empty() && mapping == MAP_FAILED)
-    problem = std::string("mmap: ") + std::strerror(map_errno);
-  if (problem.empty())
-    problem = validate_cache(static_cast<const uint8_t*>(mapping), info.st_size, key);
-  Header header{};
-  if (problem.empty()) {
-    std::memcpy(&header, mapping, kHeaderSize);
-    // The line and skip counts, JSON after the index: read as part of the validation, so a cache
-    // whose metadata does not parse is rebuilt like any other corrupt one.
-    const char* text = static_cast<const char*>(mapping) + header.meta_offset;
-    try {
-      const nlohmann::json meta = parse_json_text(std::string_view(text, header.meta_size));
-      out.num_lines_ = meta.at("lines").get<int64_t>();
-      out.skipped_ = SkipCounts::from_json(meta.at("skipped"));
-    } catch (const std::exception& e) {
-      problem = std::string("metadata: ") + e.what();
+    // Map and validate.
+    const int fd = ::open(file_path.c_str(), O_RDONLY);
+    check(fd >= 0, "[data] ", file_path, ": cannot open (", std::strerror(errno), ")");
+    struct stat info;
+    const bool stat_ok = ::fstat(fd, &info) == 0;
+    void* bytes = MAP_FAILED;
+    if (stat_ok && info.st_size > 0)
+      bytes = ::mmap(nullptr, static_cast<size_t>(info.st_size), PROT_READ, MAP_PRIVATE, fd, 0);
+    const int map_errno = errno;
+    ::close(fd);
+    if (!cache.enabled) std::filesystem::remove(file_path);  // unnamed from here on
+    std::string problem = !stat_ok ? "cannot stat" : info.st_size == 0 ? "empty file" : "";
+    if (problem.empty() && bytes == MAP_FAILED)
+      problem = std::string("mmap: ") + std::strerror(map_errno);
+    if (problem.empty())
+      problem = validate_cache(static_cast<const uint8_t*>(bytes), info.st_size, key);
+    Header header{};
+    if (problem.empty()) {
+      std::memcpy(&header, bytes, kHeaderSize);
+      // The record and skip counts, JSON after the index: read as part of the validation, so a
+      // cache whose metadata does not parse is rebuilt like any other corrupt one.
+      const char* text = static_cast<const char*>(bytes) + header.meta_offset;
+      try {
+        const nlohmann::json meta = parse_json_text(std::string_view(text, header.meta_size));
+        file.lines = meta.at("lines").get<int64_t>();
+        file.passed_over = meta.at("passed_over").get<int64_t>();
+        file.skipped = SkipCounts::from_json(meta.at("skipped"));
+      } catch (const std::exception& e) {
+        problem = std::string("metadata: ") + e.what();
+      }
     }
+    if (!problem.empty()) {
+      if (bytes != MAP_FAILED) ::munmap(bytes, static_cast<size_t>(info.st_size));
+      check(file.from_cache && attempt == 0, "[data] ", file_path,
+            ": just written and unreadable: ", problem);
+      std::cerr << "[data] warning: token cache " << file_path << " is corrupt (" << problem
+                << "); rebuilding it\n";
+      std::filesystem::remove(file_path);
+      continue;
+    }
+    mapping.bytes = static_cast<const uint8_t*>(bytes);
+    mapping.size = static_cast<size_t>(info.st_size);
+    mapping.index_offset = header.index_offset;
+    documents_per_record = header.documents_per_record;
+    file.documents = static_cast<int64_t>(header.num_documents);
+    file.tokens = static_cast<int64_t>(header.num_tokens);
+    file.trained_tokens = static_cast<int64_t>(header.num_trained_tokens);
+    return;
   }
-  if (!problem.empty()) {
-    if (mapping != MAP_FAILED) ::munmap(mapping, static_cast<size_t>(info.st_size));
-    check(out.from_cache_, "[data] ", file_path, ": just written and unreadable: ", problem);
-    std::cerr << "[data] warning: token cache " << file_path << " is corrupt (" << problem
-              << "); rebuilding it\n";
-    std::filesystem::remove(file_path);
-    return open(path, format, options, cache);
-  }
-  out.mapping_ = static_cast<const uint8_t*>(mapping);
-  out.mapping_size_ = static_cast<size_t>(info.st_size);
+}
 
-  out.documents_per_record_ = static_cast<int>(header.documents_per_record);
-  out.num_documents_ = static_cast<int64_t>(header.num_documents);
-  out.num_tokens_ = static_cast<int64_t>(header.num_tokens);
-  out.num_trained_tokens_ = static_cast<int64_t>(header.num_trained_tokens);
-  out.index_offset_ = header.index_offset;
+TokenizedDataset TokenizedDataset::open(const std::string& path, DataFormat format,
+                                        const DatasetOptions& options, const CacheOptions& cache) {
+  return open(std::vector<std::string>{path}, format, options, cache);
+}
+
+TokenizedDataset TokenizedDataset::open(const std::vector<std::string>& paths, DataFormat format,
+                                        const DatasetOptions& options, const CacheOptions& cache) {
+  check(!paths.empty(), "[data] no input file");
+  check(format != DataFormat::rollout, "[data] ", paths.front(),
+        ": rollout files are read with RolloutStream; they are not cached");
+  TokenizedDataset out;
+  out.format_ = format;
+  out.documents_per_record_ = format == DataFormat::preference ? 2 : 1;
+  out.source_path_ = describe_files(paths);
+  Hasher key;
+  key.update_field("tandem dataset of several files");
+  for (const std::string& path : paths) {
+    TokenizedFile file;
+    auto mapping = std::make_unique<Mapping>();
+    uint32_t per_record = 0;
+    open_file(path, format, options, cache, file, *mapping, per_record);
+    check(per_record == static_cast<uint32_t>(out.documents_per_record_), "[data] ",
+          file.cache_path, ": holds ", per_record, " documents per record, not ",
+          out.documents_per_record_);
+    file.first_document = out.num_documents_;
+    out.num_documents_ += file.documents;
+    out.num_tokens_ += file.tokens;
+    out.num_trained_tokens_ += file.trained_tokens;
+    key.update_u64(file.key);
+    out.files_.push_back(std::move(file));
+    out.mappings_.push_back(std::move(mapping));
+  }
+  out.key_ = paths.size() == 1 ? out.files_.front().key : key.digest();
   return out;
 }
 
-TokenizedDataset::TokenizedDataset(TokenizedDataset&& other) noexcept { *this = std::move(other); }
+TokenizedDataset::TokenizedDataset(TokenizedDataset&& other) noexcept = default;
+TokenizedDataset& TokenizedDataset::operator=(TokenizedDataset&& other) noexcept = default;
+TokenizedDataset::~TokenizedDataset() = default;
 
-TokenizedDataset& TokenizedDataset::operator=(TokenizedDataset&& other) noexcept {
-  if (this != &other) {
-    unmap();
-    source_path_ = std::move(other.source_path_);
-    record_file_ = other.record_file_;
-    cache_path_ = std::move(other.cache_path_);
-    format_ = other.format_;
-    key_ = other.key_;
-    from_cache_ = other.from_cache_;
-    mapping_ = std::exchange(other.mapping_, nullptr);
-    mapping_size_ = std::exchange(other.mapping_size_, 0);
-    documents_per_record_ = other.documents_per_record_;
-    num_documents_ = other.num_documents_;
-    num_tokens_ = other.num_tokens_;
-    num_trained_tokens_ = other.num_trained_tokens_;
-    num_lines_ = other.num_lines_;
-    index_offset_ = other.index_offset_;
-    skipped_ = std::move(other.skipped_);
-  }
-  return *this;
+int TokenizedDataset::file_of(int64_t i) const {
+  check(i >= 0 && i < num_documents_, "[data] ", source_path_, ": document ", i, " out of range (",
+        num_documents_, " documents)");
+  // The last file starting at or before i (files without documents start where the next does).
+  const auto after = std::upper_bound(
+      files_.begin(), files_.end(), i,
+      [](int64_t index, const TokenizedFile& file) { return index < file.first_document; });
+  auto file = after - 1;
+  while (file->documents == 0) --file;  // i lies in a file with documents
+  return static_cast<int>(file - files_.begin());
 }
 
-TokenizedDataset::~TokenizedDataset() { unmap(); }
-
-void TokenizedDataset::unmap() {
-  if (mapping_) ::munmap(const_cast<uint8_t*>(mapping_), mapping_size_);
-  mapping_ = nullptr;
+std::pair<const TokenizedDataset::Mapping*, int64_t> TokenizedDataset::locate(int64_t i) const {
+  const int k = file_of(i);
+  return {mappings_[k].get(), i - files_[k].first_document};
 }
 
 const TokenizedDataset::IndexEntry& TokenizedDataset::entry(int64_t i) const {
-  check(i >= 0 && i < num_documents_, "[data] ", source_path_, ": document ", i, " out of range (",
-        num_documents_, " documents)");
-  return *reinterpret_cast<const IndexEntry*>(mapping_ + index_offset_ + i * sizeof(IndexEntry));
+  const auto [mapping, local] = locate(i);
+  return *reinterpret_cast<const IndexEntry*>(mapping->bytes + mapping->index_offset +
+                                              local * sizeof(IndexEntry));
 }
 
 int64_t TokenizedDataset::length(int64_t i) const { return entry(i).length; }
@@ -390,15 +445,17 @@ int64_t TokenizedDataset::length(int64_t i) const { return entry(i).length; }
 int64_t TokenizedDataset::trained_length(int64_t i) const { return entry(i).trained; }
 
 TokenizedDocument TokenizedDataset::document(int64_t i) const {
-  const IndexEntry& e = entry(i);
+  const auto [mapping, local] = locate(i);
+  const IndexEntry& e = *reinterpret_cast<const IndexEntry*>(
+      mapping->bytes + mapping->index_offset + local * sizeof(IndexEntry));
   TokenizedDocument out;
   out.ids.resize(e.length);
-  std::memcpy(out.ids.data(), mapping_ + e.offset, size_t{e.length} * 4);
-  const uint8_t* bits = mapping_ + e.offset + size_t{e.length} * 4;
+  std::memcpy(out.ids.data(), mapping->bytes + e.offset, size_t{e.length} * 4);
+  const uint8_t* bits = mapping->bytes + e.offset + size_t{e.length} * 4;
   out.loss_mask.resize(e.length);
   for (uint32_t t = 0; t < e.length; ++t) out.loss_mask[t] = (bits[t / 8] >> (t % 8)) & 1;
-  out.source = record_name(source_path_, record_file_, e.line);
-  if (documents_per_record_ == 2) out.source += i % 2 == 0 ? " (chosen)" : " (rejected)";
+  out.source = record_name(mapping->path, mapping->record_file, e.line);
+  if (documents_per_record_ == 2) out.source += local % 2 == 0 ? " (chosen)" : " (rejected)";
   return out;
 }
 

@@ -126,6 +126,16 @@ void dry_run(const Config& config, std::ostream& out) {
   out << "[dry-run] data: " << data.path << " (" << data_format_name(data.format) << "), "
       << thousands(data.num_records()) << " records, " << thousands(tokens) << " tokens, longest "
       << longest << " (" << overlong << " longer than seq_len " << data.packing.seq_len << ")\n";
+  bool held_out = false;
+  for (const int64_t count : data.file_passed_over) held_out |= count > 0;
+  if (data.files.size() > 1 || held_out || data.files.front().weight != 1.0)
+    for (size_t k = 0; k < data.files.size(); ++k) {
+      out << "[dry-run]   " << data.files[k].path << ": " << thousands(data.file_records[k])
+          << " records";
+      if (held_out) out << " (" << thousands(data.file_passed_over[k]) << " held out)";
+      out << ", weight " << data.files[k].weight << ": " << thousands(data.file_draws[k])
+          << " draws per epoch\n";
+    }
   char epochs[160];
   if (options.docs_per_step > 0)
     std::snprintf(epochs, sizeof epochs, "%lld documents per step: %.2f epochs",

@@ -1,10 +1,12 @@
 #include "tandem/train/training_data.h"
 
 #include <algorithm>
+#include <cmath>
 #include <iostream>
 
 #include "tandem/core/config_schema.h"
 #include "tandem/core/error.h"
+#include "tandem/core/hash.h"
 
 namespace tandem {
 
@@ -97,12 +99,62 @@ void plan_records(TrainingData& data, OnError on_error) {
   if (changed) data.parts = std::move(parts);
 }
 
+// Each file's weight applied to the sampler's records (see training_data.h); fills
+// data.file_draws either way.
+void apply_weights(TrainingData& data) {
+  const size_t files = data.files.size();
+  // The sampler's records of each file, as runs [begin, end) of `records` sharing one dataset
+  // record (a document split into parts is drawn whole or not at all).
+  std::vector<RecordPart> records = data.parts;
+  if (records.empty())
+    for (int64_t r = 0; r < data.num_records(); ++r) records.push_back({r, 0, -1});
+  std::vector<int64_t> file_end(files);  // dataset records before the end of each file
+  for (size_t k = 0, sum = 0; k < files; ++k)
+    file_end[k] = static_cast<int64_t>(sum += data.file_records[k]);
+  std::vector<std::vector<std::pair<size_t, size_t>>> units(files);
+  size_t k = 0;
+  for (size_t i = 0; i < records.size();) {
+    size_t end = i + 1;
+    while (end < records.size() && records[end].record == records[i].record) ++end;
+    while (records[i].record >= file_end[k]) ++k;
+    units[k].push_back({i, end});
+    i = end;
+  }
+  data.file_draws.assign(files, 0);
+  bool weighted = false;
+  for (const DataFile& file : data.files) weighted |= file.weight != 1.0;
+  std::vector<RecordPart> drawn;
+  for (k = 0; k < files; ++k) {
+    const auto append = [&](const std::pair<size_t, size_t>& unit) {
+      drawn.insert(drawn.end(), records.begin() + unit.first, records.begin() + unit.second);
+      data.file_draws[k] += static_cast<int64_t>(unit.second - unit.first);
+    };
+    const double weight = data.files[k].weight;
+    const auto count = static_cast<int64_t>(units[k].size());
+    const auto whole = static_cast<int64_t>(std::floor(weight));
+    const auto extra = static_cast<int64_t>(std::llround((weight - whole) * count));
+    check(count == 0 || whole > 0 || extra > 0, "[data] ", data.files[k].path, ": weight ", weight,
+          " draws none of its ", count, " records; raise the weight or leave the file out");
+    for (int64_t copy = 0; copy < whole; ++copy)
+      for (const auto& unit : units[k]) append(unit);
+    if (extra > 0) {
+      const uint64_t seed =
+          data.dataset ? data.dataset->files()[k].key : hash_file(data.files[k].path);
+      std::vector<int64_t> chosen = epoch_permutation(count, seed, 0);
+      chosen.resize(static_cast<size_t>(extra));
+      std::sort(chosen.begin(), chosen.end());
+      for (const int64_t unit : chosen) append(units[k][static_cast<size_t>(unit)]);
+    }
+  }
+  if (weighted) data.parts = std::move(drawn);
+}
+
 }  // namespace
 
 DataOptions read_data_options(const Config& config) {
   namespace data = keys::data;
   DataOptions options;
-  options.path = data::path.read(config);
+  options.paths = data::path.read(config);
   options.format = data::format.read(config);
   const bool paired_or_rollout =
       options.format == DataFormat::preference || options.format == DataFormat::rollout;
@@ -132,6 +184,9 @@ DataOptions read_data_options(const Config& config) {
   options.dataset.unknown_roles = data::unknown_roles.read(config);
   options.dataset.on_error = data::on_error.read(config);
   options.dataset.vocab_size = data::vocab_size.read(config);
+  options.dataset.columns = data::columns.read(config);
+  options.dataset.heldout.fraction = data::heldout_fraction.read(config);
+  options.dataset.heldout.seed = static_cast<uint64_t>(data::heldout_seed.read(config));
   options.cache_dir = data::cache_dir.read(config);
   if (options.format == DataFormat::rollout)
     options.scale_rewards_by_std = data::scale_rewards_by_std.read(config);
@@ -141,7 +196,10 @@ DataOptions read_data_options(const Config& config) {
 TrainingData read_training_data(const Config& config) {
   const DataOptions read = read_data_options(config);
   TrainingData setup;
-  setup.path = read.path;
+  const std::string where_path = keys::data::path.where(config);
+  setup.files = expand_data_files(read.paths, where_path);
+  const std::vector<std::string> paths = paths_of(setup.files);
+  setup.path = describe_files(paths);
   setup.format = read.format;
   setup.packing = read.packing;
   setup.rows = read.rows;
@@ -155,15 +213,24 @@ TrainingData read_training_data(const Config& config) {
   CacheOptions cache;
   cache.dir = setup.cache_dir;
   if (setup.format == DataFormat::rollout) {
-    RolloutStream stream(setup.path, options);
-    RolloutSample sample;
-    while (stream.next(sample)) setup.rollouts.push_back(std::move(sample));
+    for (const std::string& path : paths) {
+      RolloutStream stream(path, options);
+      RolloutSample sample;
+      const size_t before = setup.rollouts.size();
+      while (stream.next(sample)) setup.rollouts.push_back(std::move(sample));
+      setup.file_records.push_back(static_cast<int64_t>(setup.rollouts.size() - before));
+      setup.file_passed_over.push_back(stream.passed_over());
+    }
     compute_group_advantages(setup.rollouts, read.scale_rewards_by_std);
   } else {
-    setup.dataset = TokenizedDataset::open(setup.path, setup.format, options, cache);
+    setup.dataset = TokenizedDataset::open(paths, setup.format, options, cache);
+    for (const TokenizedFile& file : setup.dataset->files()) {
+      setup.file_records.push_back(file.documents / setup.dataset->documents_per_record());
+      setup.file_passed_over.push_back(file.passed_over);
+    }
   }
-  const std::string where_path = keys::data::path.where(config);
-  check(setup.num_records() > 0, "[train] ", where_path, ": ", setup.path, " yielded no documents");
+  check(setup.num_records() > 0, "[train] ", where_path, ": ", setup.path, " yielded no documents",
+        options.heldout.active() ? " on the training side of data.heldout_fraction" : "");
   plan_records(setup, options.on_error);
   check(setup.num_records() > 0, "[train] ", where_path, ": ", setup.path,
         ": every record was skipped (", setup.skipped_records, " fit in no micro-batch)");
@@ -171,6 +238,7 @@ TrainingData read_training_data(const Config& config) {
     std::cerr << "[data] " << setup.split_documents << " document(s) longer than a micro-batch ("
               << setup.rows << " x " << setup.packing.seq_len << " tokens) split into parts, "
               << setup.skipped_records << " record(s) that fit in no micro-batch skipped\n";
+  apply_weights(setup);
   return setup;
 }
 

@@ -7,12 +7,19 @@
 // The sampler draws RECORDS: one document for most formats, a (chosen, rejected) pair for
 // preference data, one sample for rollouts. A record's documents always land in the same
 // micro-batch, so a pair's two sides meet in one loss.
+//
+// Several files (data.path a list or a glob) form one dataset, their records numbered file after
+// file; a file of weight w puts each of its records floor(w) times into the sampler's records,
+// plus a fixed subset of round(frac(w) x its records) (the first of a permutation seeded by the
+// file's cache key), so the sampler's epoch draws them in that proportion. A held-out fraction
+// (data.heldout_fraction) leaves records out before anything else (data/heldout_split.h).
 #include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "tandem/core/config.h"
+#include "tandem/data/data_files.h"
 #include "tandem/data/datasets.h"
 #include "tandem/data/packing.h"
 #include "tandem/data/sampler.h"
@@ -28,12 +35,13 @@ inline constexpr int64_t kMaxMicroBatchTokens = int64_t{1} << 24;
 /// What `data:` says, read and checked without opening anything (defaults and ranges:
 /// core/config_schema.cpp).
 struct DataOptions {
-  std::string path;
+  std::vector<WeightedPath> paths;  // data.path: files or globs, each with a weight
   DataFormat format = DataFormat::conversations;
   PackingOptions packing;  // seq_len, mode, overlong; max_rows = rows
   int64_t rows = 0;        // micro_batch_rows
   std::string tokenizer_dir;
-  DatasetOptions dataset;  // chat_template, max_length, last_turn_only, on_error, vocab_size
+  DatasetOptions dataset;  // chat_template, max_length, last_turn_only, on_error, vocab_size,
+                           // heldout
   std::string cache_dir;   // "" = the default data cache
   bool scale_rewards_by_std = false;  // rollout only (read only for rollout data)
 };
@@ -55,7 +63,8 @@ struct TrainingData {
   std::optional<TokenizedDataset> dataset;  // every format but rollout
   std::vector<RolloutSample> rollouts;      // rollout: the whole file, advantages computed
   DataFormat format = DataFormat::conversations;
-  std::string path;
+  std::vector<DataFile> files;  // data.path expanded, in record order
+  std::string path;             // the files in one line (describe_files), for messages
   std::string tokenizer_dir;
   std::string cache_dir;  // "" = the default data cache
   PackingOptions packing;
@@ -64,8 +73,11 @@ struct TrainingData {
   // longer than a micro-batch split into parts, records that fit no micro-batch left out
   // (data.on_error: skip). Decided when the data is read, before step 1.
   std::vector<RecordPart> parts;
-  int64_t split_documents = 0;  // documents cut into several parts
-  int64_t skipped_records = 0;  // records that fit no micro-batch, skipped
+  int64_t split_documents = 0;            // documents cut into several parts
+  int64_t skipped_records = 0;            // records that fit no micro-batch, skipped
+  std::vector<int64_t> file_records;      // per file: the dataset's records (before weights)
+  std::vector<int64_t> file_draws;        // per file: sampler records per epoch (after weights)
+  std::vector<int64_t> file_passed_over;  // per file: records on the held-out side, left out
 
   /// Sampler units: documents (or parts of one), preference pairs or rollout samples.
   int64_t num_records() const;
@@ -82,12 +94,13 @@ struct TrainingData {
   int64_t document_length(int64_t index) const;
 };
 
-/// Reads `data.*` (read_data_options) and opens the dataset, tokenizing it into the cache on
-/// first use. Rollout files are read whole; samples
+/// Reads `data.*` (read_data_options), expands data.path and opens the dataset, tokenizing each
+/// file into the cache on first use. Rollout files are read whole; samples
 /// without an advantage get one from their group's rewards (data.scale_rewards_by_std). Every
 /// record is then checked against a micro-batch (rows x seq_len): data.overlong: error and
 /// records too long for one micro-batch fail here, naming the document, or with data.on_error:
-/// skip are skipped and counted; overlong: split documents are cut into parts that fit.
+/// skip are skipped and counted; overlong: split documents are cut into parts that fit. Last,
+/// each file's weight sets how often its records are drawn.
 TrainingData read_training_data(const Config& config);
 
 /// The next micro-batch: records in sampler order, their documents packed into at most `rows`
