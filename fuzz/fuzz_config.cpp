@@ -40,6 +40,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         attempt([&] { section.get_bool("export", true); });
         attempt([&] { section.get_choice("objective", {"sft", "eagle3"}, "sft"); });
         attempt([&] { section.get_int_list("layer_ids"); });
+        attempt([&] { section.get_path_list("path", std::vector<tandem::WeightedPath>{}); });
+        attempt([&] { section.get_string_map("columns"); });
       });
     }
     attempt([&] { config.check_all_used(); });

@@ -12,6 +12,7 @@
 #include <fstream>
 #include <iomanip>
 #include <iostream>
+#include <limits>
 #include <sstream>
 
 #include "tandem/cli/commands.h"
@@ -22,6 +23,7 @@
 #include "tandem/core/file_io.h"
 #include "tandem/data/data_files.h"
 #include "tandem/data/datasets.h"
+#include "tandem/data/parquet_rows.h"
 #include "tandem/data/resumable_jsonl.h"
 #include "tandem/eval/regeneration.h"
 #include "tandem/models/frozen.h"
@@ -78,7 +80,16 @@ std::string duration(double seconds) {
   return out.str();
 }
 
-int64_t count_lines(const std::string& path) {
+// Records of the input, for the progress line: non-blank lines of JSONL, the elements of a JSON
+// array (scanned, not parsed), the rows a Parquet footer declares.
+int64_t count_records(const std::string& path) {
+  const RecordFile kind = record_file_kind(path);
+  if (kind == RecordFile::parquet) return ParquetRows(path, {}).rows();
+  if (kind == RecordFile::json_array) {
+    JsonlReader reader(path, OnError::skip);
+    reader.skip_through(std::numeric_limits<int64_t>::max());
+    return reader.line();
+  }
   std::ifstream in(path, std::ios::binary);
   check(in.good(), "[regenerate] ", path, ": cannot open");
   int64_t lines = 0;
@@ -221,6 +232,7 @@ Runner add_regenerate_command(CLI::App& root) {
     }
 
     JsonlReader reader(o->data, on_error);
+    const RecordFile input_kind = record_file_kind(o->data);
     std::vector<nlohmann::json> skipped_lines;  // this batch's
     reader.set_skip_listener([&](int64_t line, const BadLine& bad) {
       skipped_lines.push_back({{"line", line},
@@ -229,7 +241,7 @@ Runner add_regenerate_command(CLI::App& root) {
       skipped.add(bad.reason, line, bad.what());
     });
     const int64_t total_lines =
-        o->limit > 0 ? std::min(o->limit, count_lines(o->data)) : count_lines(o->data);
+        o->limit > 0 ? std::min(o->limit, count_records(o->data)) : count_records(o->data);
     if (resumed > 0 || done_through > 0)
       std::cout << "[regenerate] resuming " << o->out << ": " << resumed
                 << " conversations written, input lines 1.." << done_through << " done\n";
@@ -298,7 +310,7 @@ Runner add_regenerate_command(CLI::App& root) {
           nlohmann::ordered_json line;
           line["id"] = originals[i].contains("id")
                            ? originals[i]["id"]
-                           : nlohmann::ordered_json(o->data + ":" + std::to_string(lines[i]));
+                           : nlohmann::ordered_json(record_name(o->data, input_kind, lines[i]));
           line["conversations"] = messages;
           if (originals[i].contains("tools")) line["tools"] = originals[i]["tools"];
           line["regenerated"] = {{"source_line", lines[i]},
