@@ -1,8 +1,10 @@
 // libFuzzer target for the record readers of every data format: JSONL, and JSON arrays (a file
 // starting with '['). The first byte picks the format (conversations, text, pretokenized,
-// preference, rollout), on_error (skip or fail) and unknown_roles (error, skip_turn,
-// skip_conversation); the rest is the file. Every record must end as a document, a counted
-// skip, or a tandem::Error naming the file; no other exception and no crash.
+// preference, rollout), on_error (skip or fail), unknown_roles (error, skip_turn,
+// skip_conversation) and the record filter (none, either side of a held-out split, or the
+// format's first field read from a column named "c"); the rest is the file. Every record must end
+// as a document, a counted skip, or a tandem::Error naming the file; no other exception and no
+// crash.
 #include <unistd.h>
 
 #include <cstdint>
@@ -46,6 +48,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                                            tandem::UnknownRoles::skip_turn,
                                            tandem::UnknownRoles::skip_conversation};
   options.unknown_roles = policies[(data[0] / 10) % 3];
+  switch ((data[0] / 30) % 4) {
+    case 1:
+    case 2:
+      options.heldout = {0.5, 7, (data[0] / 30) % 4 == 2};
+      break;
+    case 3:
+      options.columns = {{tandem::columns_of(format).front(), "c"}};
+      break;
+  }
   try {
     if (format == DataFormat::rollout) {
       tandem::RolloutStream stream(scratch_path(), options);

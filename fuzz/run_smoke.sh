@@ -30,7 +30,7 @@ core=(src/tandem/core/json_parse.cpp src/tandem/core/file_io.cpp src/tandem/core
       src/tandem/core/json_file.cpp)
 text=(src/tandem/text/*.cpp)
 data=(src/tandem/data/datasets.cpp src/tandem/data/jsonl.cpp src/tandem/data/preference_split.cpp
-      src/tandem/data/parquet_rows.cpp)
+      src/tandem/data/parquet_rows.cpp src/tandem/data/heldout_split.cpp)
 declare -A sources=(
   [safetensors]="src/tandem/io/safetensors.cpp ${core[*]}"
   [tokenizer]="${text[*]} ${core[*]}"

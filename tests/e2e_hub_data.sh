@@ -18,7 +18,8 @@ sharegpt=data/demo/hub/sharegpt.json
 parquet=data/demo/hub/messages.parquet
 tokenize=(--tokenizer data/demo/tokenizer --chat-template llama3 --cache-dir "$work/cache")
 
-if "$tandem" data stats --data "$parquet" "${tokenize[@]}" 2>&1 | grep -q "reads none"; then
+probe=$("$tandem" data stats --data "$parquet" "${tokenize[@]}" 2>&1 || true)
+if grep -q "reads none" <<<"$probe"; then
   echo "SKIP: this build of tandem reads no Parquet (built without Apache Arrow)"
   exit 77
 fi
@@ -48,7 +49,10 @@ side=$("$tandem" data stats --data "$sharegpt" "$parquet" "${tokenize[@]}" \
 files=$("$tandem" data stats --data "$work/sharegpt-heldout.jsonl" "$work/messages-heldout.jsonl" \
   "${tokenize[@]}" | tokens)
 echo "  held-out side: $side; split files: $files"
-[ -n "$side" ] && [ "$side" = "$files" ]
+if [ -z "$side" ] || [ "$side" != "$files" ]; then
+  echo "the held-out side does not tokenize as the split's held-out files" >&2
+  exit 1
+fi
 
 echo "== 4 steps, and the same run resumed from its step-2 checkpoint"
 short=(training.steps=4 training.save_every=2 training.keep_last=3 training.log_every=2

@@ -242,6 +242,10 @@ TEST(DataFiles, WeightsDrawEachFilesRecordsThatManyTimesPerEpoch) {
                                                 (dir / "b.jsonl") + ", weight: 0.01}]");
                        }),
                        (dir / "b.jsonl") + ": weight 0.01 draws none of its 10 records"));
+  // Weights asking for more records than memory should hold are refused before any is made.
+  EXPECT_TRUE(contains(
+      error_of([&] { training_data(dir, "[{path: " + (dir / "a.jsonl") + ", weight: 1.0e9}]"); }),
+      "records per epoch, above the bound of 268435456"));
 }
 
 TEST(DataFiles, AWeightedDocumentSplitIntoPartsIsDrawnWhole) {
@@ -333,6 +337,63 @@ TEST(DataFiles, ColumnsReadAFieldFromAnotherKeyOrParquetColumn) {
   }
   EXPECT_EQ(next, rows.size());
   EXPECT_GT(rows.size(), 0u);
+}
+
+TEST(DataFiles, EmptyFilesAndPreferencePairsAcrossFiles) {
+  ScratchDir dir;
+  pretokenized_file(dir, "a.jsonl", 10, 2);
+  write_file(dir, "empty.jsonl", "");
+  pretokenized_file(dir, "b.jsonl", 20, 3);
+  // An empty file in the middle holds no document and draws nothing, whatever its weight.
+  const tandem::TrainingData data =
+      training_data(dir, "[" + (dir / "a.jsonl") + ", {path: " + (dir / "empty.jsonl") +
+                             ", weight: 3}, {path: " + (dir / "b.jsonl") + ", weight: 2}]");
+  EXPECT_EQ(data.file_records, (std::vector<int64_t>{2, 0, 3}));
+  EXPECT_EQ(data.file_draws, (std::vector<int64_t>{2, 0, 6}));
+  const TokenizedDataset& dataset = *data.dataset;
+  EXPECT_EQ(dataset.file_of(1), 0);
+  EXPECT_EQ(dataset.file_of(2), 2);
+  EXPECT_EQ(dataset.document(2).ids[0], 20);
+  EXPECT_EQ(dataset.document(2).source, (dir / "b.jsonl") + ":1");
+
+  // Preference pairs keep their sides in the second file too.
+  if (!tandem::ParquetRows::available()) GTEST_SKIP() << "this build reads no Parquet (no Arrow)";
+  const std::string jsonl = source_path("tests/fixtures/parquet/ultrafeedback.jsonl");
+  const std::string parquet = source_path("tests/fixtures/parquet/ultrafeedback.parquet");
+  tandem::CacheOptions cache;
+  cache.dir = dir / "cache";
+  const TokenizedDataset one =
+      TokenizedDataset::open(jsonl, DataFormat::preference, chatml_options(), cache);
+  const TokenizedDataset both =
+      TokenizedDataset::open({jsonl, parquet}, DataFormat::preference, chatml_options(), cache);
+  ASSERT_EQ(both.num_records(), 2 * one.num_records());
+  for (int64_t r = 0; r < one.num_records(); ++r) {
+    const tandem::PreferencePair pair = both.pair(one.num_records() + r);
+    EXPECT_EQ(pair.chosen.ids, one.pair(r).chosen.ids);
+    EXPECT_EQ(pair.rejected.ids, one.pair(r).rejected.ids);
+    EXPECT_EQ(pair.chosen.source, parquet + ": row " + std::to_string(r) + " (chosen)");
+    EXPECT_EQ(pair.rejected.source, parquet + ": row " + std::to_string(r) + " (rejected)");
+  }
+}
+
+TEST(DataFiles, AHeldOutParquetFileWithRenamedColumnsHashesWholeRows) {
+  if (!tandem::ParquetRows::available()) GTEST_SKIP() << "this build reads no Parquet (no Arrow)";
+  ScratchDir dir;
+  const std::string types = source_path("tests/fixtures/parquet/types.parquet");
+  const tandem::SplitCounts counts = tandem::split_records(types, 0.5, 1, dir / "train.jsonl",
+                                                           dir / "heldout.jsonl", OnError::skip);
+  ASSERT_GT(counts.heldout, 0);
+  ASSERT_GT(counts.train, 0);
+  for (const bool heldout : {false, true}) {
+    auto options = chatml_options(OnError::skip);
+    options.columns = {{"text", "category"}};
+    const auto from_split = tandem::testing::read_all(
+        dir / (heldout ? "heldout.jsonl" : "train.jsonl"), DataFormat::text, options);
+    options.heldout = {0.5, 1, heldout};
+    const auto side = tandem::testing::read_all(types, DataFormat::text, options);
+    ASSERT_EQ(side.size(), from_split.size()) << heldout;
+    for (size_t i = 0; i < side.size(); ++i) EXPECT_EQ(side[i].ids, from_split[i].ids);
+  }
 }
 
 TEST(DataFiles, ConfigColumnsRenameForTraining) {

@@ -38,7 +38,8 @@ Runner add_reference_logprobs_command(CLI::App& root) {
     const DpoOptions dpo = dpo_options(config, device);
     check(!dpo.reference_path.empty(), "[reference-logprobs] ", options->config_path,
           ": set reference.path (the model to run)");
-    const TrainingData data = read_training_data(config);
+    // Every document once, whatever data.path's weights say.
+    const TrainingData data = read_training_data(config, /*weighted=*/false);
     check(data.format == DataFormat::preference, "[reference-logprobs] ", data.path,
           ": DPO data must be preference pairs (data.format: preference)");
     const FrozenModel reference =

@@ -58,6 +58,15 @@ void fill_from_config(RegenerateOptions& o) {
     fill(o.target, keys::model::path.find(config));
     fill(o.dtype, dtype_name(keys::model::dtype.find(config)));
   }
+  // regenerate reads records as they are: a config that renames columns or holds records out
+  // would have it answer other records than training reads.
+  const auto columns = keys::data::columns.find(config);
+  check(!columns || columns->empty(), "[regenerate] ", keys::data::columns.where(config),
+        ": regenerate reads `conversations`/`messages` as named; rename the column first");
+  const auto heldout = keys::data::heldout_fraction.find(config);
+  check(!heldout || *heldout == 0, "[regenerate] ", keys::data::heldout_fraction.where(config),
+        ": regenerate answers every record; split the file first (tandem data split) and "
+        "regenerate the train part");
   if (const auto paths = keys::data::path.find(config); paths && o.data.empty()) {
     check(paths->size() == 1 && !is_glob(paths->front().path), "[regenerate] ",
           keys::data::path.where(config),

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <bit>
 #include <cctype>
 #include <cstdlib>
 #include <cstring>
@@ -265,7 +266,8 @@ uint64_t token_cache_key(const std::string& path, DataFormat format,
       key.update_field(field).update_field(column);
   }
   if (options.heldout.active()) {  // unset: the key of a file read whole, as before the option
-    key.update_field("heldout").update_field(std::to_string(options.heldout.fraction));
+    // The fraction's exact bits: two fractions that print alike split differently.
+    key.update_field("heldout").update_u64(std::bit_cast<uint64_t>(options.heldout.fraction));
     key.update_u64(options.heldout.seed).update_u64(options.heldout.keep_heldout);
   }
   return key.digest();
@@ -328,7 +330,12 @@ void TokenizedDataset::open_file(const std::string& path, DataFormat format,
 
     // Map and validate.
     const int fd = ::open(file_path.c_str(), O_RDONLY);
-    check(fd >= 0, "[data] ", file_path, ": cannot open (", std::strerror(errno), ")");
+    if (fd < 0) {
+      const int open_errno = errno;
+      std::error_code ignored;
+      if (!cache.enabled) std::filesystem::remove(file_path, ignored);
+      throw Error("[data] ", file_path, ": cannot open (", std::strerror(open_errno), ")");
+    }
     struct stat info;
     const bool stat_ok = ::fstat(fd, &info) == 0;
     void* bytes = MAP_FAILED;
@@ -336,7 +343,8 @@ void TokenizedDataset::open_file(const std::string& path, DataFormat format,
       bytes = ::mmap(nullptr, static_cast<size_t>(info.st_size), PROT_READ, MAP_PRIVATE, fd, 0);
     const int map_errno = errno;
     ::close(fd);
-    if (!cache.enabled) std::filesystem::remove(file_path);  // unnamed from here on
+    std::error_code unnamed;
+    if (!cache.enabled) std::filesystem::remove(file_path, unnamed);  // unnamed from here on
     std::string problem = !stat_ok ? "cannot stat" : info.st_size == 0 ? "empty file" : "";
     if (problem.empty() && bytes == MAP_FAILED)
       problem = std::string("mmap: ") + std::strerror(map_errno);
@@ -351,7 +359,7 @@ void TokenizedDataset::open_file(const std::string& path, DataFormat format,
       try {
         const nlohmann::json meta = parse_json_text(std::string_view(text, header.meta_size));
         file.lines = meta.at("lines").get<int64_t>();
-        file.passed_over = meta.at("passed_over").get<int64_t>();
+        file.passed_over = meta.value("passed_over", int64_t{0});  // absent before the option
         file.skipped = SkipCounts::from_json(meta.at("skipped"));
       } catch (const std::exception& e) {
         problem = std::string("metadata: ") + e.what();
@@ -363,7 +371,10 @@ void TokenizedDataset::open_file(const std::string& path, DataFormat format,
             ": just written and unreadable: ", problem);
       std::cerr << "[data] warning: token cache " << file_path << " is corrupt (" << problem
                 << "); rebuilding it\n";
-      std::filesystem::remove(file_path);
+      std::error_code removed;
+      std::filesystem::remove(file_path, removed);
+      check(!removed, "[data] ", file_path, ": corrupt and cannot be removed (", removed.message(),
+            ")");
       continue;
     }
     mapping.bytes = static_cast<const uint8_t*>(bytes);

@@ -123,12 +123,16 @@ void dry_run(const Config& config, std::ostream& out) {
     if (length > data.packing.seq_len) ++overlong;
   }
   const int64_t step_tokens = options.micro_batches * data.rows * data.packing.seq_len;
+  bool weighted = false;
+  for (const DataFile& file : data.files) weighted |= file.weight != 1.0;
   out << "[dry-run] data: " << data.path << " (" << data_format_name(data.format) << "), "
-      << thousands(data.num_records()) << " records, " << thousands(tokens) << " tokens, longest "
-      << longest << " (" << overlong << " longer than seq_len " << data.packing.seq_len << ")\n";
+      << thousands(data.num_records())
+      << (weighted ? " draws per epoch (records x weights), " : " records, ") << thousands(tokens)
+      << " tokens, longest " << longest << " (" << overlong << " longer than seq_len "
+      << data.packing.seq_len << ")\n";
   bool held_out = false;
   for (const int64_t count : data.file_passed_over) held_out |= count > 0;
-  if (data.files.size() > 1 || held_out || data.files.front().weight != 1.0)
+  if (data.files.size() > 1 || held_out || weighted)
     for (size_t k = 0; k < data.files.size(); ++k) {
       out << "[dry-run]   " << data.files[k].path << ": " << thousands(data.file_records[k])
           << " records";

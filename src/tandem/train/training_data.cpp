@@ -99,9 +99,9 @@ void plan_records(TrainingData& data, OnError on_error) {
   if (changed) data.parts = std::move(parts);
 }
 
-// Each file's weight applied to the sampler's records (see training_data.h); fills
-// data.file_draws either way.
-void apply_weights(TrainingData& data) {
+// Each file's weight applied to the sampler's records (see training_data.h) unless
+// `weighted_draws` is false; fills data.file_draws either way.
+void apply_weights(TrainingData& data, bool weighted_draws) {
   const size_t files = data.files.size();
   // The sampler's records of each file, as runs [begin, end) of `records` sharing one dataset
   // record (a document split into parts is drawn whole or not at all).
@@ -122,18 +122,28 @@ void apply_weights(TrainingData& data) {
   }
   data.file_draws.assign(files, 0);
   bool weighted = false;
-  for (const DataFile& file : data.files) weighted |= file.weight != 1.0;
+  double planned = 0;  // sampler records per epoch the weights ask for
+  for (k = 0; k < files; ++k) {
+    const double weight = weighted_draws ? data.files[k].weight : 1.0;
+    weighted |= weight != 1.0;
+    for (const auto& unit : units[k])
+      planned += weight * static_cast<double>(unit.second - unit.first);
+  }
+  check(planned <= static_cast<double>(kMaxDrawsPerEpoch), "[data] the weights of data.path draw ",
+        planned, " records per epoch, above the bound of ", kMaxDrawsPerEpoch,
+        " (24 bytes each, held in memory); lower the weights");
   std::vector<RecordPart> drawn;
   for (k = 0; k < files; ++k) {
     const auto append = [&](const std::pair<size_t, size_t>& unit) {
       drawn.insert(drawn.end(), records.begin() + unit.first, records.begin() + unit.second);
       data.file_draws[k] += static_cast<int64_t>(unit.second - unit.first);
     };
-    const double weight = data.files[k].weight;
+    const double weight = weighted_draws ? data.files[k].weight : 1.0;
     const auto count = static_cast<int64_t>(units[k].size());
+    if (count == 0) continue;
     const auto whole = static_cast<int64_t>(std::floor(weight));
     const auto extra = static_cast<int64_t>(std::llround((weight - whole) * count));
-    check(count == 0 || whole > 0 || extra > 0, "[data] ", data.files[k].path, ": weight ", weight,
+    check(whole > 0 || extra > 0, "[data] ", data.files[k].path, ": weight ", weight,
           " draws none of its ", count, " records; raise the weight or leave the file out");
     for (int64_t copy = 0; copy < whole; ++copy)
       for (const auto& unit : units[k]) append(unit);
@@ -193,7 +203,7 @@ DataOptions read_data_options(const Config& config) {
   return options;
 }
 
-TrainingData read_training_data(const Config& config) {
+TrainingData read_training_data(const Config& config, bool weighted) {
   const DataOptions read = read_data_options(config);
   TrainingData setup;
   const std::string where_path = keys::data::path.where(config);
@@ -213,11 +223,19 @@ TrainingData read_training_data(const Config& config) {
   CacheOptions cache;
   cache.dir = setup.cache_dir;
   if (setup.format == DataFormat::rollout) {
-    for (const std::string& path : paths) {
-      RolloutStream stream(path, options);
+    // A held-out sample would leave its group's advantages computed from part of the group.
+    check(!options.heldout.active(), "[train] ", keys::data::heldout_fraction.where(config),
+          ": rollouts are not split (a group's samples must stay together); hold prompts out "
+          "before `tandem rollout` instead");
+    for (size_t file = 0; file < paths.size(); ++file) {
+      RolloutStream stream(paths[file], options);
       RolloutSample sample;
       const size_t before = setup.rollouts.size();
-      while (stream.next(sample)) setup.rollouts.push_back(std::move(sample));
+      while (stream.next(sample)) {
+        // Group ids are a file's own: files of separate rollout runs reuse 0, 1, 2, ...
+        if (paths.size() > 1) sample.group_id = std::to_string(file) + "/" + sample.group_id;
+        setup.rollouts.push_back(std::move(sample));
+      }
       setup.file_records.push_back(static_cast<int64_t>(setup.rollouts.size() - before));
       setup.file_passed_over.push_back(stream.passed_over());
     }
@@ -238,7 +256,7 @@ TrainingData read_training_data(const Config& config) {
     std::cerr << "[data] " << setup.split_documents << " document(s) longer than a micro-batch ("
               << setup.rows << " x " << setup.packing.seq_len << " tokens) split into parts, "
               << setup.skipped_records << " record(s) that fit in no micro-batch skipped\n";
-  apply_weights(setup);
+  apply_weights(setup, weighted);
   return setup;
 }
 

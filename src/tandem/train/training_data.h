@@ -32,6 +32,10 @@ namespace tandem {
 /// anything is allocated; each of the two has its own range (core/config_schema.cpp).
 inline constexpr int64_t kMaxMicroBatchTokens = int64_t{1} << 24;
 
+/// Bound on the sampler's records per epoch that data.path's weights may ask for (each is held
+/// in memory), checked before any is made.
+inline constexpr int64_t kMaxDrawsPerEpoch = int64_t{1} << 28;
+
 /// What `data:` says, read and checked without opening anything (defaults and ranges:
 /// core/config_schema.cpp).
 struct DataOptions {
@@ -100,8 +104,9 @@ struct TrainingData {
 /// record is then checked against a micro-batch (rows x seq_len): data.overlong: error and
 /// records too long for one micro-batch fail here, naming the document, or with data.on_error:
 /// skip are skipped and counted; overlong: split documents are cut into parts that fit. Last,
-/// each file's weight sets how often its records are drawn.
-TrainingData read_training_data(const Config& config);
+/// each file's weight sets how often its records are drawn; `weighted` false reads every record
+/// once whatever the weights (a pass over the data, as reference log-probs make).
+TrainingData read_training_data(const Config& config, bool weighted = true);
 
 /// The next micro-batch: records in sampler order, their documents packed into at most `rows`
 /// rows. The sampler advances by exactly the records packed, so a resumed run sees the same
