@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "tandem/core/device.h"
 #include "tandem/core/error.h"
 
 namespace tandem {
@@ -116,8 +117,8 @@ at::Tensor chunked_gated_delta_rule(const at::Tensor& q, const at::Tensor& k, co
   const int64_t C = options.chunk_size;
   const ChunkLayout layout = chunk_layout(bounds, B, T, C);
   const int64_t M = layout.chunks;
-  const at::Tensor index = layout.index.to(q.device());
-  const at::Tensor keep = (1 - layout.restart).to(q.device()).view({B, M, 1, 1, 1});
+  const at::Tensor index = to_device(layout.index, q.device());
+  const at::Tensor keep = to_device(1 - layout.restart, q.device()).view({B, M, 1, 1, 1});
 
   // (B, H, M, C, D) and (B, H, M, C).
   const at::Tensor Q = to_chunks(in.q, index, M, C), Kc = to_chunks(in.k, index, M, C);
@@ -142,8 +143,9 @@ at::Tensor chunked_gated_delta_rule(const at::Tensor& q, const at::Tensor& k, co
   const at::Tensor Kd = (Kc * (last.unsqueeze(-1) - gamma).exp().unsqueeze(-1)).transpose(-1, -2);
   const at::Tensor chunk_decay = last.exp();
 
-  at::Tensor S = initial_state.defined() ? initial_state.to(q.device(), at::kFloat).clone()
-                                         : at::zeros({B, H, K, V}, q.options().dtype(at::kFloat));
+  at::Tensor S = initial_state.defined()
+                     ? to_device(initial_state, q.device()).to(at::kFloat).clone()
+                     : at::zeros({B, H, K, V}, q.options().dtype(at::kFloat));
   check(S.sizes() == at::IntArrayRef({B, H, K, V}), "[gated-delta] initial state ", S.sizes(),
         " is not (B, Hv, K, V) = (", B, ", ", H, ", ", K, ", ", V, ")");
   std::vector<at::Tensor> outputs;
