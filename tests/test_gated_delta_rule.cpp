@@ -8,6 +8,7 @@
 #include "fixture_tensors.h"
 #include "tandem/core/error.h"
 #include "tandem/models/gated_delta_rule.h"
+#include "tandem/models/gated_deltanet.h"
 
 namespace {
 
@@ -95,6 +96,38 @@ TEST(GatedDeltaRule, Bf16InputsComputeInFp32AndBadShapesAreNamed) {
   const at::Tensor v4 = at::zeros({1, 4, 4, 8}), g4 = at::zeros({1, 4, 4});
   EXPECT_THROW(tandem::chunked_gated_delta_rule(q, q, v4, g4, g4, {{0, 3}}), tandem::Error);
   EXPECT_THROW(tandem::chunked_gated_delta_rule(q, q, v4, g4, g4, {}, {0, true}), tandem::Error);
+}
+
+}  // namespace
+
+namespace {
+
+TEST(GatedDeltaNet, LayerEqualsTransformersQwen35ModuleOnPackedDocuments) {
+  const auto layer = fixture_tensors("tests/fixtures/gated_delta/layer.safetensors");
+  const auto weight = [&](const std::string& name) { return layer.at("weight." + name); };
+  tandem::GatedDeltaNetWeights w;
+  w.in_proj_qkv = weight("in_proj_qkv.weight");
+  w.in_proj_z = weight("in_proj_z.weight");
+  w.in_proj_b = weight("in_proj_b.weight");
+  w.in_proj_a = weight("in_proj_a.weight");
+  w.conv1d = weight("conv1d.weight");
+  w.dt_bias = weight("dt_bias");
+  w.A_log = weight("A_log");
+  w.norm = weight("norm.weight");
+  w.out_proj = weight("out_proj.weight");
+  const tandem::GatedDeltaNetShape shape{2, 4, 8, 6, 1e-6};
+  const std::vector<std::vector<int64_t>> bounds = {{0, 9, 23}, {0, 23}};
+  for (const int64_t chunk : {4, 64}) {
+    const at::Tensor out =
+        tandem::gated_deltanet_forward(layer.at("input"), w, shape, bounds, {chunk, true});
+    EXPECT_LT(max_relative_error(out, layer.at("output")), 1e-5) << "chunk " << chunk;
+  }
+  // The conv window restarts at the second document: its first output equals the first token's
+  // own conv alone.
+  const at::Tensor x = at::randn({1, 5, 3}), conv = at::randn({3, 1, 4});
+  const at::Tensor packed = tandem::causal_depthwise_conv(x, conv, {{0, 2, 5}});
+  const at::Tensor alone = tandem::causal_depthwise_conv(x.narrow(1, 2, 3), conv, {});
+  EXPECT_TRUE(at::allclose(packed.narrow(1, 2, 3), alone));
 }
 
 }  // namespace
