@@ -395,14 +395,27 @@ std::vector<TokenizedDocument> DocumentStream::parse(const json& line) const {
   return out;
 }
 
+namespace {
+
+// The next record of `reader` that `options` keep (the other side of a held-out split is passed
+// over and counted), its columns renamed to the fields they stand for; false at the end.
+bool next_kept_record(JsonlReader& reader, json& line, const DatasetOptions& options,
+                      int64_t& passed_over) {
+  while (reader.next(line)) {
+    if (options.heldout.keeps(reader.line_text())) {
+      rename_columns(line, options.columns);
+      return true;
+    }
+    ++passed_over;
+  }
+  return false;
+}
+
+}  // namespace
+
 bool DocumentStream::next(std::vector<TokenizedDocument>& documents) {
   json line;
-  while (reader_.next(line)) {
-    if (!options_.heldout.keeps(reader_.line_text())) {
-      ++passed_over_;
-      continue;
-    }
-    rename_columns(line, options_.columns);
+  while (next_kept_record(reader_, line, options_, passed_over_)) {
     try {
       documents = parse(line);
       return true;
@@ -419,12 +432,7 @@ RolloutStream::RolloutStream(const std::string& path, const DatasetOptions& opti
 
 bool RolloutStream::next(RolloutSample& sample) {
   json line;
-  while (reader_.next(line)) {
-    if (!options_.heldout.keeps(reader_.line_text())) {
-      ++passed_over_;
-      continue;
-    }
-    rename_columns(line, options_.columns);
+  while (next_kept_record(reader_, line, options_, passed_over_)) {
     try {
       sample = RolloutSample{};
       sample.prompt_ids = parse_ids(required(line, "prompt_ids"), "prompt_ids");
