@@ -29,28 +29,41 @@ namespace {
 constexpr const char* kPath = "/ckpt/config.json";
 
 // A small config.json of `family`: 4 layers, 4 heads of 16 dims, and what its entry requires
-// (the experts of an MoE family, the rotary dims of a partial-RoPE one).
+// (the experts of an MoE family, the rotary dims of a partial-RoPE one, a hybrid's Gated
+// DeltaNet sizes). A wrapped family's decoder is written alone (its text model_type).
 json small_config(const FamilyTraits& family) {
-  json config = {{"architectures", {family.architecture}},
-                 {"model_type", family.model_type},
-                 {"vocab_size", 64},
-                 {"hidden_size", 32},
-                 {"intermediate_size", 48},
-                 {"num_hidden_layers", 4},
-                 {"num_attention_heads", 4},
-                 {"num_key_value_heads", 2},
-                 {"head_dim", 16},
-                 {"rms_norm_eps", 1e-6},
-                 {"rope_theta", 10000.0},
-                 {"max_position_embeddings", 256},
-                 {"bos_token_id", 1},
-                 {"eos_token_id", 2}};
+  const bool text_alone = family.hybrid.text_model_type != nullptr;
+  json config = {
+      {"architectures", {text_alone ? family.hybrid.text_architecture : family.architecture}},
+      {"model_type", text_alone ? family.hybrid.text_model_type : family.model_type},
+      {"vocab_size", 64},
+      {"hidden_size", 32},
+      {"intermediate_size", 48},
+      {"num_hidden_layers", 4},
+      {"num_attention_heads", 4},
+      {"num_key_value_heads", 2},
+      {"head_dim", 16},
+      {"rms_norm_eps", 1e-6},
+      {"rope_theta", 10000.0},
+      {"max_position_embeddings", 256},
+      {"bos_token_id", 1},
+      {"eos_token_id", 2}};
   if (family.moe.enabled) {
     config["num_local_experts"] = 4;
     config["num_experts_per_tok"] = 2;
     if (family.moe.own_expert_width) config["moe_intermediate_size"] = 24;
+    if (family.moe.shared_expert) config["shared_expert_intermediate_size"] = 20;
   }
-  if (family.partial_rope) config["rotary_dim"] = 8;
+  if (family.hybrid.enabled) {
+    config["linear_num_key_heads"] = 2;
+    config["linear_num_value_heads"] = 4;
+    config["linear_key_head_dim"] = 8;
+    config["linear_value_head_dim"] = 8;
+    config["linear_conv_kernel_dim"] = 4;
+    config["partial_rotary_factor"] = 0.5;  // hybrids' configs have no rotary_dim
+  } else if (family.partial_rope) {
+    config["rotary_dim"] = 8;
+  }
   return config;
 }
 
@@ -77,9 +90,11 @@ json other_than(const json& value) {
   return "other";
 }
 
-const std::vector<DecoderFamily> kFamilies = {
-    DecoderFamily::Llama,    DecoderFamily::Mistral, DecoderFamily::Qwen2,    DecoderFamily::Qwen3,
-    DecoderFamily::Qwen3Moe, DecoderFamily::Mixtral, DecoderFamily::MiniMaxM2};
+const std::vector<DecoderFamily> kFamilies = {DecoderFamily::Llama,      DecoderFamily::Mistral,
+                                              DecoderFamily::Qwen2,      DecoderFamily::Qwen3,
+                                              DecoderFamily::Qwen3Moe,   DecoderFamily::Mixtral,
+                                              DecoderFamily::MiniMaxM2,  DecoderFamily::Qwen3_5,
+                                              DecoderFamily::Qwen3_5Moe, DecoderFamily::Qwen3Next};
 
 }  // namespace
 
@@ -91,6 +106,8 @@ TEST(FamilyTraits, EveryFamilyHasOneEntry) {
     EXPECT_EQ(traits.family, family);
     EXPECT_STREQ(tandem::family_name(family), traits.model_type);
     EXPECT_EQ(tandem::find_family(traits.model_type), &traits);
+    if (traits.hybrid.text_model_type)
+      EXPECT_EQ(tandem::find_family(traits.hybrid.text_model_type), &traits);
     types.insert(traits.model_type);
     architectures.insert(traits.architecture);
   }
@@ -98,7 +115,8 @@ TEST(FamilyTraits, EveryFamilyHasOneEntry) {
   EXPECT_EQ(architectures.size(), kFamilies.size());
   EXPECT_EQ(tandem::find_family("gpt2"), nullptr);
   EXPECT_EQ(tandem::family_names(),
-            "llama, mistral, qwen2, qwen3, qwen3_moe, mixtral or minimax_m2");
+            "llama, mistral, qwen2, qwen3, qwen3_moe, mixtral, minimax_m2, qwen3_5, qwen3_5_moe or "
+            "qwen3_next");
 }
 
 TEST(FamilyTraits, EveryFamilyReadsAndWritesAsItsEntrySays) {
@@ -123,6 +141,20 @@ TEST(FamilyTraits, EveryFamilyReadsAndWritesAsItsEntrySays) {
       EXPECT_EQ(c.moe.normalize_top_k, !family.moe.reads_norm_topk_prob);
       EXPECT_EQ(c.moe.weights_in_model_dtype, family.moe.weights_in_model_dtype);
       EXPECT_EQ(c.moe.sparse_layers, std::vector<bool>(4, true));
+      EXPECT_EQ(c.moe.shared_expert_intermediate_size, family.moe.shared_expert ? 20 : 0);
+    }
+    EXPECT_EQ(c.hybrid(), family.hybrid.enabled);
+    EXPECT_EQ(c.gated_attention, family.hybrid.enabled);
+    EXPECT_EQ(c.zero_centered_norms, family.hybrid.enabled);
+    if (family.hybrid.enabled) {
+      // No layer_types: every 4th layer attends (transformers' full_attention_interval 4).
+      EXPECT_EQ(c.linear_attention.layers, std::vector<bool>({true, true, true, false}));
+      EXPECT_EQ(c.linear_attention.fused_projections, family.hybrid.fused_projections);
+      EXPECT_EQ(c.linear_attention.value_heads, 4);
+      // Hybrids are read, never written: tandem does not train them.
+      EXPECT_NE(error_of([&] { c.to_json(); }).find("does not write hybrid models"),
+                std::string::npos);
+      continue;
     }
 
     // The export's spelling.
@@ -157,6 +189,7 @@ TEST(FamilyTraits, EveryFamilyReadsAndWritesAsItsEntrySays) {
 TEST(FamilyTraits, SlidingWindowsReadAsTheFamilySpellsThem) {
   for (const FamilyTraits& family : tandem::family_table()) {
     SCOPED_TRACE(family.model_type);
+    if (family.hybrid.enabled) continue;  // no windows: HybridLayers below
     json config = small_config(family);
     config["sliding_window"] = 8;
     config["use_sliding_window"] = true;
@@ -185,6 +218,7 @@ TEST(FamilyTraits, NegativeSlidingWindowIsRefused) {
     json config = small_config(family);
     config["sliding_window"] = -3;
     expect_error(config, "sliding_window must be in 0..1073741824 (0 or null: no window), got -3");
+    if (family.hybrid.enabled) continue;  // use_sliding_window: only false (HybridLayers)
     config["use_sliding_window"] = true;
     expect_error(config, "sliding_window must be in 0..1073741824");
   }
@@ -286,7 +320,9 @@ TEST(FamilyTraits, NonsenseValuesNameTheField) {
            {DecoderFamily::Llama, "num_key_value_heads", 0, "num_key_value_heads must be in 1.."},
            {DecoderFamily::Llama, "head_dim", 15, "head_dim must be even"},
            {DecoderFamily::Llama, "head_dim", -16, "head_dim must be in 1..4096"},
-           {DecoderFamily::Llama, "intermediate_size", 0, "intermediate_size must be in 1.."},
+           {DecoderFamily::Llama, "intermediate_size", 0,
+            "intermediate_size is missing or 0 but layer 0 has a dense MLP"},
+           {DecoderFamily::Llama, "intermediate_size", -1, "intermediate_size must be in 1.."},
            {DecoderFamily::Llama, "max_position_embeddings", -1, "max_position_embeddings must be"},
            {DecoderFamily::Llama, "pad_token_id", -2, "pad_token_id must be a token id or -1"},
            {DecoderFamily::Llama, "eos_token_id", 64, "eos_token_id 64 is outside the vocabulary"},
@@ -307,7 +343,8 @@ TEST(FamilyTraits, NonsenseValuesNameTheField) {
            {DecoderFamily::Llama,
             "rope_parameters",
             {{"rope_type", "default"}, {"partial_rotary_factor", 0.5}},
-            "partial_rotary_factor is implemented for minimax_m2 only"},
+            "partial_rotary_factor is implemented for minimax_m2, qwen3_5, qwen3_5_moe or "
+            "qwen3_next only"},
            {DecoderFamily::Mixtral, "router_aux_loss_coef", -0.1,
             "router_aux_loss_coef must be a finite number >= 0"},
            {DecoderFamily::Mixtral, "num_experts_per_tok", 5,
@@ -333,4 +370,85 @@ TEST(FamilyTraits, NonsenseValuesNameTheField) {
   config["sliding_window"] = 8;
   config["max_window_layers"] = -1;
   expect_error(config, "max_window_layers (the first layer with a window) must be >= 0, got -1");
+}
+
+TEST(FamilyTraits, HybridLayers) {
+  json config = small_config(DecoderFamily::Qwen3Next);
+  config["layer_types"] = {"linear_attention", "full_attention", "linear_attention",
+                           "full_attention"};
+  DecoderConfig c = parse(config);
+  EXPECT_EQ(c.linear_attention.layers, std::vector<bool>({true, false, true, false}));
+  EXPECT_EQ(c.rotated_dims(), 8);
+  config.erase("layer_types");
+  config["full_attention_interval"] = 2;
+  EXPECT_EQ(parse(config).linear_attention.layers, std::vector<bool>({true, false, true, false}));
+
+  config = small_config(DecoderFamily::Qwen3Next);
+  config["layer_types"] = {"linear_attention", "sliding_attention", "linear_attention",
+                           "full_attention"};
+  expect_error(config, "unsupported layer type \"sliding_attention\" at layer 1");
+  config["layer_types"] = {"linear_attention"};
+  expect_error(config, "'layer_types' must list one type per layer (4)");
+  config = small_config(DecoderFamily::Qwen3Next);
+  config["full_attention_interval"] = 0;
+  expect_error(config, "full_attention_interval must be in 1..num_hidden_layers (4), got 0");
+  config = small_config(DecoderFamily::Qwen3Next);
+  config["linear_num_value_heads"] = 3;
+  expect_error(config, "linear_num_value_heads (3) is not a multiple of linear_num_key_heads (2)");
+  config = small_config(DecoderFamily::Qwen3_5);
+  config.erase("linear_conv_kernel_dim");
+  expect_error(config, "missing required field 'linear_conv_kernel_dim'");
+  config = small_config(DecoderFamily::Qwen3_5);
+  config["use_sliding_window"] = true;
+  expect_error(config, "unsupported use_sliding_window true for qwen3_5");
+
+  // Qwen3.5-MoE: every layer has experts, so the dense width may be absent; Qwen3-Next lists
+  // dense layers, which need it.
+  config = small_config(DecoderFamily::Qwen3_5Moe);
+  config.erase("intermediate_size");
+  EXPECT_EQ(parse(config).intermediate_size, 0);
+  config = small_config(DecoderFamily::Qwen3Next);
+  config.erase("intermediate_size");
+  expect_error(config, "missing required field 'intermediate_size'");
+  config = small_config(DecoderFamily::Qwen3Next);
+  config.erase("shared_expert_intermediate_size");
+  expect_error(config, "missing required field 'shared_expert_intermediate_size'");
+}
+
+TEST(FamilyTraits, VisionLanguageWrapperIsReadForItsDecoder) {
+  json text = small_config(DecoderFamily::Qwen3_5Moe);
+  text.erase("architectures");
+  text["tie_word_embeddings"] = false;
+  const json wrapper = {{"architectures", {"Qwen3_5MoeForConditionalGeneration"}},
+                        {"model_type", "qwen3_5_moe"},
+                        {"text_config", text},
+                        {"vision_config", {{"depth", 1}, {"model_type", "qwen3_5_moe_vision"}}},
+                        {"image_token_id", 60},
+                        {"video_token_id", 61},
+                        {"vision_start_token_id", 62},
+                        {"vision_end_token_id", 63},
+                        {"tie_word_embeddings", true},
+                        {"transformers_version", "5.23.0"}};
+  const DecoderConfig c = parse(wrapper);
+  EXPECT_EQ(c.family, DecoderFamily::Qwen3_5Moe);
+  EXPECT_TRUE(c.language_model_wrapped);
+  EXPECT_TRUE(c.tie_word_embeddings);  // the wrapper's word, as transformers ties
+  EXPECT_EQ(c.moe.num_experts, 4);
+  EXPECT_FALSE(parse(text).language_model_wrapped);
+
+  json bad = wrapper;
+  bad["text_config"]["num_hidden_layers"] = 0;  // errors inside name the text_config
+  expect_error(bad, "text_config: num_hidden_layers must be in 1..1024");
+  bad = wrapper;
+  bad["text_config"]["model_type"] = "qwen3_5_text";
+  expect_error(bad, "text_config.model_type must be 'qwen3_5_moe_text'");
+  bad = wrapper;
+  bad.erase("text_config");
+  expect_error(bad, "its decoder must be the object 'text_config'");
+  bad = wrapper;
+  bad["audio_config"] = json::object();
+  expect_error(bad, "unsupported field 'audio_config' for qwen3_5_moe");
+  bad = wrapper;
+  bad["architectures"] = {"Qwen3_5MoeForCausalLM"};
+  expect_error(bad, "expected Qwen3_5MoeForConditionalGeneration");
 }

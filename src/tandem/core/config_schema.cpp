@@ -239,6 +239,9 @@ const IntKey query_chunk{group, "query_chunk", 512, IntRange::between(1, int64_t
                          "(whole DFlash blocks)"};
 const IntKey key_chunk{group, "key_chunk", 1024, IntRange::between(1, int64_t{1} << 20),
                        "keys per tile of the blockwise kernel"};
+const IntKey linear_chunk{group, "linear_chunk", 64, IntRange::between(1, 4096),
+                          "tokens per chunk of the chunked gated delta rule (the Gated DeltaNet "
+                          "layers of Qwen3.5/3.6 and Qwen3-Next targets)"};
 }  // namespace attention
 
 const std::vector<const KeyGroup*>& common_groups() {
@@ -295,8 +298,10 @@ namespace draft {
 KeyGroup group{"draft", "every draft"};
 const DtypeKey dtype{group, "dtype", Computed{kTrainedDtype}, kDtypes,
                      "parameter dtype (fp32 masters and AdamW moments either way)"};
-const IntKey intermediate_size{group, "intermediate_size", 0, IntRange::between(0, 1 << 20),
-                               "MLP width; 0: the target's"};
+const IntKey intermediate_size{
+    group, "intermediate_size", 0, IntRange::between(0, 1 << 20),
+    "MLP width; 0: the target's (a target whose every layer has experts, "
+    "such as Qwen3.5-MoE, has none: set it)"};
 const NumberKey init_std{group, "init_std", 0.02, NumberRange::at_least(0),
                          "normal init of the draft's matrices"};
 }  // namespace draft

@@ -105,6 +105,7 @@ extern KeyGroup group;
 extern const EnumKey<AttentionKernel> kernel;
 extern const IntKey query_chunk;
 extern const IntKey key_chunk;
+extern const IntKey linear_chunk;
 }  // namespace attention
 
 /// The groups above, which every objective reads.

@@ -25,6 +25,9 @@ struct AttentionOptions {
   AttentionKernel kernel = AttentionKernel::Fused;
   int64_t query_chunk = 512;  // queries per tile of the blockwise kernel and per fused DFlash call
   int64_t key_chunk = 1024;   // keys per tile
+  // Tokens per chunk of the chunked gated delta rule (the Gated DeltaNet layers of hybrid
+  // targets, models/gated_delta_rule.h): memory is linear in T, each chunk solves a (C, C) system.
+  int64_t linear_chunk = 64;
 };
 
 }  // namespace tandem

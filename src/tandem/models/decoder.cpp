@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "tandem/core/error.h"
+#include "tandem/models/key_bands.h"
 #include "tandem/models/lean_layers.h"
 
 namespace tandem {
@@ -24,10 +25,12 @@ AttentionImpl::AttentionImpl(const DecoderConfig& config, int64_t layer_index,
     : num_heads(config.num_attention_heads),
       num_kv_heads(config.num_key_value_heads),
       head_dim(config.head_dim),
-      norm_across_heads(config.qk_norm_across_heads) {
+      norm_across_heads(config.qk_norm_across_heads),
+      gated(config.gated_attention) {
   const int64_t hidden = config.hidden_size;
   const int64_t input = input_size > 0 ? input_size : hidden;
-  q_proj = register_module("q_proj", Linear(input, num_heads * head_dim, config.qkv_bias, options));
+  q_proj = register_module(
+      "q_proj", Linear(input, num_heads * head_dim * (gated ? 2 : 1), config.qkv_bias, options));
   k_proj =
       register_module("k_proj", Linear(input, num_kv_heads * head_dim, config.qkv_bias, options));
   v_proj =
@@ -36,8 +39,9 @@ AttentionImpl::AttentionImpl(const DecoderConfig& config, int64_t layer_index,
   if (config.qk_norm) {
     const int64_t q_width = norm_across_heads ? num_heads * head_dim : head_dim;
     const int64_t k_width = norm_across_heads ? num_kv_heads * head_dim : head_dim;
-    q_norm = register_module("q_norm", RMSNorm(q_width, config.rms_norm_eps, options));
-    k_norm = register_module("k_norm", RMSNorm(k_width, config.rms_norm_eps, options));
+    const bool centered = config.zero_centered_norms;
+    q_norm = register_module("q_norm", RMSNorm(q_width, config.rms_norm_eps, options, centered));
+    k_norm = register_module("k_norm", RMSNorm(k_width, config.rms_norm_eps, options, centered));
   }
 }
 
@@ -53,28 +57,78 @@ QueryKeyValue AttentionImpl::project_key_value(const at::Tensor& x, const RopeTa
 
 QueryKeyValue AttentionImpl::project(const at::Tensor& x, const RopeTables& rope) const {
   QueryKeyValue qkv = project_key_value(x, rope);
+  const int64_t batch = x.size(0), length = x.size(1);
   at::Tensor q = q_proj->forward(x);
+  if (gated) {  // per head: head_dim query values, then head_dim gate values
+    const at::Tensor both = q.view({batch, length, num_heads, 2 * head_dim});
+    qkv.gate = both.narrow(3, head_dim, head_dim).reshape({batch, length, num_heads * head_dim});
+    q = both.narrow(3, 0, head_dim);
+  }
   if (q_norm && norm_across_heads) q = q_norm->forward(q);
-  q = q.view({x.size(0), x.size(1), num_heads, head_dim});
+  q = q.reshape({batch, length, num_heads, head_dim});
   if (q_norm && !norm_across_heads) q = q_norm->forward(q);
   qkv.q = apply_rope(q.transpose(1, 2), rope);
   return qkv;
 }
 
-at::Tensor AttentionImpl::output(const at::Tensor& attended) const {
+at::Tensor AttentionImpl::output(const at::Tensor& attended, const at::Tensor& gate) const {
   const int64_t batch = attended.size(0), length = attended.size(2);
-  return o_proj->forward(attended.transpose(1, 2).reshape({batch, length, num_heads * head_dim}));
+  at::Tensor flat = attended.transpose(1, 2).reshape({batch, length, num_heads * head_dim});
+  if (gate.defined()) flat = flat * at::sigmoid(gate);
+  return o_proj->forward(flat);
 }
 
-MlpImpl::MlpImpl(int64_t hidden_size, int64_t intermediate_size, bool bias,
-                 const at::TensorOptions& options) {
-  gate_proj = register_module("gate_proj", Linear(hidden_size, intermediate_size, bias, options));
-  up_proj = register_module("up_proj", Linear(hidden_size, intermediate_size, bias, options));
-  down_proj = register_module("down_proj", Linear(intermediate_size, hidden_size, bias, options));
+GatedDeltaNetImpl::GatedDeltaNetImpl(const DecoderConfig& config,
+                                     const at::TensorOptions& options) {
+  const LinearAttentionConfig& l = config.linear_attention;
+  shape = {l.key_heads, l.value_heads, l.key_dim, l.value_dim, config.rms_norm_eps};
+  const int64_t hidden = config.hidden_size, keys = l.key_heads * l.key_dim,
+                values = l.value_heads * l.value_dim, channels = 2 * keys + values;
+  // Registered in transformers' order, so parameters list as its modules do.
+  if (l.fused_projections) {
+    in_proj_qkvz =
+        register_module("in_proj_qkvz", Linear(hidden, 2 * keys + 2 * values, false, options));
+    in_proj_ba = register_module("in_proj_ba", Linear(hidden, 2 * l.value_heads, false, options));
+  }
+  conv1d = register_module("conv1d", std::make_shared<torch::nn::Module>());
+  conv1d->register_parameter("weight", at::empty({channels, 1, l.conv_kernel}, options));
+  dt_bias = register_parameter("dt_bias", at::empty({l.value_heads}, options));
+  A_log = register_parameter("A_log", at::empty({l.value_heads}, options));
+  norm = register_module("norm", RMSNorm(l.value_dim, config.rms_norm_eps, options));
+  out_proj = register_module("out_proj", Linear(values, hidden, false, options));
+  if (!l.fused_projections) {
+    in_proj_qkv = register_module("in_proj_qkv", Linear(hidden, channels, false, options));
+    in_proj_z = register_module("in_proj_z", Linear(hidden, values, false, options));
+    in_proj_b = register_module("in_proj_b", Linear(hidden, l.value_heads, false, options));
+    in_proj_a = register_module("in_proj_a", Linear(hidden, l.value_heads, false, options));
+  }
 }
 
-at::Tensor MlpImpl::forward(const at::Tensor& x) const {
-  return down_proj->forward(swiglu(gate_proj->forward(x), up_proj->forward(x)));
+GatedDeltaNetWeights GatedDeltaNetImpl::weights() const {
+  GatedDeltaNetWeights w;
+  if (in_proj_qkvz) {
+    w.in_proj_qkvz = in_proj_qkvz->weight;
+    w.in_proj_ba = in_proj_ba->weight;
+  } else {
+    w.in_proj_qkv = in_proj_qkv->weight;
+    w.in_proj_z = in_proj_z->weight;
+    w.in_proj_b = in_proj_b->weight;
+    w.in_proj_a = in_proj_a->weight;
+  }
+  w.conv1d = conv1d->named_parameters(/*recurse=*/false)["weight"];
+  w.dt_bias = dt_bias;
+  w.A_log = A_log;
+  w.norm = norm->weight;
+  w.out_proj = out_proj->weight;
+  return w;
+}
+
+at::Tensor GatedDeltaNetImpl::forward(const at::Tensor& x,
+                                      const std::vector<std::vector<int64_t>>& bounds,
+                                      int64_t chunk_size) const {
+  GatedDeltaOptions options;
+  options.chunk_size = chunk_size;
+  return gated_deltanet_forward(x, weights(), shape, bounds, options);
 }
 
 DecoderLayerImpl::DecoderLayerImpl(const DecoderConfig& config, int64_t layer_index,
@@ -82,20 +136,24 @@ DecoderLayerImpl::DecoderLayerImpl(const DecoderConfig& config, int64_t layer_in
     : sliding_window(config.sliding_window.at(layer_index)) {
   const int64_t hidden = config.hidden_size;
   const int64_t attention_input = input == LayerInput::EmbeddingAndHidden ? 2 * hidden : 0;
-  self_attn =
-      register_module("self_attn", Attention(config, layer_index, options, attention_input));
+  const bool centered = config.zero_centered_norms;
+  if (config.linear_attention.at(layer_index))
+    linear_attn = register_module("linear_attn", GatedDeltaNet(config, options));
+  else
+    self_attn =
+        register_module("self_attn", Attention(config, layer_index, options, attention_input));
   if (config.moe.enabled() && config.moe.sparse_layers.at(layer_index))
     experts = register_module("mlp", SparseMoe(config, options));
   else
     mlp = register_module("mlp", Mlp(hidden, config.intermediate_size, config.mlp_bias, options));
   input_layernorm =
-      register_module("input_layernorm", RMSNorm(hidden, config.rms_norm_eps, options));
+      register_module("input_layernorm", RMSNorm(hidden, config.rms_norm_eps, options, centered));
   // Registered between the two norms: the EAGLE-3 layer's parameter order (initialisation draws
   // and checkpoints follow it) is the one its exports have always had.
   if (input == LayerInput::EmbeddingAndHidden)
     hidden_norm = register_module("hidden_norm", RMSNorm(hidden, config.rms_norm_eps, options));
-  post_attention_layernorm =
-      register_module("post_attention_layernorm", RMSNorm(hidden, config.rms_norm_eps, options));
+  post_attention_layernorm = register_module(
+      "post_attention_layernorm", RMSNorm(hidden, config.rms_norm_eps, options, centered));
 }
 
 at::Tensor DecoderLayerImpl::feed_forward(const at::Tensor& x, RouterLoad* load) const {
@@ -105,9 +163,17 @@ at::Tensor DecoderLayerImpl::feed_forward(const at::Tensor& x, RouterLoad* load)
 at::Tensor DecoderLayerImpl::run(const at::Tensor& residual, const at::Tensor& attention_input,
                                  const RopeTables& rope, const AttendFn& attend,
                                  RouterLoad* load) const {
-  const at::Tensor attended =
-      residual + self_attn->output(attend(self_attn->project(attention_input, rope)));
+  const QueryKeyValue qkv = self_attn->project(attention_input, rope);
+  const at::Tensor attended = residual + self_attn->output(attend(qkv), qkv.gate);
   return attended + feed_forward(post_attention_layernorm->forward(attended), load);
+}
+
+at::Tensor DecoderLayerImpl::forward_linear(const at::Tensor& hidden,
+                                            const std::vector<std::vector<int64_t>>& bounds,
+                                            int64_t chunk_size, RouterLoad* load) const {
+  const at::Tensor mixed =
+      hidden + linear_attn->forward(input_layernorm->forward(hidden), bounds, chunk_size);
+  return mixed + feed_forward(post_attention_layernorm->forward(mixed), load);
 }
 
 at::Tensor DecoderLayerImpl::forward(const at::Tensor& hidden, const RopeTables& rope,
@@ -121,7 +187,8 @@ DecoderModelImpl::DecoderModelImpl(const DecoderConfig& config, const at::Tensor
   layers = register_module("layers", torch::nn::ModuleList());
   for (int64_t i = 0; i < config.num_hidden_layers; ++i)
     layers->push_back(DecoderLayer(config, i, options));
-  norm = register_module("norm", RMSNorm(config.hidden_size, config.rms_norm_eps, options));
+  norm = register_module("norm", RMSNorm(config.hidden_size, config.rms_norm_eps, options,
+                                         config.zero_centered_norms));
 }
 
 CausalLMImpl::CausalLMImpl(const DecoderConfig& config, const at::TensorOptions& options)
@@ -148,19 +215,27 @@ at::Tensor CausalLMImpl::forward_hidden(const at::Tensor& ids, const AttentionLa
           ": the model has layers 0..", num_layers - 1);
   at::Tensor hidden = model->embed_tokens->forward(ids);
   const RopeTables rope = rope_tables(inverse_frequencies_, layout.positions, hidden.scalar_type());
+  // A hybrid's Gated DeltaNet layers restart their state at each document (read on the host).
+  std::vector<std::vector<int64_t>> bounds;
+  if (config_.hybrid() && layout.document_ids.defined())
+    bounds = document_bounds(layout.host_document_ids());
   std::map<int64_t, CausalAttentionPlan> plans;  // one plan per distinct sliding window
+  auto plan_for = [&](int64_t window) -> const CausalAttentionPlan& {
+    auto plan = plans.find(window);
+    if (plan == plans.end())
+      plan = plans.emplace(window, plan_causal_attention(layout, window, attention_options)).first;
+    return plan->second;
+  };
   for (int64_t i = 0; i < num_layers; ++i) {
     const auto& layer = model->layers->at<DecoderLayerImpl>(i);
-    auto plan = plans.find(layer.sliding_window);
-    if (plan == plans.end())
-      plan = plans
-                 .emplace(layer.sliding_window,
-                          plan_causal_attention(layout, layer.sliding_window, attention_options))
-                 .first;
-    const CausalAttentionPlan& layer_plan = plan->second;
-    hidden = layer.forward(
-        hidden, rope, [&](const QueryKeyValue& qkv) { return causal_attention(qkv, layer_plan); },
-        router_load);
+    if (layer.linear_attn) {
+      hidden = layer.forward_linear(hidden, bounds, attention_options.linear_chunk, router_load);
+    } else {
+      const CausalAttentionPlan& plan = plan_for(layer.sliding_window);
+      hidden = layer.forward(
+          hidden, rope, [&](const QueryKeyValue& qkv) { return causal_attention(qkv, plan); },
+          router_load);
+    }
     if (captured &&
         std::find(capture_layers.begin(), capture_layers.end(), i) != capture_layers.end())
       (*captured)[i] = hidden;
@@ -175,6 +250,9 @@ at::Tensor CausalLMImpl::forward_cached(const at::Tensor& ids, const at::Tensor&
   check(ids.dim() == 2 && positions.sizes() == ids.sizes() && valid.sizes() == ids.sizes(),
         "[decoder] cached forward: ids ", ids.sizes(), ", positions ", positions.sizes(),
         " and valid ", valid.sizes(), " must all be (batch, new tokens)");
+  check(!config_.hybrid(), "[decoder] ", family_name(config_.family),
+        ": generation with a hybrid (Gated DeltaNet) model's cache is not implemented yet; it "
+        "serves as a frozen target for training (forward and captured layers) only");
   const int64_t n = ids.size(1);
   cache.begin(valid.to(at::kBool));
   const int64_t slots = cache.length() + n;

@@ -2,10 +2,11 @@
 // Llama-family causal LM (Llama 2/3/3.x, Mistral, Qwen2, Qwen3) and the mixture-of-experts
 // decoders built from the same parts (Qwen3-MoE, Mixtral, MiniMax-M2; the sparse MLP is
 // models/moe.h): embeddings, RMSNorm, RoPE (full or partial), grouped-query attention with
-// optional q/k norms, a SwiGLU MLP or experts, tied or untied lm_head. Module names are
-// transformers', so `named_parameters()` yields its keys (`model.layers.0.self_attn.q_proj.weight`,
-// `model.layers.0.mlp.experts.gate_up_proj`, ...; models/stored_weights.h maps the expert ones to
-// what checkpoints store).
+// optional q/k norms, a SwiGLU MLP or experts, tied or untied lm_head. The hybrids (Qwen3.5/3.6,
+// Qwen3-Next) mix in Gated DeltaNet layers (models/gated_deltanet.h) and gate their attention.
+// Module names are transformers', so `named_parameters()` yields its keys
+// (`model.layers.0.self_attn.q_proj.weight`, `model.layers.0.mlp.experts.gate_up_proj`, ...;
+// models/stored_weights.h maps the expert ones to what checkpoints store).
 #include <torch/nn/module.h>
 #include <torch/nn/modules/container/modulelist.h>
 #include <torch/nn/pimpl.h>
@@ -17,6 +18,7 @@
 #include "tandem/models/attention_options.h"
 #include "tandem/models/causal_attention.h"
 #include "tandem/models/decoder_config.h"
+#include "tandem/models/gated_deltanet.h"
 #include "tandem/models/kv_cache.h"
 #include "tandem/models/layers.h"
 #include "tandem/models/moe.h"
@@ -42,9 +44,10 @@ struct AttentionLayout {
 
 /// Queries, keys and values of one attention call, RoPE applied.
 struct QueryKeyValue {
-  at::Tensor q;  // (B, heads, T, head_dim)
-  at::Tensor k;  // (B, kv_heads, T, head_dim)
-  at::Tensor v;  // (B, kv_heads, T, head_dim)
+  at::Tensor q;     // (B, heads, T, head_dim)
+  at::Tensor k;     // (B, kv_heads, T, head_dim)
+  at::Tensor v;     // (B, kv_heads, T, head_dim)
+  at::Tensor gate;  // gated attention: (B, T, heads * head_dim), before the sigmoid; else undefined
 };
 
 class AttentionImpl : public torch::nn::Module {
@@ -54,29 +57,44 @@ class AttentionImpl : public torch::nn::Module {
   AttentionImpl(const DecoderConfig& config, int64_t layer_index, const at::TensorOptions& options,
                 int64_t input_size = 0);
   /// x (B, T, input_size) -> q, k, v with q/k norms (Qwen3 per head, MiniMax-M2 across heads)
-  /// and RoPE applied.
+  /// and RoPE applied; gated attention (Qwen3.5, Qwen3-Next) also the output gate, from the
+  /// second half of each head's q_proj rows.
   QueryKeyValue project(const at::Tensor& x, const RopeTables& rope) const;
   /// The same without the query (left undefined): keys and values of tokens that ask nothing
   /// (the DFlash draft's context).
   QueryKeyValue project_key_value(const at::Tensor& x, const RopeTables& rope) const;
-  /// Attention output (B, heads, T, head_dim) -> (B, T, H) through o_proj.
-  at::Tensor output(const at::Tensor& attended) const;
+  /// Attention output (B, heads, T, head_dim) -> (B, T, H) through o_proj, multiplied by
+  /// sigmoid(gate) first when `gate` (QueryKeyValue::gate) is given.
+  at::Tensor output(const at::Tensor& attended, const at::Tensor& gate = {}) const;
   Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
   RMSNorm q_norm{nullptr}, k_norm{nullptr};  // Qwen3 (head_dim), MiniMax-M2 (heads * head_dim)
   int64_t num_heads, num_kv_heads, head_dim;
   bool norm_across_heads;
+  bool gated;  // q_proj (heads * 2 * head_dim, input): per head, its query then its gate
 };
 TORCH_MODULE(Attention);
 
-/// down(silu(gate(x)) * up(x)).
-class MlpImpl : public torch::nn::Module {
+/// The Gated DeltaNet token mixer of a hybrid's linear-attention layer (models/gated_deltanet.h),
+/// with the checkpoint's names: in_proj_qkv, in_proj_z, in_proj_b, in_proj_a (Qwen3.5) or
+/// in_proj_qkvz, in_proj_ba (Qwen3-Next), conv1d.weight, dt_bias, A_log, norm.weight, out_proj.
+class GatedDeltaNetImpl : public torch::nn::Module {
  public:
-  MlpImpl(int64_t hidden_size, int64_t intermediate_size, bool bias,
-          const at::TensorOptions& options);
-  at::Tensor forward(const at::Tensor& x) const;  // (B, T, H) -> (B, T, H)
-  Linear gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};
+  GatedDeltaNetImpl(const DecoderConfig& config, const at::TensorOptions& options);
+  /// x (B, T, H) -> (B, T, H); `bounds`: per row, its document bounds [0, ..., T] (empty: one
+  /// document per row); `chunk_size`: tokens per chunk of the gated delta rule.
+  at::Tensor forward(const at::Tensor& x, const std::vector<std::vector<int64_t>>& bounds,
+                     int64_t chunk_size) const;
+  /// The tensors, as gated_deltanet_forward takes them.
+  GatedDeltaNetWeights weights() const;
+  Linear in_proj_qkv{nullptr}, in_proj_z{nullptr}, in_proj_b{nullptr}, in_proj_a{nullptr};
+  Linear in_proj_qkvz{nullptr}, in_proj_ba{nullptr};
+  std::shared_ptr<torch::nn::Module> conv1d;  // holds `weight` (channels, 1, kernel)
+  at::Tensor dt_bias, A_log;                  // (Hv,)
+  RMSNorm norm{nullptr};                      // the gated norm's weight (V,), plain (not 1 + w)
+  Linear out_proj{nullptr};
+  GatedDeltaNetShape shape;
 };
-TORCH_MODULE(Mlp);
+TORCH_MODULE(GatedDeltaNet);
 
 /// Attention inside a layer body: the layer's q, k, v (projected, normed, RoPE applied) -> the
 /// attended values (B, heads, Tq, head_dim), before o_proj. The caller decides what each query
@@ -105,11 +123,17 @@ class DecoderLayerImpl : public torch::nn::Module {
   /// A pre-norm decoder layer: run(hidden, input_layernorm(hidden), ...). (B, T, H) -> (B, T, H).
   at::Tensor forward(const at::Tensor& hidden, const RopeTables& rope, const AttendFn& attend,
                      RouterLoad* load = nullptr) const;
+  /// A hybrid's linear-attention layer: the same residual body with Gated DeltaNet in place of
+  /// attention. hidden (B, T, H) -> (B, T, H); `bounds` as GatedDeltaNetImpl::forward takes them.
+  at::Tensor forward_linear(const at::Tensor& hidden,
+                            const std::vector<std::vector<int64_t>>& bounds, int64_t chunk_size,
+                            RouterLoad* load = nullptr) const;
   /// The MLP part: the dense MLP, or the experts. (B, T, H) -> (B, T, H).
   at::Tensor feed_forward(const at::Tensor& x, RouterLoad* load = nullptr) const;
-  Attention self_attn{nullptr};
-  Mlp mlp{nullptr};            // a dense layer (null in a sparse one)
-  SparseMoe experts{nullptr};  // a sparse layer: registered as "mlp" (null in a dense one)
+  Attention self_attn{nullptr};        // null in a linear-attention layer
+  GatedDeltaNet linear_attn{nullptr};  // a hybrid's linear-attention layer only
+  Mlp mlp{nullptr};                    // a dense layer (null in a sparse one)
+  SparseMoe experts{nullptr};          // a sparse layer: registered as "mlp" (null in a dense one)
   RMSNorm input_layernorm{nullptr}, post_attention_layernorm{nullptr};
   RMSNorm hidden_norm{nullptr};  // LayerInput::EmbeddingAndHidden only
   int64_t sliding_window;        // 0: full causal attention

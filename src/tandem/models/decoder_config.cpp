@@ -74,7 +74,8 @@ int64_t partial_rotary_dims(const Reader& reader, int64_t head_dim, const std::s
   return static_cast<int64_t>(static_cast<double>(head_dim) * factor);
 }
 
-// The table's entry for config.json's model_type, the architectures checked against it.
+// The table's entry for config.json's model_type, the architectures checked against it (a
+// wrapped family's decoder read alone names its text architecture).
 const FamilyTraits& parse_family(const json& config, const std::string& path) {
   check(config.contains("model_type") && config["model_type"].is_string(), "[config] ", path,
         ": missing 'model_type' (expected ", family_names(), ")");
@@ -82,14 +83,41 @@ const FamilyTraits& parse_family(const json& config, const std::string& path) {
   const FamilyTraits* family = find_family(type);
   check(family != nullptr, "[config] ", path, ": unsupported model_type '", type,
         "' (tandem supports ", family_names(), ")");
+  const bool text_alone = type != family->model_type;
+  const std::string expected = text_alone ? family->hybrid.text_architecture : family->architecture;
   if (config.contains("architectures") && config["architectures"].is_array()) {
     for (const json& arch : config["architectures"]) {
-      check(arch.is_string() && arch.get<std::string>() == family->architecture, "[config] ", path,
+      check(arch.is_string() && arch.get<std::string>() == expected, "[config] ", path,
             ": unsupported architecture ", arch.dump(), " for model_type '", type, "' (expected ",
-            family->architecture, ")");
+            expected, ")");
     }
   }
   return *family;
+}
+
+// A vision-language wrapper (Qwen3.5/3.6): its decoder's config.json object, `text_config`,
+// with the wrapper's tie_word_embeddings when it states one (transformers ties by the
+// wrapper's). The wrapper's own fields are the vision tower's and its special tokens, none of
+// which the decoder reads; anything else is an error naming it.
+json unwrap_text_config(const json& config, const std::string& path, const FamilyTraits& family) {
+  static const std::set<std::string> wrapper_fields = {
+      "text_config",           "vision_config",       "image_token_id",     "video_token_id",
+      "vision_start_token_id", "vision_end_token_id", "tie_word_embeddings"};
+  for (const auto& item : config.items())
+    check(wrapper_fields.count(item.key()) > 0 || common_config_fields().count(item.key()) > 0,
+          "[config] ", path, ": unsupported field '", item.key(), "' for ", family.model_type,
+          " (tandem reads the decoder in text_config and the vision tower's fields only)");
+  check(config.contains("text_config") && config["text_config"].is_object(), "[config] ", path,
+        ": model_type '", family.model_type,
+        "' is a vision-language wrapper; its decoder must be the object 'text_config'");
+  json text = config["text_config"];
+  if (!text.contains("model_type")) text["model_type"] = family.hybrid.text_model_type;
+  check(text["model_type"] == family.hybrid.text_model_type, "[config] ", path,
+        ": text_config.model_type must be '", family.hybrid.text_model_type, "', got ",
+        text["model_type"].dump());
+  if (config.contains("tie_word_embeddings") && !config["tie_word_embeddings"].is_null())
+    text["tie_word_embeddings"] = config["tie_word_embeddings"];
+  return text;
 }
 
 // Every field is common to all families or judged by the family's rule for it: anything else
@@ -274,6 +302,13 @@ void parse_moe(const json& config, const std::string& path, const MoeTraits& fam
       family.reads_norm_topk_prob ? reader.boolean_or("norm_topk_prob", false) : true;
   moe.weights_in_model_dtype = family.weights_in_model_dtype;
   moe.scoring = family.scoring;
+  if (family.shared_expert) {
+    moe.shared_expert_intermediate_size = reader.integer("shared_expert_intermediate_size");
+    check(moe.shared_expert_intermediate_size >= 0 &&
+              moe.shared_expert_intermediate_size <= (int64_t{1} << 20),
+          "[config] ", path, ": shared_expert_intermediate_size must be in 0..", int64_t{1} << 20,
+          " (0: none), got ", moe.shared_expert_intermediate_size);
+  }
   moe.router_aux_loss_coef = reader.number_or("router_aux_loss_coef", 0.001);
   check(std::isfinite(moe.router_aux_loss_coef) && moe.router_aux_loss_coef >= 0, "[config] ", path,
         ": router_aux_loss_coef must be a finite number >= 0, got ", moe.router_aux_loss_coef);
@@ -319,18 +354,65 @@ void parse_partial_rope(const json& config, const std::string& path, DecoderConf
   out.rotary_dim = rotary == out.head_dim ? 0 : rotary;
 }
 
+// The hybrid layers: Gated DeltaNet sizes, and which layers they are: `layer_types`
+// (linear_attention / full_attention), else every full_attention_interval-th layer attends
+// (transformers' default 4). Attention is gated and every RMSNorm is of the (1 + weight) form.
+void parse_hybrid(const json& config, const std::string& path, const HybridTraits& family,
+                  DecoderConfig& out) {
+  Reader reader(config, path);
+  LinearAttentionConfig& linear = out.linear_attention;
+  linear.key_heads = reader.integer("linear_num_key_heads");
+  linear.value_heads = reader.integer("linear_num_value_heads");
+  linear.key_dim = reader.integer("linear_key_head_dim");
+  linear.value_dim = reader.integer("linear_value_head_dim");
+  linear.conv_kernel = reader.integer("linear_conv_kernel_dim");
+  linear.fused_projections = family.fused_projections;
+  const int64_t layers = out.num_hidden_layers;
+  linear.layers.assign(static_cast<size_t>(layers), false);
+  if (reader.has("layer_types")) {
+    const json& types = config["layer_types"];
+    check(types.is_array() && static_cast<int64_t>(types.size()) == layers, "[config] ", path,
+          ": 'layer_types' must list one type per layer (", layers, ")");
+    for (int64_t i = 0; i < layers; ++i) {
+      const std::string type = types[i].is_string() ? types[i].get<std::string>() : "";
+      check(type == "linear_attention" || type == "full_attention", "[config] ", path,
+            ": unsupported layer type ", types[i].dump(), " at layer ", i,
+            " (a hybrid's layers are linear_attention or full_attention)");
+      linear.layers[static_cast<size_t>(i)] = type == "linear_attention";
+    }
+  } else {
+    const int64_t interval = reader.integer_or("full_attention_interval", 4);
+    check(interval >= 1 && interval <= layers, "[config] ", path,
+          ": full_attention_interval must be in 1..num_hidden_layers (", layers, "), got ",
+          interval);
+    for (int64_t i = 0; i < layers; ++i)
+      linear.layers[static_cast<size_t>(i)] = (i + 1) % interval != 0;
+  }
+  out.gated_attention = true;
+  out.zero_centered_norms = true;
+}
+
 }  // namespace
 
 DecoderConfig DecoderConfig::from_json(const json& config, const std::string& path) {
   check(config.is_object(), "[config] ", path, ": expected a JSON object");
-  DecoderConfig out;
   const FamilyTraits& family = parse_family(config, path);
+  if (family.hybrid.text_model_type && config["model_type"] == family.model_type) {
+    DecoderConfig out = from_json(unwrap_text_config(config, path, family), path + ": text_config");
+    out.language_model_wrapped = true;
+    return out;
+  }
+  DecoderConfig out;
   out.family = family.family;
   check_fields(config, path, family);
   Reader reader(config, path);
   out.vocab_size = reader.integer("vocab_size");
   out.hidden_size = reader.integer("hidden_size");
-  out.intermediate_size = reader.integer("intermediate_size");
+  // A family whose every layer has experts of their own width may have no dense width at all.
+  const bool no_dense_mlp =
+      family.moe.enabled && family.moe.own_expert_width && !family.moe.dense_layers_listed;
+  out.intermediate_size = no_dense_mlp ? reader.integer_or("intermediate_size", 0)
+                                       : reader.integer("intermediate_size");
   out.num_hidden_layers = reader.integer("num_hidden_layers");
   out.num_attention_heads = reader.integer("num_attention_heads");
   out.num_key_value_heads = reader.integer_or("num_key_value_heads", out.num_attention_heads);
@@ -353,6 +435,7 @@ DecoderConfig DecoderConfig::from_json(const json& config, const std::string& pa
   out.qk_norm_across_heads = family.qk_norm == QkNorm::AcrossHeads;
   if (family.moe.enabled) parse_moe(config, path, family.moe, out);
   if (family.partial_rope) parse_partial_rope(config, path, out);
+  if (family.hybrid.enabled) parse_hybrid(config, path, family.hybrid, out);
 
   const std::string act = reader.string_or("hidden_act", "silu");
   check(act == "silu", "[config] ", path, ": unsupported hidden_act '", act,
@@ -387,7 +470,9 @@ void DecoderConfig::validate_sizes(const std::string& where) const {
   };
   in_range(vocab_size, "vocab_size", int64_t{1} << 24);
   in_range(hidden_size, "hidden_size", int64_t{1} << 16);
-  in_range(intermediate_size, "intermediate_size", int64_t{1} << 20);
+  // 0: no dense MLP (checked against the layers by validate()).
+  check(intermediate_size >= 0 && intermediate_size <= (int64_t{1} << 20), "[config] ", where,
+        ": intermediate_size must be in 1..", int64_t{1} << 20, ", got ", intermediate_size);
   in_range(num_hidden_layers, "num_hidden_layers", 1024);
   in_range(num_attention_heads, "num_attention_heads", 1024);
   in_range(num_key_value_heads, "num_key_value_heads", 1024);
@@ -437,6 +522,25 @@ void DecoderConfig::validate(const std::string& where) const {
         "[config] ", where, ": rotary_dim must be even and in 2..head_dim, got ", rotary_dim);
   check(!qk_norm_across_heads || qk_norm, "[config] ", where,
         ": q/k norms across heads need qk_norm");
+  for (int64_t i = 0; i < num_hidden_layers && intermediate_size == 0; ++i)
+    check(moe.enabled() && moe.sparse_layers.at(static_cast<size_t>(i)), "[config] ", where,
+          ": intermediate_size is missing or 0 but layer ", i, " has a dense MLP");
+  if (hybrid()) {
+    const LinearAttentionConfig& l = linear_attention;
+    auto positive = [&](int64_t value, const char* name, int64_t bound) {
+      check(value > 0 && value <= bound, "[config] ", where, ": ", name, " must be in 1..", bound,
+            ", got ", value);
+    };
+    positive(l.key_heads, "linear_num_key_heads", 1024);
+    positive(l.value_heads, "linear_num_value_heads", 1024);
+    positive(l.key_dim, "linear_key_head_dim", 4096);
+    positive(l.value_dim, "linear_value_head_dim", 4096);
+    positive(l.conv_kernel, "linear_conv_kernel_dim", 64);
+    check(l.value_heads % l.key_heads == 0, "[config] ", where, ": linear_num_value_heads (",
+          l.value_heads, ") is not a multiple of linear_num_key_heads (", l.key_heads, ")");
+    check(static_cast<int64_t>(l.layers.size()) == num_hidden_layers, "[config] ", where,
+          ": one layer type per layer expected");
+  }
   if (moe.enabled()) {
     check(moe.experts_per_token >= 1 && moe.experts_per_token <= moe.num_experts, "[config] ",
           where, ": num_experts_per_tok must be in 1..", moe.num_experts);
@@ -461,6 +565,8 @@ DecoderConfig DecoderConfig::draft_layers(DecoderFamily draft_family, int64_t nu
   draft.qkv_bias = draft.o_bias = draft.mlp_bias = false;
   draft.sliding_window.assign(static_cast<size_t>(std::max<int64_t>(num_layers, 0)), 0);
   draft.tie_word_embeddings = false;
+  draft.gated_attention = draft.zero_centered_norms = draft.language_model_wrapped = false;
+  draft.linear_attention = LinearAttentionConfig();
   return draft;
 }
 
@@ -472,6 +578,8 @@ DecoderConfig DecoderConfig::from_dir(const std::string& dir) {
 
 json DecoderConfig::to_json() const {
   const FamilyTraits& traits = family_traits(family);
+  check(!hybrid() && !gated_attention, "[export] ", traits.model_type,
+        ": tandem does not write hybrid models (they are read as frozen targets only)");
   json out;
   out["architectures"] = {traits.architecture};
   out["model_type"] = traits.model_type;

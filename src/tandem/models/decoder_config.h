@@ -1,9 +1,10 @@
 #pragma once
-// Hyperparameters of a Llama-family decoder (Llama 2/3/3.x, Mistral, Qwen2, Qwen3) or of a
-// mixture-of-experts one built on the same layers (Qwen3-MoE, Mixtral, MiniMax-M2), read from an
-// HF config.json. Both transformers 4 (`rope_theta`, `rope_scaling`, `torch_dtype`) and
-// transformers 5 (`rope_parameters`, `dtype`, `layer_types`) spellings are understood; any field
-// that would change the model and is not implemented is an error naming it.
+// Hyperparameters of a Llama-family decoder (Llama 2/3/3.x, Mistral, Qwen2, Qwen3), of a
+// mixture-of-experts one built on the same layers (Qwen3-MoE, Mixtral, MiniMax-M2), or of a hybrid
+// whose layers are Gated DeltaNet linear attention or gated full attention (Qwen3.5/3.6 dense and
+// MoE, Qwen3-Next), read from an HF config.json. Both transformers 4 (`rope_theta`, `rope_scaling`,
+// `torch_dtype`) and transformers 5 (`rope_parameters`, `dtype`, `layer_types`) spellings are
+// understood; any field that would change the model and is not implemented is an error naming it.
 #include <cstdint>
 #include <nlohmann/json_fwd.hpp>
 #include <optional>
@@ -14,10 +15,21 @@ namespace tandem {
 
 /// What each family is (its names, config.json fields, implied layers, export spelling) is its
 /// entry in the table of family_traits.cpp (family_traits.h); a family has one there.
-enum class DecoderFamily { Llama, Mistral, Qwen2, Qwen3, Qwen3Moe, Mixtral, MiniMaxM2 };
+enum class DecoderFamily {
+  Llama,
+  Mistral,
+  Qwen2,
+  Qwen3,
+  Qwen3Moe,
+  Mixtral,
+  MiniMaxM2,
+  Qwen3_5,     // Qwen3.5 / Qwen3.6 dense: hybrid layers, SwiGLU MLP
+  Qwen3_5Moe,  // Qwen3.5 / Qwen3.6 MoE: hybrid layers, experts and a gated shared expert
+  Qwen3Next    // Qwen3-Next: hybrid layers with fused projections, experts and a shared expert
+};
 
 /// The config.json `model_type` from the family table: "llama", "mistral", "qwen2", "qwen3",
-/// "qwen3_moe", "mixtral" or "minimax_m2".
+/// "qwen3_moe", "mixtral", "minimax_m2", "qwen3_5", "qwen3_5_moe" or "qwen3_next".
 const char* family_name(DecoderFamily family);
 
 /// How a mixture-of-experts router turns its logits (tokens, experts) into the chosen experts
@@ -38,8 +50,24 @@ struct MoeConfig {
   bool weights_in_model_dtype = false;  // Qwen3-MoE casts them to the model's dtype; others: fp32
   std::vector<bool> sparse_layers;      // per decoder layer: experts (true) or the dense MLP
   double router_aux_loss_coef = 0;      // as the checkpoint declares it (written back on export)
+  // Qwen3.5-MoE, Qwen3-Next: a SwiGLU expert every token runs, of this width, scaled by
+  // sigmoid(shared_expert_gate x) and added to the routed experts' sum. 0: none.
+  int64_t shared_expert_intermediate_size = 0;
 
   bool enabled() const { return num_experts > 0; }
+};
+
+/// The Gated DeltaNet layers of a hybrid model (models/gated_deltanet.h). `layers` empty: none.
+struct LinearAttentionConfig {
+  std::vector<bool> layers;  // per decoder layer: Gated DeltaNet (true) or attention
+  int64_t key_heads = 0, value_heads = 0, key_dim = 0, value_dim = 0;
+  int64_t conv_kernel = 0;  // the causal depthwise conv's width (linear_conv_kernel_dim)
+  // Qwen3-Next: q, k, v, z come from one in_proj_qkvz and b, a from one in_proj_ba, their rows
+  // grouped per key head; Qwen3.5: in_proj_qkv, in_proj_z, in_proj_b, in_proj_a.
+  bool fused_projections = false;
+
+  bool enabled() const { return !layers.empty(); }
+  bool at(int64_t layer) const { return enabled() && layers.at(static_cast<size_t>(layer)); }
 };
 
 /// RoPE frequency scaling; `llama3` is the only scaled type implemented.
@@ -55,7 +83,7 @@ struct DecoderConfig {
   DecoderFamily family = DecoderFamily::Llama;
   int64_t vocab_size = 0;
   int64_t hidden_size = 0;
-  int64_t intermediate_size = 0;
+  int64_t intermediate_size = 0;  // the dense MLP's width; 0 where no layer has one (Qwen3.5-MoE)
   int64_t num_hidden_layers = 0;
   int64_t num_attention_heads = 0;
   int64_t num_key_value_heads = 0;
@@ -72,6 +100,17 @@ struct DecoderConfig {
   // MiniMax-M2: the q/k norms span all heads (weights (heads * head_dim,)), not one head.
   bool qk_norm_across_heads = false;
   int64_t rotary_dim = 0;  // RoPE on the first rotary_dim dims of each head (0: all of them)
+  // Qwen3.5 / Qwen3-Next attention: q_proj gives each head its query and as many gate values;
+  // the attended values are multiplied by sigmoid(gate) before o_proj.
+  bool gated_attention = false;
+  // Qwen3.5 / Qwen3-Next: every decoder RMSNorm scales by (1 + weight), in fp32 before the cast
+  // back (the weights are stored centred on 0). The gated norm inside Gated DeltaNet is plain.
+  bool zero_centered_norms = false;
+  LinearAttentionConfig linear_attention;
+  // The checkpoint is a vision-language wrapper (Qwen3_5ForConditionalGeneration): config.json
+  // holds the decoder in `text_config` and the weights live under `model.language_model.`; the
+  // vision tower's tensors (`model.visual.`) are not read.
+  bool language_model_wrapped = false;
   MoeConfig moe;
   // Per decoder layer: the sliding attention window in tokens, or 0 for full causal attention.
   std::vector<int64_t> sliding_window;
@@ -89,12 +128,15 @@ struct DecoderConfig {
   nlohmann::json to_json() const;
   /// Checks internal consistency (positive sizes, heads divide, ...); `where` names the source.
   void validate(const std::string& where) const;
+  /// Whether some layer is Gated DeltaNet (a hybrid: Qwen3.5/3.6, Qwen3-Next).
+  bool hybrid() const { return linear_attention.enabled(); }
   /// The dims RoPE rotates: rotary_dim, or head_dim when it is 0.
   int64_t rotated_dims() const { return rotary_dim > 0 ? rotary_dim : head_dim; }
   /// A draft's `num_layers` decoder layers of `family` built from this target's config: its
   /// hidden size, heads, head_dim, intermediate size, vocab, RoPE and eps, with the family's
   /// own q/k norm (per head when it has one), full RoPE, a dense MLP, no biases, no sliding
-  /// window and no tied embeddings. The draft then sets what it sizes differently.
+  /// window, no tied embeddings, plain attention and norms (none of a hybrid's layers). The draft
+  /// then sets what it sizes differently.
   DecoderConfig draft_layers(DecoderFamily family, int64_t num_layers) const;
   /// The sizes alone (vocab, widths, layers, heads) within their stated bounds; validate()
   /// includes it. Parsing calls it before the layer count sizes anything.

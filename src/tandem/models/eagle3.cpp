@@ -20,6 +20,9 @@ Eagle3Config Eagle3Config::for_target(const DecoderConfig& target,
   // The draft layer is a Llama layer in every engine.
   config.layer = target.draft_layers(DecoderFamily::Llama, 1);
   if (intermediate_size > 0) config.layer.intermediate_size = intermediate_size;
+  check(config.layer.intermediate_size > 0, "[eagle3] the ", family_name(target.family),
+        " target has no dense MLP width (intermediate_size: every layer has experts); set "
+        "draft.intermediate_size");
   config.target_hidden_size = target.hidden_size;
   config.draft_vocab_size = draft_vocab_size;
   config.aux_layer_ids = aux_layer_ids.empty() ? default_aux_layers(target.num_hidden_layers)

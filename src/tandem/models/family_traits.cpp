@@ -49,6 +49,29 @@ std::vector<FieldRule> every_layer_moe_fields() {
           only("attention_bias", false, "its attention projections have no bias")};
 }
 
+// Every hybrid family: the Gated DeltaNet sizes, which layers are which, the attention's output
+// gate, partial RoPE (top level in Qwen3-Next's configs), and fields of the state cache and of
+// the multi-token-prediction heads beside the model, which transformers does not read either.
+std::vector<FieldRule> hybrid_fields() {
+  return {accepted("linear_conv_kernel_dim"),
+          accepted("linear_key_head_dim"),
+          accepted("linear_value_head_dim"),
+          accepted("linear_num_key_heads"),
+          accepted("linear_num_value_heads"),
+          accepted("full_attention_interval"),
+          accepted("partial_rotary_factor"),
+          only("attn_output_gate", true, "the attention output gated by sigmoid(q_proj's gate)"),
+          accepted("mamba_ssm_dtype"),
+          accepted("mtp_num_hidden_layers"),
+          accepted("mtp_use_dedicated_embeddings"),
+          only("use_sliding_window", false, "no layer attends in a window")};
+}
+
+// The Qwen3.5/3.6 and Qwen3-Next experts: their own width, a gated shared expert.
+std::vector<FieldRule> hybrid_moe_fields() {
+  return {accepted("moe_intermediate_size"), accepted("shared_expert_intermediate_size")};
+}
+
 }  // namespace
 
 const std::vector<FamilyTraits>& family_table() {
@@ -126,6 +149,65 @@ const std::vector<FamilyTraits>& family_table() {
                    accepted("use_mtp"), accepted("num_mtp_modules"),
                    accepted("mtp_transformer_layers")}}),
        .spelling = {.router_jitter_noise = true}},
+
+      // The hybrids (Gated DeltaNet + gated attention). Qwen3.5/3.6 checkpoints are the
+      // vision-language wrapper; a text-only one (model_type qwen3_5_text) is read too. A dense
+      // Qwen3.5 layer list of MLP-only layers changes nothing (every layer is dense).
+      {.family = DecoderFamily::Qwen3_5,
+       .model_type = "qwen3_5",
+       .architecture = "Qwen3_5ForConditionalGeneration",
+       .qk_norm = QkNorm::PerHead,
+       .partial_rope = true,
+       .windows = WindowReading::Ignored,
+       .hybrid = {.enabled = true,
+                  .text_model_type = "qwen3_5_text",
+                  .text_architecture = "Qwen3_5ForCausalLM"},
+       .fields = rules(
+           {hybrid_fields(),
+            {only("attention_bias", false, "its projections have no bias"),
+             only("mlp_bias", false, "its MLPs have no bias"), accepted("mlp_only_layers")}})},
+
+      {.family = DecoderFamily::Qwen3_5Moe,
+       .model_type = "qwen3_5_moe",
+       .architecture = "Qwen3_5MoeForConditionalGeneration",
+       .qk_norm = QkNorm::PerHead,
+       .partial_rope = true,
+       .windows = WindowReading::Ignored,
+       .moe = {.enabled = true,
+               .own_expert_width = true,
+               .weights_in_model_dtype = true,
+               .shared_expert = true},
+       .hybrid = {.enabled = true,
+                  .text_model_type = "qwen3_5_moe_text",
+                  .text_architecture = "Qwen3_5MoeForCausalLM"},
+       .fields = rules({moe_fields(),
+                        hybrid_fields(),
+                        hybrid_moe_fields(),
+                        {only("attention_bias", false, "its projections have no bias"),
+                         refused("decoder_sparse_step", "every layer has experts there"),
+                         only("mlp_only_layers", json::array(), "every layer has experts"),
+                         // transformers' router always renormalises the top-k here
+                         accepted("norm_topk_prob")}})},
+
+      {.family = DecoderFamily::Qwen3Next,
+       .model_type = "qwen3_next",
+       .architecture = "Qwen3NextForCausalLM",
+       .qk_norm = QkNorm::PerHead,
+       .partial_rope = true,
+       .windows = WindowReading::Ignored,
+       .moe = {.enabled = true,
+               .own_expert_width = true,
+               .reads_norm_topk_prob = true,
+               .weights_in_model_dtype = true,
+               .dense_layers_listed = true,
+               .shared_expert = true},
+       .hybrid = {.enabled = true, .fused_projections = true},
+       .fields = rules({moe_fields(),
+                        hybrid_fields(),
+                        hybrid_moe_fields(),
+                        {only("attention_bias", false, "its projections have no bias"),
+                         accepted("norm_topk_prob"), accepted("decoder_sparse_step"),
+                         accepted("mlp_only_layers")}})},
   };
   return table;
 }
@@ -144,7 +226,9 @@ const FamilyTraits& family_traits(DecoderFamily family) {
 
 const FamilyTraits* find_family(const std::string& model_type) {
   for (const FamilyTraits& traits : family_table())
-    if (model_type == traits.model_type) return &traits;
+    if (model_type == traits.model_type ||
+        (traits.hybrid.text_model_type && model_type == traits.hybrid.text_model_type))
+      return &traits;
   return nullptr;
 }
 

@@ -63,6 +63,19 @@ struct MoeTraits {
   bool weights_in_model_dtype = false;  // the router's weights cast to the model's dtype
   bool dense_layers_listed = false;     // decoder_sparse_step, mlp_only_layers; else every layer
   bool block_sparse_moe_names = false;  // hub tensors: block_sparse_moe.experts.E.w1/w3/w2
+  bool shared_expert = false;           // shared_expert_intermediate_size: the gated shared expert
+};
+
+/// A hybrid family (Qwen3.5/3.6, Qwen3-Next): Gated DeltaNet layers and gated full-attention
+/// layers as `layer_types` (or full_attention_interval) says, every RMSNorm of the (1 + weight)
+/// form, partial RoPE. `enabled` false: every layer is plain attention.
+struct HybridTraits {
+  bool enabled = false;
+  bool fused_projections = false;  // in_proj_qkvz / in_proj_ba (Qwen3-Next)
+  // The vision-language wrapper whose `text_config` is this family's decoder (Qwen3.5/3.6): its
+  // model_type is the family's, the decoder's own is `text_model_type`, read alone as well.
+  const char* text_model_type = nullptr;    // "qwen3_5_text"
+  const char* text_architecture = nullptr;  // "Qwen3_5ForCausalLM": a text-only checkpoint
 };
 
 /// What the writer of the export's config.json spells per family (beyond the MoE fields, which
@@ -85,6 +98,7 @@ struct FamilyTraits {
   bool partial_rope = false;  // rotary_dim / partial_rotary_factor are read (else full RoPE)
   WindowReading windows = WindowReading::MaxWindowLayers;
   MoeTraits moe = {};
+  HybridTraits hybrid = {};
 
   // config.json fields beyond common_config_fields().
   std::vector<FieldRule> fields = {};
@@ -99,7 +113,8 @@ struct FamilyTraits {
 const std::vector<FamilyTraits>& family_table();
 /// The entry of `family` (an Error for a value the table does not hold).
 const FamilyTraits& family_traits(DecoderFamily family);
-/// The entry whose model_type is `model_type`, or nullptr.
+/// The entry whose model_type (or, for a wrapped family, text_model_type) is `model_type`, or
+/// nullptr.
 const FamilyTraits* find_family(const std::string& model_type);
 /// "llama, mistral, ... or minimax_m2": the model_types of the entries `include` keeps.
 std::string family_names(bool (*include)(const FamilyTraits&) = nullptr);

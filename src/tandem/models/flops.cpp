@@ -2,22 +2,53 @@
 
 namespace tandem {
 
+namespace {
+
+// The chunk the gated delta rule's FLOPs are counted at (flops.h).
+constexpr double kGatedDeltaChunk = 64;
+
+// 2 x the matmul parameters of one Gated DeltaNet layer (projections, conv, out_proj) and its
+// gated delta rule, per token.
+double gated_deltanet_flops_per_token(const DecoderConfig& c) {
+  const LinearAttentionConfig& l = c.linear_attention;
+  const double hidden = static_cast<double>(c.hidden_size);
+  const double K = static_cast<double>(l.key_dim), V = static_cast<double>(l.value_dim);
+  const double heads = static_cast<double>(l.value_heads);
+  const double channels = 2.0 * static_cast<double>(l.key_heads) * K + heads * V;
+  const double params = hidden * (channels + heads * V + 2.0 * heads) +  // qkv, z, b, a
+                        channels * static_cast<double>(l.conv_kernel) +  // the depthwise conv
+                        heads * V * hidden;                              // out_proj
+  const double C = kGatedDeltaChunk;
+  const double rule = heads * (4.0 * C * K + C * (K + V) + 2.0 * C * V + 6.0 * K * V);
+  return 2.0 * params + rule;
+}
+
+}  // namespace
+
 double decoder_forward_flops(const DecoderConfig& c, double tokens, double attention_pairs,
                              bool with_lm_head) {
   const double hidden = static_cast<double>(c.hidden_size);
   const double attention_width = static_cast<double>(c.num_attention_heads) * c.head_dim;
   const double kv_width = static_cast<double>(c.num_key_value_heads) * c.head_dim;
-  const double attention_params = hidden * (2 * attention_width + 2 * kv_width);
+  // q (and its gate, in gated attention), o, k, v.
+  const double attention_params =
+      hidden * ((c.gated_attention ? 3 : 2) * attention_width + 2 * kv_width);
   // A sparse layer's active MLP: the router (E x H) and k experts of 3 x H x I each.
   const double dense_mlp = 3.0 * hidden * static_cast<double>(c.intermediate_size);
-  const double sparse_mlp = hidden * static_cast<double>(c.moe.num_experts) +
-                            static_cast<double>(c.moe.experts_per_token) * 3.0 * hidden *
-                                static_cast<double>(c.moe.expert_intermediate_size);
+  const double sparse_mlp =
+      hidden * static_cast<double>(c.moe.num_experts) +
+      static_cast<double>(c.moe.experts_per_token) * 3.0 * hidden *
+          static_cast<double>(c.moe.expert_intermediate_size) +
+      hidden * (3.0 * static_cast<double>(c.moe.shared_expert_intermediate_size) +
+                (c.moe.shared_expert_intermediate_size > 0 ? 1.0 : 0.0));
   double body = 0;
   for (int64_t layer = 0; layer < c.num_hidden_layers; ++layer) {
     const bool sparse = c.moe.enabled() && c.moe.sparse_layers.at(static_cast<size_t>(layer));
-    body += 2.0 * (attention_params + (sparse ? sparse_mlp : dense_mlp)) * tokens +
-            2.0 * attention_pairs * attention_width;
+    body += 2.0 * (sparse ? sparse_mlp : dense_mlp) * tokens;
+    if (c.linear_attention.at(layer))
+      body += gated_deltanet_flops_per_token(c) * tokens;
+    else
+      body += 2.0 * attention_params * tokens + 2.0 * attention_pairs * attention_width;
   }
   return body + (with_lm_head ? lm_head_flops(c, tokens) : 0.0);
 }

@@ -10,6 +10,7 @@
 #include "tandem/dist/sharding.h"
 #include "tandem/io/hf_checkpoint.h"
 #include "tandem/models/load.h"
+#include "tandem/models/stored_weights.h"
 
 namespace tandem {
 
@@ -53,11 +54,12 @@ GatheredWeight::GatheredWeight(GatheredWeight&& other) noexcept = default;
 GatheredWeight::~GatheredWeight() = default;
 
 FrozenHead::FrozenHead(at::Tensor embed_tokens, at::Tensor final_norm, double rms_norm_eps,
-                       at::Tensor lm_head)
+                       at::Tensor lm_head, bool zero_centered_norm)
     : embed_tokens_(std::move(embed_tokens)),
       final_norm_(std::move(final_norm)),
       lm_head_(std::move(lm_head)),
-      rms_norm_eps_(rms_norm_eps) {
+      rms_norm_eps_(rms_norm_eps),
+      zero_centered_norm_(zero_centered_norm) {
   for (const at::Tensor* tensor : {&embed_tokens_, &final_norm_, &lm_head_}) {
     const_cast<at::Tensor&>(*tensor).set_requires_grad(false);
     register_frozen(*tensor);
@@ -65,7 +67,8 @@ FrozenHead::FrozenHead(at::Tensor embed_tokens, at::Tensor final_norm, double rm
 }
 
 FrozenHead::FrozenHead(const FrozenHead& other)
-    : FrozenHead(other.embed_tokens_, other.final_norm_, other.rms_norm_eps_, other.lm_head_) {}
+    : FrozenHead(other.embed_tokens_, other.final_norm_, other.rms_norm_eps_, other.lm_head_,
+                 other.zero_centered_norm_) {}
 
 FrozenHead::~FrozenHead() {
   for (const at::Tensor* tensor : {&embed_tokens_, &final_norm_, &lm_head_})
@@ -83,12 +86,14 @@ FrozenHead FrozenHead::load(const std::string& dir, c10::ScalarType dtype, const
     return checkpoint.read_weight(name).to(run.device, dtype);
   };
   const int64_t vocab = config.vocab_size, hidden = config.hidden_size;
-  at::Tensor embed = read("model.embed_tokens.weight", {vocab, hidden});
-  at::Tensor lm_head = config.tie_word_embeddings ? embed : read("lm_head.weight", {vocab, hidden});
-  at::Tensor final_norm = read("model.norm.weight", {hidden});
+  const auto stored = [&](const char* name) { return checkpoint_name(name, config); };
+  at::Tensor embed = read(stored("model.embed_tokens.weight"), {vocab, hidden});
+  at::Tensor lm_head =
+      config.tie_word_embeddings ? embed : read(stored("lm_head.weight"), {vocab, hidden});
+  at::Tensor final_norm = read(stored("model.norm.weight"), {hidden});
   for (const at::Tensor& weight : {embed, lm_head, final_norm})  // before they are registered
     shard_on_load(run.shard_on_load, weight);
-  return FrozenHead(embed, final_norm, config.rms_norm_eps, lm_head);
+  return FrozenHead(embed, final_norm, config.rms_norm_eps, lm_head, config.zero_centered_norms);
 }
 
 at::Tensor FrozenHead::embed(const at::Tensor& ids) const {
@@ -96,11 +101,12 @@ at::Tensor FrozenHead::embed(const at::Tensor& ids) const {
 }
 
 at::Tensor FrozenHead::final_norm(const at::Tensor& last_hidden) const {
-  return apply_rms_norm(last_hidden, final_norm_, rms_norm_eps_);
+  return apply_rms_norm(last_hidden, final_norm_, rms_norm_eps_, zero_centered_norm_);
 }
 
 FrozenHead FrozenModel::head() const {
-  return FrozenHead(embed_tokens(), final_norm_weight(), config().rms_norm_eps, lm_head_weight());
+  return FrozenHead(embed_tokens(), final_norm_weight(), config().rms_norm_eps, lm_head_weight(),
+                    config().zero_centered_norms);
 }
 
 FrozenModel::FrozenModel(std::string dir, CausalLM model)

@@ -38,10 +38,12 @@ class GatheredWeight {
 /// embedding, the final norm and the output projection. Frozen and registered like a model.
 class FrozenHead {
  public:
-  /// Reads only those tensors from the HF checkpoint `dir` (offline training: no layers loaded).
+  /// Reads only those tensors from the HF checkpoint `dir` (offline training: no layers loaded),
+  /// under the names its checkpoints give them (a wrapped model's `model.language_model.`).
   static FrozenHead load(const std::string& dir, c10::ScalarType dtype, const RunContext& run);
+  /// `zero_centered_norm`: the final norm scales by 1 + weight (Qwen3.5/3.6, Qwen3-Next).
   FrozenHead(at::Tensor embed_tokens, at::Tensor final_norm, double rms_norm_eps,
-             at::Tensor lm_head);
+             at::Tensor lm_head, bool zero_centered_norm = false);
   FrozenHead(const FrozenHead& other);
   FrozenHead& operator=(const FrozenHead&) = delete;
   ~FrozenHead();
@@ -62,6 +64,7 @@ class FrozenHead {
  private:
   at::Tensor embed_tokens_, final_norm_, lm_head_;
   double rms_norm_eps_;
+  bool zero_centered_norm_;
 };
 
 class FrozenModel {

@@ -19,17 +19,22 @@
 
 namespace tandem {
 
-/// A layer's tensors, as checkpoints name them under `linear_attn.`.
+/// A layer's tensors, as checkpoints name them under `linear_attn.`. The projections are either
+/// Qwen3.5's four or Qwen3-Next's fused two (the other set undefined).
 struct GatedDeltaNetWeights {
   at::Tensor in_proj_qkv;  // (2 Hk K + Hv V, hidden)
   at::Tensor in_proj_z;    // (Hv V, hidden)
   at::Tensor in_proj_b;    // (Hv, hidden)
   at::Tensor in_proj_a;    // (Hv, hidden)
-  at::Tensor conv1d;       // (2 Hk K + Hv V, 1, kernel)
-  at::Tensor dt_bias;      // (Hv,)
-  at::Tensor A_log;        // (Hv,)
-  at::Tensor norm;         // (V,): the gated RMSNorm's weight (plain, not 1 + w)
-  at::Tensor out_proj;     // (hidden, Hv V)
+  // Qwen3-Next: per key head h, rows [q_h (K) | k_h (K) | v of its r = Hv/Hk value heads (r V) |
+  // z of them (r V)], and [b of its r value heads | a of them].
+  at::Tensor in_proj_qkvz;  // (Hk (2K + 2 r V), hidden)
+  at::Tensor in_proj_ba;    // (Hk 2 r, hidden)
+  at::Tensor conv1d;        // (2 Hk K + Hv V, 1, kernel)
+  at::Tensor dt_bias;       // (Hv,)
+  at::Tensor A_log;         // (Hv,)
+  at::Tensor norm;          // (V,): the gated RMSNorm's weight (plain, not 1 + w)
+  at::Tensor out_proj;      // (hidden, Hv V)
 };
 
 struct GatedDeltaNetShape {

@@ -29,6 +29,9 @@ TORCH_MODULE(Embedding);
 
 /// weight * x / rms(x), normalised in fp32 and cast back before scaling (transformers' order).
 at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps);
+/// (1 + weight) * x / rms(x), all in fp32 and cast back last: the zero-centred RMSNorm of
+/// Qwen3.5/3.6 and Qwen3-Next, whose stored weights are centred on 0.
+at::Tensor zero_centered_rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps);
 
 // The three weight-reading ops, each through with_full_parameters (dist/sharding.h): plain ATen
 // calls unless the weights are sharded, when they are gathered for this call only. The layers
@@ -37,20 +40,35 @@ at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps);
 at::Tensor apply_linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias = {});
 /// Rows of weight (vocab, hidden) for ids (...) int64 -> (..., hidden).
 at::Tensor apply_embedding(const at::Tensor& weight, const at::Tensor& ids);
-/// rms_norm(x, weight, eps).
-at::Tensor apply_rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps);
+/// rms_norm(x, weight, eps), or zero_centered_rms_norm when `zero_centered`.
+at::Tensor apply_rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps,
+                          bool zero_centered = false);
 
-/// RMSNorm as transformers computes it: normalise in fp32, cast back, then scale.
+/// RMSNorm as transformers computes it: normalise in fp32, cast back, then scale; or, when
+/// `zero_centered`, zero_centered_rms_norm (a fresh one's weight is 0 there, not 1).
 class RMSNormImpl : public torch::nn::Module {
  public:
-  RMSNormImpl(int64_t size, double eps, const at::TensorOptions& options);
+  RMSNormImpl(int64_t size, double eps, const at::TensorOptions& options,
+              bool zero_centered = false);
   at::Tensor forward(const at::Tensor& x) const;  // (..., size) -> (..., size)
   at::Tensor weight;
   double eps;
+  bool zero_centered;
 };
 TORCH_MODULE(RMSNorm);
 
-/// Fills every parameter of `module`: RMSNorm weights with 1, biases with 0, the rest N(0, std).
+/// down(silu(gate(x)) * up(x)).
+class MlpImpl : public torch::nn::Module {
+ public:
+  MlpImpl(int64_t hidden_size, int64_t intermediate_size, bool bias,
+          const at::TensorOptions& options);
+  at::Tensor forward(const at::Tensor& x) const;  // (B, T, H) -> (B, T, H)
+  Linear gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};
+};
+TORCH_MODULE(Mlp);
+
+/// Fills every parameter of `module`: RMSNorm weights with 1 (0 when zero-centred), biases with
+/// 0, the rest N(0, std).
 void init_normal_(torch::nn::Module& module, double std, uint64_t seed);
 
 }  // namespace tandem

@@ -3,6 +3,8 @@
 #include <ATen/ATen.h>
 #include <unistd.h>
 
+#include <iostream>
+#include <map>
 #include <set>
 #include <sstream>
 
@@ -60,7 +62,8 @@ void check_checkpoint_matches(const torch::nn::Module& module, const HfCheckpoin
   check(missing.empty(), "[checkpoint] ", checkpoint.dir(), ": missing tensors ",
         join_first(missing, 5));
   for (const std::string& name : checkpoint.names())
-    if (!expected.count(name) && !carries_no_weights(name, config.tie_word_embeddings))
+    if (!expected.count(name) && !carries_no_weights(name, config.tie_word_embeddings) &&
+        !outside_decoder(name, config))
       unexpected.push_back(name);
   check(unexpected.empty(), "[checkpoint] ", checkpoint.dir(),
         ": tensors the config does not account for: ", join_first(unexpected, 5),
@@ -112,9 +115,22 @@ CausalLM allocate_causal_lm(const DecoderConfig& config, const at::TensorOptions
   }
 }
 
+std::string outside_decoder_summary(const HfCheckpoint& checkpoint, const DecoderConfig& config) {
+  std::map<std::string, int64_t> counts;
+  for (const std::string& name : checkpoint.names())
+    if (const char* part = outside_decoder(name, config)) ++counts[part];
+  std::ostringstream out;
+  for (const auto& [part, count] : counts)
+    out << (out.tellp() > 0 ? ", " : "") << count << " tensors of " << part;
+  return out.str();
+}
+
 CausalLM load_causal_lm(const std::string& dir, c10::ScalarType dtype, const RunContext& run) {
   const DecoderConfig config = DecoderConfig::from_dir(dir);
   const HfCheckpoint checkpoint = HfCheckpoint::open(dir, run.rank_zero);
+  const std::string skipped = outside_decoder_summary(checkpoint, config);
+  if (!skipped.empty())
+    std::cerr << "[model] " << dir << ": not read, not part of the decoder: " << skipped << "\n";
   // A config.json whose sizes disagree with its weights fails before anything is allocated.
   // Parameters start uninitialised (at::empty: on the CPU, pages untouched until filled); load
   // replaces each with its checkpoint tensor, so at most one tensor's host copy exists at a time.

@@ -40,6 +40,10 @@ void load_parameters(torch::nn::Module& module, const HfCheckpoint& checkpoint,
 CausalLM allocate_causal_lm(const DecoderConfig& config, const at::TensorOptions& options,
                             const std::string& where, const HfCheckpoint* checkpoint = nullptr);
 
+/// "12 tensors of the vision tower, 3 tensors of the multi-token-prediction layers": what
+/// `checkpoint` holds beside the decoder and loading skips by name (empty when nothing).
+std::string outside_decoder_summary(const HfCheckpoint& checkpoint, const DecoderConfig& config);
+
 /// config.json + weights of `dir` -> a causal LM in `dtype` on `run.device` (read through
 /// `run.rank_zero` when set).
 CausalLM load_causal_lm(const std::string& dir, c10::ScalarType dtype, const RunContext& run);

@@ -72,6 +72,13 @@ SparseMoeImpl::SparseMoeImpl(const DecoderConfig& config, const at::TensorOption
   if (moe.scoring == RouterScoring::SigmoidWithBias)
     e_score_correction_bias =
         register_buffer("e_score_correction_bias", at::zeros({moe.num_experts}, options));
+  if (moe.shared_expert_intermediate_size > 0) {
+    shared_expert = register_module(
+        "shared_expert",
+        Mlp(config.hidden_size, moe.shared_expert_intermediate_size, false, options));
+    shared_expert_gate =
+        register_module("shared_expert_gate", Linear(config.hidden_size, 1, false, options));
+  }
 }
 
 std::pair<at::Tensor, at::Tensor> route_tokens(const at::Tensor& router_logits,
@@ -224,7 +231,9 @@ at::Tensor SparseMoeImpl::forward(const at::Tensor& x, RouterLoad* load) const {
                                        router_logits};
       });
   if (load) load->add(out[1], moe.experts_per_token);
-  return out[0].view({batch, length, hidden});
+  const at::Tensor routed = out[0].view({batch, length, hidden});
+  if (!shared_expert) return routed;
+  return routed + at::sigmoid(shared_expert_gate->forward(x)) * shared_expert->forward(x);
 }
 
 }  // namespace tandem

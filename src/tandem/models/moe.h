@@ -1,7 +1,8 @@
 #pragma once
-// The sparse MLP of mixture-of-experts decoders (Qwen3-MoE, Mixtral, MiniMax-M2): a router picks
-// the top-k experts of each token, every expert is a SwiGLU MLP, and the token's output is the
-// router-weighted sum of its experts' outputs.
+// The sparse MLP of mixture-of-experts decoders (Qwen3-MoE, Mixtral, MiniMax-M2, Qwen3.5-MoE,
+// Qwen3-Next): a router picks the top-k experts of each token, every expert is a SwiGLU MLP, and
+// the token's output is the router-weighted sum of its experts' outputs, plus, in Qwen3.5-MoE and
+// Qwen3-Next, a shared expert every token runs, scaled by sigmoid(shared_expert_gate x).
 //
 // Expert compute is grouped: the (token, expert) pairs are sorted by expert, and each expert runs
 // its two matmuls once, on all of its rows: through ATen's grouped matmul (two calls per layer,
@@ -63,6 +64,8 @@ class SparseMoeImpl : public torch::nn::Module {
   Linear gate{nullptr};  // the router: (E, H), no bias
   Experts experts{nullptr};
   at::Tensor e_score_correction_bias;  // (E,) buffer, MiniMax-M2 only (undefined otherwise)
+  Mlp shared_expert{nullptr};          // Qwen3.5-MoE, Qwen3-Next (null otherwise)
+  Linear shared_expert_gate{nullptr};  // (1, H), no bias
   MoeConfig moe;
 };
 TORCH_MODULE(SparseMoe);

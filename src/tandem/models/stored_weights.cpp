@@ -42,10 +42,24 @@ std::vector<std::string> StoredWeight::names() const {
   return out;
 }
 
+std::string checkpoint_name(const std::string& model_name, const DecoderConfig& config) {
+  const std::string decoder = "model.";
+  if (!config.language_model_wrapped || model_name.rfind(decoder, 0) != 0) return model_name;
+  return "model.language_model." + model_name.substr(decoder.size());
+}
+
+const char* outside_decoder(const std::string& stored_name, const DecoderConfig& config) {
+  if (config.language_model_wrapped && stored_name.rfind("model.visual.", 0) == 0)
+    return "the vision tower";
+  if (config.hybrid() && stored_name.rfind("mtp.", 0) == 0)
+    return "the multi-token-prediction layers";
+  return nullptr;
+}
+
 StoredWeight hub_form(const std::string& model_name, const DecoderConfig& config) {
-  StoredWeight out{model_name, {{model_name}}};
+  std::string name = checkpoint_name(model_name, config);
+  StoredWeight out{model_name, {{name}}};
   if (!config.moe.enabled()) return out;
-  std::string name = model_name;
   const std::string sparse_mlp = ".mlp.";
   const size_t at = name.find(sparse_mlp);
   if (hub_calls_it_block_sparse_moe(config) && at != std::string::npos &&
@@ -72,7 +86,8 @@ StoredWeight hub_form(const std::string& model_name, const DecoderConfig& config
 
 StoredWeight stored_form(const std::string& model_name, const DecoderConfig& config,
                          const HfCheckpoint& checkpoint) {
-  if (checkpoint.contains(model_name)) return StoredWeight{model_name, {{model_name}}};
+  const std::string name = checkpoint_name(model_name, config);
+  if (checkpoint.contains(name)) return StoredWeight{model_name, {{name}}};
   return hub_form(model_name, config);
 }
 

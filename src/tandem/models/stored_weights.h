@@ -9,6 +9,9 @@
 //                         (MiniMax-M2) block_sparse_moe.e_score_correction_bias
 // A checkpoint that stores the stacked form under the model's own names (mlp.experts.gate_up_proj
 // (E, 2I, H), mlp.experts.down_proj (E, H, I)) is read as it is.
+// A vision-language wrapper (Qwen3.5/3.6) stores the decoder's `model.` tensors under
+// `model.language_model.`; its vision tower (`model.visual.`) and the multi-token-prediction
+// layers some hybrid checkpoints carry (`mtp.`) are not part of the decoder and are not read.
 #include <ATen/core/Tensor.h>
 
 #include <string>
@@ -32,6 +35,13 @@ struct StoredWeight {
   /// Every checkpoint name it reads.
   std::vector<std::string> names() const;
 };
+
+/// The name `model_name` has in `config`'s checkpoints (the wrapper's prefix where it has one).
+std::string checkpoint_name(const std::string& model_name, const DecoderConfig& config);
+
+/// What a checkpoint tensor that is not part of the decoder belongs to ("the vision tower",
+/// "the multi-token-prediction layers"), or nullptr for every other tensor.
+const char* outside_decoder(const std::string& stored_name, const DecoderConfig& config);
 
 /// The hub form of `model_name`: per-expert tensors for a stacked expert tensor, the family's
 /// spelling for the rest (what exports write, and what loading looks for when the checkpoint

@@ -70,12 +70,23 @@ at::Tensor gather_positions(const at::Tensor& hidden, const at::Tensor& index) {
 }
 
 DecoderConfig student_decoder_config(const SftOptions& options) {
-  if (!options.model_path.empty()) return DecoderConfig::from_dir(options.model_path);
-  return DecoderConfig::from_json(read_json_file(options.model_config, "sft", " model config"),
-                                  options.model_config);
+  const DecoderConfig config =
+      !options.model_path.empty()
+          ? DecoderConfig::from_dir(options.model_path)
+          : DecoderConfig::from_json(read_json_file(options.model_config, "sft", " model config"),
+                                     options.model_config);
+  // The gated delta rule has a forward only (models/gated_delta_rule.h).
+  check(!config.hybrid(), "[model] ",
+        options.model_path.empty() ? options.model_config : options.model_path, ": ",
+        family_name(config.family),
+        " is a hybrid (Gated DeltaNet) model, which tandem reads as a frozen target, teacher or "
+        "reference only: training one (SFT, distillation student, DPO or GRPO policy) is not "
+        "supported yet");
+  return config;
 }
 
 CausalLM make_causal_lm(const SftOptions& options) {
+  student_decoder_config(options);  // refuses what tandem cannot train, before any loading
   CausalLM model{nullptr};
   if (!options.model_path.empty()) {
     model = load_causal_lm(options.model_path, options.dtype, options.run);

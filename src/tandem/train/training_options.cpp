@@ -11,6 +11,7 @@ AttentionOptions read_attention_options(const Config& attention) {
   options.kernel = keys::attention::kernel.read(attention);
   options.query_chunk = keys::attention::query_chunk.read(attention);
   options.key_chunk = keys::attention::key_chunk.read(attention);
+  options.linear_chunk = keys::attention::linear_chunk.read(attention);
   return options;
 }
 

@@ -1,0 +1,121 @@
+#!/usr/bin/env bash
+# Hybrid targets (Gated DeltaNet + gated attention) end to end through the binary, on the tiny
+# Qwen3.5-MoE fixture of tools/make_hybrid_fixtures.py (the vision-language wrapper, a vision
+# tower whose tensors are not read):
+#  1. EAGLE-3: 20 steps online, exported and checked against what SGLang / vLLM / speculators
+#     read; `tandem capture` + offline training has the online first-step loss.
+#  2. DFlash: the same, the export checked as SGLang / vLLM read z-lab drafts.
+#  3. What is not supported says so: a draft for a target without a dense MLP width needs
+#     draft.intermediate_size; training a hybrid model itself (SFT) is refused by name.
+# Usage: tests/e2e_hybrid.sh BUILD_DIR   (run by ctest; needs scripts/setup.sh --tools)
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+tandem="$1/tandem"
+work=$(mktemp -d "${TMPDIR:-/tmp}/tandem-e2e-hybrid-XXXXXX")
+trap 'rm -rf "$work"' EXIT
+[ -n "${KEEP:-}" ] && trap - EXIT
+cd "$root"
+export OMP_NUM_THREADS=1 TANDEM_THREADS=1
+target=tests/fixtures/models/qwen3_5_moe
+
+# 16 documents of random text ids (below the vision tokens), the first 4 tokens unmasked.
+python3 - "$work/docs.jsonl" <<'PY'
+import json, random, sys
+random.seed(36)
+with open(sys.argv[1], "w") as out:
+    for _ in range(16):
+        n = random.randint(16, 30)
+        out.write(json.dumps({"input_ids": [random.randrange(3, 500) for _ in range(n)],
+                              "loss_mask": [0] * 4 + [1] * (n - 4)}) + "\n")
+PY
+first_loss() { python3 -c "import json,sys; print(json.loads(open(sys.argv[1]).readline())['loss'])" "$1"; }
+same_first_loss() {  # ONLINE_METRICS OFFLINE_METRICS
+  python3 - "$(first_loss "$1")" "$(first_loss "$2")" <<'PY'
+import sys
+online, offline = map(float, sys.argv[1:])
+print(f"  first-step loss: online {online:.6f}, offline {offline:.6f}")
+assert abs(online - offline) <= 1e-5 * abs(online), "offline loss differs from online"
+PY
+}
+losses_fall() {  # METRICS: the mean of the last 5 losses below the mean of the first 5
+  python3 - "$1" <<'PY'
+import json, sys
+losses = [r["loss"] for r in map(json.loads, open(sys.argv[1])) if "loss" in r]
+assert len(losses) == 20, len(losses)
+first, last = sum(losses[:5]) / 5, sum(losses[-5:]) / 5
+print(f"  20 steps: mean loss of steps 1-5 {first:.4f}, of steps 16-20 {last:.4f}")
+assert last < first, "the draft did not learn"
+PY
+}
+
+echo "== 1. EAGLE-3 against the Qwen3.5-MoE target"
+cat > "$work/eagle3.yaml" <<YAML
+target: {path: $target, dtype: fp32}
+draft: {aux_layer_ids: [0, 2, 3], ttt_length: 3, draft_vocab_size: 128, intermediate_size: 96}
+data: {path: $work/docs.jsonl, format: pretokenized, seq_len: 32, micro_batch_rows: 2,
+       cache_dir: $work/cache}
+training: {objective: eagle3, run_dir: $work/eagle3-online, steps: 20, lr: 3.0e-3, log_every: 1,
+           save_every: 20}
+YAML
+"$tandem" train "$work/eagle3.yaml" > "$work/eagle3-online.log" 2>&1 ||
+  { cat "$work/eagle3-online.log" >&2; exit 1; }
+grep -q "not read, not part of the decoder: 21 tensors of the vision tower" "$work/eagle3-online.log"
+losses_fall "$work/eagle3-online/metrics.jsonl"
+tools/check_eagle3_export.sh --sglang "$work/eagle3-online/export/sglang" \
+  --speculators "$work/eagle3-online/export/speculators"
+"$tandem" capture "$work/eagle3.yaml" --out "$work/capture-eagle3" --shard-documents 5 > /dev/null
+"$tandem" train "$work/eagle3.yaml" "data.capture=$work/capture-eagle3" \
+  "training.run_dir=$work/eagle3-offline" training.steps=1 > "$work/eagle3-offline.log" 2>&1 ||
+  { cat "$work/eagle3-offline.log" >&2; exit 1; }
+same_first_loss "$work/eagle3-online/metrics.jsonl" "$work/eagle3-offline/metrics.jsonl"
+
+echo "== 2. DFlash against the Qwen3.5-MoE target"
+cat > "$work/dflash.yaml" <<YAML
+target: {path: $target, dtype: fp32}
+draft: {num_layers: 2, target_layer_ids: [0, 3], block_size: 4, intermediate_size: 64,
+        mask_token_id: 511}
+loss: {max_anchors: 8}
+data: {path: $work/docs.jsonl, format: pretokenized, seq_len: 32, micro_batch_rows: 2,
+       cache_dir: $work/cache}
+training: {objective: dflash, run_dir: $work/dflash-online, steps: 20, lr: 3.0e-3, log_every: 1,
+           save_every: 20}
+YAML
+"$tandem" train "$work/dflash.yaml" > "$work/dflash-online.log" 2>&1 ||
+  { cat "$work/dflash-online.log" >&2; exit 1; }
+losses_fall "$work/dflash-online/metrics.jsonl"
+python3 tools/check_dflash_export.py "$work/dflash-online/export"
+"$tandem" capture "$work/dflash.yaml" --out "$work/capture-dflash" --shard-documents 6 > /dev/null
+"$tandem" train "$work/dflash.yaml" "data.capture=$work/capture-dflash" \
+  "training.run_dir=$work/dflash-offline" training.steps=1 > "$work/dflash-offline.log" 2>&1 ||
+  { cat "$work/dflash-offline.log" >&2; exit 1; }
+same_first_loss "$work/dflash-online/metrics.jsonl" "$work/dflash-offline/metrics.jsonl"
+
+echo "== 3. what is not supported is refused by name"
+expect_refusal() {  # PHRASE COMMAND...
+  local phrase=$1
+  shift
+  if "$@" > "$work/refused.log" 2>&1; then echo "expected a refusal: $*" >&2; exit 1; fi
+  grep -qF "$phrase" "$work/refused.log" || { cat "$work/refused.log" >&2; exit 1; }
+  echo "  refused: $(grep -F "$phrase" "$work/refused.log" | head -1 | cut -c1-150)"
+}
+# The fixture's text_config states a dense width transformers ignores; a config without one (every
+# layer has experts) leaves the draft's MLP width to draft.intermediate_size.
+mkdir "$work/no-dense-width"
+ln -s "$root/$target/model.safetensors" "$work/no-dense-width/model.safetensors"
+python3 - "$target/config.json" "$work/no-dense-width/config.json" <<'PY'
+import json, sys
+config = json.load(open(sys.argv[1]))
+del config["text_config"]["intermediate_size"]
+json.dump(config, open(sys.argv[2], "w"))
+PY
+expect_refusal "target has no dense MLP width (intermediate_size: every layer has experts); set draft.intermediate_size" \
+  "$tandem" train "$work/eagle3.yaml" "target.path=$work/no-dense-width" draft.intermediate_size=0 \
+  "training.run_dir=$work/no-width"
+expect_refusal "is a hybrid (Gated DeltaNet) model, which tandem reads as a frozen target" \
+  "$tandem" train /dev/stdin <<YAML
+model: {path: tests/fixtures/models/qwen3_next, dtype: fp32}
+data: {path: $work/docs.jsonl, format: pretokenized, seq_len: 32, micro_batch_rows: 2,
+       cache_dir: $work/cache}
+training: {objective: sft, run_dir: $work/sft, steps: 1, lr: 1.0e-3}
+YAML
+echo "e2e_hybrid: OK"
