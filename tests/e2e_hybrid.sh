@@ -5,7 +5,10 @@
 #  1. EAGLE-3: 20 steps online, exported and checked against what SGLang / vLLM / speculators
 #     read; `tandem capture` + offline training has the online first-step loss.
 #  2. DFlash: the same, the export checked as SGLang / vLLM read z-lab drafts.
-#  3. What is not supported says so: a draft for a target without a dense MLP width needs
+#  3. `tandem eval` of both drafts with the hybrid cache (conv windows and recurrent states rolled
+#     back past rejected tokens): output = greedy, and exactly the tokens the uncached decoders
+#     accept, prompt by prompt; `tandem rollout`'s batched sampling runs on it too.
+#  4. What is not supported says so: a draft for a target without a dense MLP width needs
 #     draft.intermediate_size; training a hybrid model itself (SFT) is refused by name.
 # Usage: tests/e2e_hybrid.sh BUILD_DIR   (run by ctest; needs scripts/setup.sh --tools)
 set -euo pipefail
@@ -90,7 +93,28 @@ python3 tools/check_dflash_export.py "$work/dflash-online/export"
   { cat "$work/dflash-offline.log" >&2; exit 1; }
 same_first_loss "$work/dflash-online/metrics.jsonl" "$work/dflash-offline/metrics.jsonl"
 
-echo "== 3. what is not supported is refused by name"
+echo "== 3. tandem eval with the hybrid cache = without it; rollout"
+eval_both() {  # DRAFT_EXPORT NAME
+  for cache in "" --no-kv-cache; do
+    "$tandem" eval --target "$target" --draft "$1" --data "$work/docs.jsonl" \
+      --format pretokenized --num-prompts 6 --max-new-tokens 12 --cache-dir "$work/cache" \
+      --out "$work/eval-$2${cache:+-uncached}.json" $cache > /dev/null 2>&1 ||
+      { echo "eval $2 $cache failed" >&2; exit 1; }
+  done
+  python3 - "$work/eval-$2.json" "$work/eval-$2-uncached.json" "$2" <<'PY'
+import json, sys
+r, u = (json.load(open(p)) for p in sys.argv[1:3])
+assert r["greedy_identical"] == r["prompts"] == 6 and u["greedy_identical"] == 6, (r, u)
+assert r["kv_cache"] and not u["kv_cache"]
+assert [p["accepted"] for p in r["per_prompt"]] == [p["accepted"] for p in u["per_prompt"]]
+print(f"  {sys.argv[3]}: tau {r['tau']:.2f} with the cache = {u['tau']:.2f} without; "
+      f"accepted per step, prompt 0: {r['per_prompt'][0]['accepted']}")
+PY
+}
+eval_both "$work/eagle3-online/export" eagle3
+eval_both "$work/dflash-online/export" dflash
+
+echo "== 4. what is not supported is refused by name"
 expect_refusal() {  # PHRASE COMMAND...
   local phrase=$1
   shift

@@ -5,8 +5,10 @@
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "tandem/core/json_file.h"
+#include "tandem/eval/draft_proposer.h"
 #include "tandem/eval/generation.h"
 #include "tandem/eval/speculative.h"
 #include "tandem/eval/uncached_decode.h"
@@ -17,8 +19,9 @@ namespace {
 
 using tandem::FrozenModel;
 
-const std::vector<std::string> kFixtures = {"llama3",    "mistral", "qwen2",     "qwen3",
-                                            "qwen3_moe", "mixtral", "minimax_m2"};
+const std::vector<std::string> kFixtures = {"llama3",      "mistral",   "qwen2",      "qwen3",
+                                            "qwen3_moe",   "mixtral",   "minimax_m2", "qwen3_5",
+                                            "qwen3_5_moe", "qwen3_next"};
 
 std::vector<std::vector<int64_t>> prompts_for(int64_t vocab, uint64_t seed) {
   at::Generator generator = at::make_generator<at::CPUGeneratorImpl>(seed);
@@ -116,6 +119,99 @@ TEST(KvCache, RollbackRecomputesTheSameAndCapacityIsEnforced) {
               static_cast<long long>(cache.bytes()));
   // 4 layers x (keys + values) x 2 kv heads x 8 slots x 32 dims x 4 bytes + 8 flags.
   EXPECT_EQ(cache.bytes(), 4 * 2 * 2 * 8 * 32 * 4 + 8);
+}
+
+// A hybrid model's cache: its Gated DeltaNet layers roll back by replaying the kept slots of the
+// last forward from the state before it, which gives the states of running them alone: after
+// rolling back 4 of 6 slots (twice over: 6 -> 4 -> 3), running the dropped ones again gives the
+// first run's hidden states. Rolling back past the last forward is refused, naming why.
+TEST(KvCache, HybridRollbackReplaysTheKeptSlots) {
+  for (const std::string name : {"qwen3_5_moe", "qwen3_next"}) {
+    const FrozenModel model =
+        FrozenModel::load(tandem::testing::model_fixture(name), at::kFloat, at::kCPU);
+    tandem::KvCache cache = model.new_cache(1, 16);
+    const at::Tensor ids = at::tensor({5, 17, 40, 3, 99, 250, 77, 12}, at::kLong).view({1, 8});
+    const at::Tensor positions = at::arange(8, at::kLong).view({1, 8});
+    const at::Tensor valid = at::ones({1, 8}, at::kBool);
+    const auto run = [&](int64_t from, int64_t n) {
+      return model.forward_cached(ids.narrow(1, from, n), positions.narrow(1, from, n),
+                                  valid.narrow(1, from, n), cache);
+    };
+    const at::Tensor prefix = run(0, 2);
+    const at::Tensor first = run(2, 6);  // slots 2..7
+    cache.truncate(6);
+    cache.truncate(5);  // further back within the same forward
+    const at::Tensor again = run(5, 3);
+    const double scale = std::max(1.0, first.abs().max().item<double>());
+    const double diff = (again - first.narrow(1, 3, 3)).abs().max().item<double>();
+    std::printf("[generate] %s: rolled back 3 of 6 slots and ran them again: max |diff| %.3g\n",
+                name.c_str(), diff);
+    EXPECT_LE(diff, 1e-5 * scale) << name;
+    // One slot at a time (the recurrent form) after a rollback to the forward's start.
+    cache.truncate(5);
+    const at::Tensor single = run(5, 1);
+    EXPECT_LE((single - first.narrow(1, 3, 1)).abs().max().item<double>(), 1e-5 * scale) << name;
+    const std::string error = tandem::testing::error_of([&] { cache.truncate(2); });
+    EXPECT_NE(error.find("rolls back only into its last forward"), std::string::npos) << error;
+    EXPECT_TRUE(prefix.defined());
+  }
+}
+
+// A proposer that knows the target's greedy continuation and gets one position of each proposal
+// wrong, in turn (the first, the second, ..., none), so verifications accept every length 0..k.
+class OracleProposer : public tandem::DraftProposer {
+ public:
+  OracleProposer(std::vector<int64_t> greedy, int64_t prompt_length, int64_t vocab)
+      : greedy_(std::move(greedy)), prompt_length_(prompt_length), vocab_(vocab) {}
+  const std::vector<int64_t>& target_layers() const override { return layers_; }
+  int64_t draft_tokens() const override { return 3; }
+  void reset() override { seen_ = 0; }
+  void extend(const std::vector<int64_t>& ids, const at::Tensor&, int64_t) override {
+    seen_ += static_cast<int64_t>(ids.size());
+  }
+  std::vector<int64_t> propose(int64_t) override {
+    std::vector<int64_t> proposal;
+    const int64_t at = seen_ - prompt_length_;  // greedy_[at] is the bonus token
+    for (int64_t j = 1; j <= draft_tokens(); ++j) {
+      const size_t index =
+          static_cast<size_t>(std::min<int64_t>(at + j, static_cast<int64_t>(greedy_.size()) - 1));
+      proposal.push_back(greedy_[index]);
+    }
+    const int64_t wrong = step_++ % (draft_tokens() + 1);
+    if (wrong < draft_tokens()) proposal[wrong] = (proposal[wrong] + 1) % vocab_;
+    return proposal;
+  }
+
+ private:
+  std::vector<int64_t> greedy_, layers_ = {0};  // read as a draft would, unused
+  int64_t prompt_length_, vocab_, seen_ = 0, step_ = 0;
+};
+
+// Speculative decoding against a hybrid target accepts every length 0..k in turn: with the cache
+// (its Gated DeltaNet states rolled back past each rejected token) the tokens and the accepted
+// lengths equal the uncached decoder's, and the output is the greedy decode.
+TEST(KvCache, HybridSpeculativeDecodingEqualsUncached) {
+  for (const std::string name : {"qwen3_5", "qwen3_next"}) {
+    const FrozenModel model =
+        FrozenModel::load(tandem::testing::model_fixture(name), at::kFloat, at::kCPU);
+    const std::vector<int64_t> prompt = prompts_for(model.config().vocab_size, 11)[1];
+    tandem::DecodeOptions options;
+    options.max_new_tokens = 16;
+    const std::vector<int64_t> greedy = tandem::greedy_decode(model, prompt, options);
+    const int64_t vocab = model.config().vocab_size;
+    OracleProposer cached_draft(greedy, static_cast<int64_t>(prompt.size()), vocab);
+    OracleProposer uncached_draft(greedy, static_cast<int64_t>(prompt.size()), vocab);
+    const auto cached = tandem::speculative_decode(model, cached_draft, prompt, options);
+    const auto uncached =
+        tandem::speculative_decode(model, uncached_draft, prompt, options.without_cache());
+    EXPECT_EQ(cached.tokens, greedy) << name;
+    EXPECT_EQ(cached.tokens, uncached.tokens) << name;
+    EXPECT_EQ(cached.accepted, uncached.accepted) << name;
+    std::set<int64_t> lengths(cached.accepted.begin(), cached.accepted.end());
+    EXPECT_GE(lengths.size(), 3u) << name << ": too few accepted lengths exercised";
+    std::printf("[generate] %s speculative: %zu verifications, accepted lengths seen %zu\n",
+                name.c_str(), cached.accepted.size(), lengths.size());
+  }
 }
 
 // Sampling: the same seed gives the same tokens, top_k 1 is greedy, and each log-probability is

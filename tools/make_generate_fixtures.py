@@ -2,7 +2,8 @@
 """Record transformers' greedy `generate` output for the model fixtures (reference for KV-cached decoding).
 
 Writes, for each fixture NAME of tests/fixtures/models/ (llama3, mistral, qwen2, qwen3, qwen3_moe,
-mixtral, minimax_m2), tests/fixtures/generate/NAME.json:
+mixtral, minimax_m2; the hybrids qwen3_5, qwen3_5_moe, qwen3_next of tools/make_hybrid_fixtures.py),
+tests/fixtures/generate/NAME.json:
   generator             "tools/make_generate_fixtures.py"
   fixture               NAME (the checkpoint is tests/fixtures/models/NAME)
   transformers_version, torch_version
@@ -10,7 +11,11 @@ mixtral, minimax_m2), tests/fixtures/generate/NAME.json:
   max_new_tokens        12
   prompts               3 prompts of lengths 5, 9, 3: torch.randint(3, vocab_size - 3) from one
                         generator, in that order (never a special id: bos/eos are 1/2, or 510/511
-                        for minimax_m2, pad 0)
+                        for minimax_m2, pad 0); the hybrids: torch.randint(3, 504), ids 3..503 (the
+                        text range of tools/make_hybrid_fixtures.py), below the Qwen3.5 vision
+                        special tokens 504 (vision_start), 505 (vision_end), 507 (image), 508
+                        (video) that sit inside the vocabulary of 512 (qwen3_next has none, but
+                        keeps the same range)
   generated             per prompt, the 12 new token ids (prompt not repeated)
   min_margin            per prompt, the minimum over the 12 steps of top-1 minus top-2 of the fp32
                         next-token logits (output_logits, before any logits processor), rounded
@@ -19,7 +24,13 @@ mixtral, minimax_m2), tests/fixtures/generate/NAME.json:
                         position of the prompt + the first 11 generated tokens (all the tokens the
                         model reads) of the k-th minus (k+1)-th routing score (softmax of the
                         router logits; minimax_m2: sigmoid + e_score_correction_bias), from one
-                        uncached fp32 forward of that sequence; 6 significant digits
+                        uncached fp32 forward of that sequence; 6 significant digits.  The MoE
+                        layers are those whose mlp has experts and a router mlp.gate (hooked; its
+                        top-k asserted): every layer, except qwen3_next's dense layer 1
+                        (mlp_only_layers [1]; asserted against the config).  For qwen3_5_moe /
+                        qwen3_next (Qwen3_5MoeSparseMoeBlock / Qwen3NextSparseMoeBlock: top-2 of
+                        the softmax, renormalised, plus a shared expert that is not routed) the
+                        gap is taken on the softmax before renormalisation, as the router picks.
   notes
 
 How: AutoModelForCausalLM.from_pretrained(dir, dtype=float32, attn_implementation="eager") (MoE:
@@ -29,6 +40,13 @@ deterministic algorithms; per prompt, one call
                  max_new_tokens=12, min_new_tokens=12, pad_token_id=0, use_cache=True,
                  return_dict_in_generate=True, output_scores=True, output_logits=True)
 (no padding, no batching).  min_new_tokens=12 only keeps eos from ending a prompt early.
+Hybrids (Gated DeltaNet + gated attention layers): use_cache=True runs transformers' hybrid cache
+(attention KV plus each linear-attention layer's conv window and recurrent state); use_cache=False
+recomputes the whole sequence every step.  qwen3_5 / qwen3_5_moe are vision-language checkpoints
+(Qwen3_5ForConditionalGeneration / Qwen3_5MoeForConditionalGeneration, weights under
+model.language_model.*, a vision tower, and for qwen3_5 mtp.* tensors): AutoModelForCausalLM loads the
+text-only Qwen3_5ForCausalLM / Qwen3_5MoeForCausalLM from them (asserted: that class, no missing
+keys); the recorded ids come from it.  qwen3_5 is stored in bf16 and loaded as fp32 like the rest.
 
 Checked (asserted) for every prompt, so the recorded ids do not depend on generate's machinery:
   * the same call with use_cache=False yields the same 12 ids;
@@ -37,10 +55,18 @@ Checked (asserted) for every prompt, so the recorded ids do not depend on genera
   * a plain greedy loop (full uncached forward of the whole sequence, argmax of the last row)
     yields the same ids;
   * MoE: the same ids with experts_implementation="eager", and min_routing_gap >= MIN_ROUTING_GAP;
+  * qwen3_5, qwen3_5_moe: the full vision-language model (AutoModelForImageTextToText, the
+    checkpoint's ConditionalGeneration class, asserted) on the same text input generates the same
+    ids with exactly equal logits (torch.equal), and its uncached forward of the prompt + the 12
+    generated ids gives exactly the text-only model's logits (for text the three mRoPE position
+    rows are equal, so mRoPE is plain RoPE);
   * mistral: with sliding_window=None every prompt generates other ids (the window of 6 is
     exercised: the model reads 16, 20 and 14 positions).
 The seeds in PROMPT_SEEDS were found with --search (first seed from the base value 1000 + 100*i
 upward passing all the checks).  Deterministic: running it twice gives byte-identical files.
+Layout: what clang-format 14 with the repository's .clang-format makes of json.dumps(indent=2) (the
+committed files went through it): one value per line; a top-level "key": value line over 100 columns
+is broken after the colon, the value on the next line indented by 6 (write_json).
 Run (from the repository root):
     <venv-tools>/bin/python tools/make_generate_fixtures.py [--out tests/fixtures/generate] [--only NAME ...]
     <venv-tools>/bin/python tools/make_generate_fixtures.py --search [--only NAME ...]
@@ -49,6 +75,7 @@ Run (from the repository root):
 import argparse
 import json
 import os
+import re
 import sys
 
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
@@ -59,11 +86,18 @@ torch.set_num_threads(1)
 torch.use_deterministic_algorithms(True)
 
 import transformers  # noqa: E402
-from transformers import AutoModelForCausalLM  # noqa: E402
+from transformers import AutoModelForCausalLM, AutoModelForImageTextToText  # noqa: E402
 
 GENERATOR = "tools/make_generate_fixtures.py"
-NAMES = ["llama3", "mistral", "qwen2", "qwen3", "qwen3_moe", "mixtral", "minimax_m2"]
-MOE = {"qwen3_moe", "mixtral", "minimax_m2"}
+NAMES = ["llama3", "mistral", "qwen2", "qwen3", "qwen3_moe", "mixtral", "minimax_m2",
+         "qwen3_5", "qwen3_5_moe", "qwen3_next"]
+MOE = {"qwen3_moe", "mixtral", "minimax_m2", "qwen3_5_moe", "qwen3_next"}
+HYBRID = {"qwen3_5", "qwen3_5_moe", "qwen3_next"}
+# vision-language checkpoints: the text-only class AutoModelForCausalLM gives, the full model's class
+VLM = {"qwen3_5": ("Qwen3_5ForCausalLM", "Qwen3_5ForConditionalGeneration"),
+       "qwen3_5_moe": ("Qwen3_5MoeForCausalLM", "Qwen3_5MoeForConditionalGeneration")}
+HYBRID_ID_HIGH = 504  # hybrids: prompt ids 3..503, below the vision special tokens 504..508
+VISION_TOKEN_KEYS = ("vision_start_token_id", "vision_end_token_id", "image_token_id", "video_token_id")
 PROMPT_LENGTHS = (5, 9, 3)
 MAX_NEW_TOKENS = 12
 PAD_ID = 0
@@ -72,7 +106,9 @@ MIN_ROUTING_GAP = 1e-3
 EXPERTS_IMPL = "grouped_mm"  # transformers 5.x's default experts_implementation
 # prompt seeds (found with --search from the base values 1000 + 100 * (index in NAMES)): every
 # base seed passes the logit-margin checks; mixtral 1500-1502 and minimax_m2 1600 fail only
-# min_routing_gap >= MIN_ROUTING_GAP (gaps down to 6e-5).
+# min_routing_gap >= MIN_ROUTING_GAP (gaps down to 6e-5).  Hybrids: qwen3_5 1700 passes;
+# qwen3_5_moe 1800-1808 and qwen3_next 1900 fail only min_routing_gap (gaps down to 2e-5);
+# qwen3_next 1901 fails it and, on one prompt, MIN_MARGIN too (5.7e-4).
 PROMPT_SEEDS = {
     "llama3": 1000,
     "mistral": 1100,
@@ -81,23 +117,37 @@ PROMPT_SEEDS = {
     "qwen3_moe": 1400,
     "mixtral": 1503,
     "minimax_m2": 1601,
+    "qwen3_5": 1700,
+    "qwen3_5_moe": 1809,
+    "qwen3_next": 1902,
 }
 NOTES = ("greedy, fp32, eager attention, one prompt per call, no padding, use_cache=True "
          "(equal to use_cache=False)")
+NOTES_EXTRA = {
+    "qwen3_5": "; AutoModelForCausalLM: the text-only Qwen3_5ForCausalLM (same ids and logits as "
+               "Qwen3_5ForConditionalGeneration); prompt ids 3..503",
+    "qwen3_5_moe": "; AutoModelForCausalLM: the text-only Qwen3_5MoeForCausalLM (same ids and logits as "
+                   "Qwen3_5MoeForConditionalGeneration); prompt ids 3..503",
+    "qwen3_next": "; prompt ids 3..503",
+}
+COLUMN_LIMIT = 100  # .clang-format's ColumnLimit (write_json)
 
 
-def load_model(path, experts=None):
+def load_model(path, experts=None, auto=AutoModelForCausalLM):
     kwargs = {} if experts is None else {"experts_implementation": experts}
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, attn_implementation="eager",
-                                                 **kwargs)
+    model, info = auto.from_pretrained(path, dtype=torch.float32, attn_implementation="eager",
+                                       output_loading_info=True, **kwargs)
     model.eval()
-    assert model.config._attn_implementation == "eager"
+    assert not info["missing_keys"] and not info["mismatched_keys"], (path, info)
+    assert model.config.get_text_config()._attn_implementation == "eager"
     return model
 
 
-def make_prompts(seed, vocab):
+def make_prompts(seed, vocab, high=None):
+    """high: exclusive upper bound of the ids (default vocab - 3)."""
     g = torch.Generator().manual_seed(seed)
-    return [torch.randint(3, vocab - 3, (n,), generator=g, dtype=torch.int64).tolist()
+    return [torch.randint(3, vocab - 3 if high is None else high, (n,), generator=g,
+                          dtype=torch.int64).tolist()
             for n in PROMPT_LENGTHS]
 
 
@@ -121,7 +171,8 @@ def greedy(model, prompt, use_cache):
     seq = out.sequences[0].tolist()
     assert seq[: len(prompt)] == prompt and len(seq) == len(prompt) + MAX_NEW_TOKENS, seq
     logits = torch.cat([t.float() for t in out.logits], dim=0)
-    assert logits.shape == (MAX_NEW_TOKENS, model.config.vocab_size) and len(out.scores) == MAX_NEW_TOKENS
+    vocab = model.config.get_text_config().vocab_size
+    assert logits.shape == (MAX_NEW_TOKENS, vocab) and len(out.scores) == MAX_NEW_TOKENS
     return seq[len(prompt):], logits
 
 
@@ -167,6 +218,37 @@ def min_routing_gap(model, seq):
     return gap
 
 
+def moe_layers(model):
+    """Indices of the layers min_routing_gap hooks, asserted against the config where it says."""
+    layers = [i for i, layer in enumerate(model.model.layers)
+              if hasattr(layer.mlp, "experts") and hasattr(layer.mlp, "gate")]
+    cfg = model.config
+    if hasattr(cfg, "mlp_only_layers"):  # qwen3_moe, qwen3_next (Qwen3_5Moe: every layer sparse)
+        step = getattr(cfg, "decoder_sparse_step", 1)
+        expected = [i for i in range(cfg.num_hidden_layers)
+                    if i not in cfg.mlp_only_layers and (i + 1) % step == 0]
+        assert layers == expected, (layers, expected)
+    return layers
+
+
+@torch.no_grad()
+def vlm_check(model, full, prompt, new, logits):
+    """qwen3_5*: the full vision-language model on the same text -> problems (list of str), line."""
+    problems = []
+    new_f, logits_f = greedy(full, prompt, use_cache=True)
+    if new_f != new or not torch.equal(logits_f, logits):
+        problems.append(f"{type(full).__name__} generates {new_f} "
+                        f"(max|logits diff| {(logits_f - logits).abs().max().item():.2e}), "
+                        f"{type(model).__name__} {new}")
+    seq = torch.tensor([prompt + new])
+    a = model(input_ids=seq, use_cache=False).logits
+    b = full(input_ids=seq, use_cache=False).logits
+    if not torch.equal(a, b):
+        problems.append(f"uncached forward: {type(full).__name__} != {type(model).__name__}, "
+                        f"max|diff| {(a - b).abs().max().item():.2e}")
+    return problems, f", {type(full).__name__} max|logits diff| {(logits_f - logits).abs().max().item():.1e}"
+
+
 @torch.no_grad()
 def window_matters(model, prompts, generated):
     """Mistral: per prompt, whether generate with sliding_window=None picks other ids than `generated`."""
@@ -183,12 +265,17 @@ def sig6(x):
     return float(f"{x:.6g}")
 
 
-def evaluate(name, model, seed, moe_eager=None):
-    """Runs every check for one prompt seed; returns (record, problems, report lines)."""
+def evaluate(name, model, seed, moe_eager=None, full=None):
+    """Runs every check for one prompt seed; returns (record, problems, report lines).
+    full: the vision-language model of a VLM fixture (vlm_check)."""
     vocab = model.config.vocab_size
-    prompts = make_prompts(seed, vocab)
+    prompts = make_prompts(seed, vocab, HYBRID_ID_HIGH if name in HYBRID else None)
     specials = {PAD_ID, model.config.bos_token_id, model.config.eos_token_id,
                 model.generation_config.bos_token_id, model.generation_config.eos_token_id}
+    if full is not None:
+        vision = [getattr(full.config, key) for key in VISION_TOKEN_KEYS]
+        assert min(vision) == HYBRID_ID_HIGH, vision
+        specials |= set(vision)
     assert not specials & {t for p in prompts for t in p}, (prompts, specials)
     rec = dict(prompts=prompts, generated=[], min_margin=[])
     if name in MOE:
@@ -226,19 +313,27 @@ def evaluate(name, model, seed, moe_eager=None):
                     problems.append(f"prompt {p}: experts_implementation=eager {new_e} != {new_c}")
                 diff = (logits_e - logits_c).abs().max().item()
                 line += f", max|logits eager experts - {EXPERTS_IMPL}| {diff:.2e}"
+        if full is not None:
+            vlm_problems, vlm_line = vlm_check(model, full, prompt, new_c, logits_c)
+            problems += [f"prompt {p}: {x}" for x in vlm_problems]
+            line += vlm_line
         lines.append(line)
     return rec, problems, lines
 
 
 def write_json(path, obj):
-    """json with one line per top-level key and per inner list (small, diff-friendly, deterministic)."""
-    def fmt(v):
-        if isinstance(v, list) and v and isinstance(v[0], list):
-            return "[\n" + ",\n".join("    " + json.dumps(x) for x in v) + "\n  ]"
-        return json.dumps(v)
-    body = ",\n".join(f"  {json.dumps(k)}: {fmt(v)}" for k, v in obj.items())
+    """json.dumps(indent=2), one value per line, laid out as clang-format 14 with the repository's
+    .clang-format leaves it (the committed files went through it): a top-level "key": value line
+    longer than COLUMN_LIMIT is broken after the colon, the value indented by 6 (deterministic)."""
+    lines = []
+    for line in json.dumps(obj, indent=2).split("\n"):
+        m = re.fullmatch(r'(  "[^"\\]*":) (.*)', line)
+        if m and len(line) > COLUMN_LIMIT:
+            lines += [m.group(1), "      " + m.group(2)]
+        else:
+            lines.append(line)
     with open(path, "w", encoding="utf-8", newline="\n") as f:
-        f.write("{\n" + body + "\n}\n")
+        f.write("\n".join(lines) + "\n")
     with open(path, encoding="utf-8") as f:
         assert json.load(f) == obj, path
 
@@ -265,18 +360,27 @@ def main():
         if moe:
             assert model.config._experts_implementation == EXPERTS_IMPL, model.config._experts_implementation
         gc = model.generation_config
-        print(f"{name}: generation_config {json.dumps(gc.to_diff_dict(), sort_keys=True)}")
+        print(f"{name}: {type(model).__name__}, generation_config "
+              f"{json.dumps(gc.to_diff_dict(), sort_keys=True)}")
+        if moe:
+            print(f"  MoE layers {moe_layers(model)}")
         moe_eager = load_model(path, "eager") if moe else None
+        full = None
+        if name in VLM:
+            assert type(model).__name__ == VLM[name][0], type(model).__name__
+            full = load_model(path, EXPERTS_IMPL if moe else None, AutoModelForImageTextToText)
+            assert type(full).__name__ == VLM[name][1], type(full).__name__
+            assert not moe or full.config.get_text_config()._experts_implementation == EXPERTS_IMPL
         if args.search:
             for seed in range(PROMPT_SEEDS[name], PROMPT_SEEDS[name] + 100):
-                _, problems, lines = evaluate(name, model, seed, moe_eager)
+                _, problems, lines = evaluate(name, model, seed, moe_eager, full)
                 print(f"  seed {seed}: " + ("ok" if not problems else "; ".join(problems)))
                 if not problems:
                     print("\n".join(lines))
                     break
             continue
         seed = PROMPT_SEEDS[name]
-        rec, problems, lines = evaluate(name, model, seed, moe_eager)
+        rec, problems, lines = evaluate(name, model, seed, moe_eager, full)
         print("\n".join(lines))
         if name == "mistral":
             differs = window_matters(model, rec["prompts"], rec["generated"])
@@ -301,7 +405,8 @@ def main():
             obj["min_routing_gap"] = rec["min_routing_gap"]
         if "generated_use_cache_false" in rec:
             obj["generated_use_cache_false"] = rec["generated_use_cache_false"]
-        obj["notes"] = NOTES if not problems else NOTES + "; PROBLEMS: " + "; ".join(problems)
+        notes = NOTES + NOTES_EXTRA.get(name, "")
+        obj["notes"] = notes if not problems else notes + "; PROBLEMS: " + "; ".join(problems)
         os.makedirs(out_root, exist_ok=True)
         out_path = os.path.join(out_root, f"{name}.json")
         write_json(out_path, obj)

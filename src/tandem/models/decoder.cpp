@@ -104,6 +104,13 @@ GatedDeltaNetImpl::GatedDeltaNetImpl(const DecoderConfig& config,
   }
 }
 
+at::Tensor GatedDeltaNetImpl::step(const at::Tensor& x, const at::Tensor& valid,
+                                   GatedDeltaNetState& state, int64_t chunk_size) const {
+  GatedDeltaOptions options;
+  options.chunk_size = chunk_size;
+  return gated_deltanet_step(x, valid, weights(), shape, state, options);
+}
+
 GatedDeltaNetWeights GatedDeltaNetImpl::weights() const {
   GatedDeltaNetWeights w;
   if (in_proj_qkvz) {
@@ -154,6 +161,15 @@ DecoderLayerImpl::DecoderLayerImpl(const DecoderConfig& config, int64_t layer_in
     hidden_norm = register_module("hidden_norm", RMSNorm(hidden, config.rms_norm_eps, options));
   post_attention_layernorm = register_module(
       "post_attention_layernorm", RMSNorm(hidden, config.rms_norm_eps, options, centered));
+}
+
+at::Tensor DecoderLayerImpl::forward_linear_cached(const at::Tensor& hidden,
+                                                   const at::Tensor& valid,
+                                                   GatedDeltaNetState& state,
+                                                   int64_t chunk_size) const {
+  const at::Tensor mixed =
+      hidden + linear_attn->step(input_layernorm->forward(hidden), valid, state, chunk_size);
+  return mixed + feed_forward(post_attention_layernorm->forward(mixed));
 }
 
 at::Tensor DecoderLayerImpl::feed_forward(const at::Tensor& x, RouterLoad* load) const {
@@ -250,11 +266,9 @@ at::Tensor CausalLMImpl::forward_cached(const at::Tensor& ids, const at::Tensor&
   check(ids.dim() == 2 && positions.sizes() == ids.sizes() && valid.sizes() == ids.sizes(),
         "[decoder] cached forward: ids ", ids.sizes(), ", positions ", positions.sizes(),
         " and valid ", valid.sizes(), " must all be (batch, new tokens)");
-  check(!config_.hybrid(), "[decoder] ", family_name(config_.family),
-        ": generation with a hybrid (Gated DeltaNet) model's cache is not implemented yet; it "
-        "serves as a frozen target for training (forward and captured layers) only");
   const int64_t n = ids.size(1);
-  cache.begin(valid.to(at::kBool));
+  const at::Tensor valid_slots = valid.to(at::kBool);
+  cache.begin(valid_slots);
   const int64_t slots = cache.length() + n;
   // (B, 1, n, slots): new slot i (slot length + i) sees valid slots j <= length + i, and itself.
   const at::TensorOptions longs = ids.options().dtype(at::kLong);
@@ -275,10 +289,14 @@ at::Tensor CausalLMImpl::forward_cached(const at::Tensor& ids, const at::Tensor&
   const RopeTables rope = rope_tables(inverse_frequencies_, positions, hidden.scalar_type());
   for (int64_t i = 0; i < config_.num_hidden_layers; ++i) {
     const auto& layer = model->layers->at<DecoderLayerImpl>(i);
-    hidden = layer.forward(hidden, rope, [&](const QueryKeyValue& qkv) {
-      const auto [keys, values] = cache.append(i, qkv.k, qkv.v);
-      return sdpa(qkv.q, keys, values, mask_for(layer.sliding_window));
-    });
+    if (layer.linear_attn)
+      hidden = layer.forward_linear_cached(hidden, valid_slots, cache.linear_state(i),
+                                           attention_options.linear_chunk);
+    else
+      hidden = layer.forward(hidden, rope, [&](const QueryKeyValue& qkv) {
+        const auto [keys, values] = cache.append(i, qkv.k, qkv.v);
+        return sdpa(qkv.q, keys, values, mask_for(layer.sliding_window));
+      });
     if (captured != nullptr &&
         std::find(capture_layers.begin(), capture_layers.end(), i) != capture_layers.end())
       (*captured)[i] = hidden;

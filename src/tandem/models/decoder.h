@@ -84,6 +84,10 @@ class GatedDeltaNetImpl : public torch::nn::Module {
   /// document per row); `chunk_size`: tokens per chunk of the gated delta rule.
   at::Tensor forward(const at::Tensor& x, const std::vector<std::vector<int64_t>>& bounds,
                      int64_t chunk_size) const;
+  /// Generation: x (B, n, H) of n new slots continuing `state` (models/kv_cache.h); `valid`
+  /// (B, n) bool marks real tokens. -> (B, n, H).
+  at::Tensor step(const at::Tensor& x, const at::Tensor& valid, GatedDeltaNetState& state,
+                  int64_t chunk_size) const;
   /// The tensors, as gated_deltanet_forward takes them.
   GatedDeltaNetWeights weights() const;
   Linear in_proj_qkv{nullptr}, in_proj_z{nullptr}, in_proj_b{nullptr}, in_proj_a{nullptr};
@@ -128,6 +132,9 @@ class DecoderLayerImpl : public torch::nn::Module {
   at::Tensor forward_linear(const at::Tensor& hidden,
                             const std::vector<std::vector<int64_t>>& bounds, int64_t chunk_size,
                             RouterLoad* load = nullptr) const;
+  /// The same on n new slots of a cache (GatedDeltaNetImpl::step).
+  at::Tensor forward_linear_cached(const at::Tensor& hidden, const at::Tensor& valid,
+                                   GatedDeltaNetState& state, int64_t chunk_size) const;
   /// The MLP part: the dense MLP, or the experts. (B, T, H) -> (B, T, H).
   at::Tensor feed_forward(const at::Tensor& x, RouterLoad* load = nullptr) const;
   Attention self_attn{nullptr};        // null in a linear-attention layer

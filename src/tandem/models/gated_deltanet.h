@@ -42,12 +42,46 @@ struct GatedDeltaNetShape {
   double rms_norm_eps = 1e-6;
 };
 
+/// A Gated DeltaNet layer's decoding state for a batch of rows (a KvCache holds one per
+/// linear-attention layer), and what its last cached forward keeps to roll back into it.
+struct GatedDeltaNetState {
+  at::Tensor conv_window;  // (B, kernel - 1, C): the conv inputs of the last kernel - 1 slots
+  at::Tensor recurrent;    // (B, Hv, K, V) fp32: the gated delta rule's state
+  // The last forward: the state before it and its slots' inputs, kept when it had at most
+  // kRollbackSlots slots (a speculative verification), so a prefix of it can be replayed.
+  at::Tensor window_before, recurrent_before;
+  at::Tensor pending_inputs;                   // (B, n, C) conv inputs
+  at::Tensor pending_q, pending_k, pending_v;  // after the conv: (B, n, heads, dim)
+  at::Tensor pending_g, pending_beta;          // (B, n, Hv)
+  int64_t pending = 0;                         // n; 0 when nothing is kept
+  static constexpr int64_t kRollbackSlots = 256;
+
+  /// Zeros for `batch` rows of a layer of `shape` with conv `kernel`, conv inputs in `options`.
+  static GatedDeltaNetState zeros(int64_t batch, const GatedDeltaNetShape& shape, int64_t kernel,
+                                  const at::TensorOptions& options);
+  int64_t bytes() const;  // the state itself (conv window and recurrent state)
+};
+
 /// x (B, T, hidden) -> (B, T, hidden) in x's dtype. `bounds`: per row, its document bounds
 /// [0, s_1, ..., T] (empty: one document per row).
 at::Tensor gated_deltanet_forward(const at::Tensor& x, const GatedDeltaNetWeights& weights,
                                   const GatedDeltaNetShape& shape,
                                   const std::vector<std::vector<int64_t>>& bounds,
                                   const GatedDeltaOptions& options = {});
+
+/// The cached form: x (B, n, hidden) of n new slots continuing each row of `state` (updated).
+/// `valid` (B, n) bool: a padding slot feeds the conv a zero and leaves the recurrent state as it
+/// is (beta = 0, no decay), which is exactly a row's leading padding; a padding slot after a
+/// row's real tokens shifts a zero into its conv window (generation pads only finished rows).
+/// One slot runs the recurrence, more the chunked form from the state.
+at::Tensor gated_deltanet_step(const at::Tensor& x, const at::Tensor& valid,
+                               const GatedDeltaNetWeights& weights, const GatedDeltaNetShape& shape,
+                               GatedDeltaNetState& state, const GatedDeltaOptions& options = {});
+
+/// Rolls `state` back to just after the first `kept` slots of its last forward (0 <= kept <=
+/// state.pending; the forward must have kept its inputs): the conv window and the recurrent
+/// state recomputed from those slots (speculative decoding drops the rejected tokens).
+void rollback_gated_deltanet(GatedDeltaNetState& state, int64_t kept, bool normalize_qk = true);
 
 /// The causal depthwise convolution of x (B, T, C) with `weight` (C, 1, kernel), each packed
 /// document's window starting at its first token: out_t = Σ_i weight[:, kernel − 1 − i] x_{t−i}

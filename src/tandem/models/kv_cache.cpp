@@ -12,16 +12,28 @@ KvCache::KvCache(const DecoderConfig& config, int64_t batch, int64_t capacity,
   check(batch >= 1 && capacity >= 1, "[kv_cache] batch and capacity must be positive, got ", batch,
         " and ", capacity);
   const std::vector<int64_t> shape = {batch, config.num_key_value_heads, capacity, config.head_dim};
+  const LinearAttentionConfig& linear = config.linear_attention;
+  const GatedDeltaNetShape linear_shape = {linear.key_heads, linear.value_heads, linear.key_dim,
+                                           linear.value_dim, config.rms_norm_eps};
   for (int64_t layer = 0; layer < config.num_hidden_layers; ++layer) {
+    if (linear.at(layer)) {  // no keys: the conv window and the recurrent state
+      keys_.emplace_back();
+      values_.emplace_back();
+      linear_.push_back(
+          GatedDeltaNetState::zeros(batch, linear_shape, linear.conv_kernel, options));
+      continue;
+    }
     keys_.push_back(at::zeros(shape, options));
     values_.push_back(at::zeros(shape, options));
+    linear_.emplace_back();
   }
   valid_ = at::zeros({batch, capacity}, options.dtype(at::kBool));
 }
 
 int64_t KvCache::bytes() const {
   int64_t total = valid_.nbytes();
-  for (size_t i = 0; i < keys_.size(); ++i) total += keys_[i].nbytes() + values_[i].nbytes();
+  for (size_t i = 0; i < keys_.size(); ++i)
+    total += linear_[i] ? linear_[i]->bytes() : keys_[i].nbytes() + values_[i].nbytes();
   return total;
 }
 
@@ -29,7 +41,22 @@ void KvCache::truncate(int64_t length) {
   check(pending_ == 0, "[kv_cache] truncate during a forward");
   check(length >= 0 && length <= length_, "[kv_cache] cannot truncate to ", length,
         " slots: ", length_, " are filled");
+  if (length == length_) return;
+  for (auto& state : linear_) {
+    if (!state) continue;
+    check(length >= last_begin_ && state->pending == length_ - last_begin_, "[kv_cache] ",
+          "a hybrid model's cache rolls back only into its last forward of at most ",
+          GatedDeltaNetState::kRollbackSlots, " slots: truncating ", length_, " slots to ", length,
+          ", the last forward began at ", last_begin_);
+    rollback_gated_deltanet(*state, length - last_begin_);
+  }
   length_ = length;
+}
+
+GatedDeltaNetState& KvCache::linear_state(int64_t layer) {
+  check(layer >= 0 && layer < static_cast<int64_t>(linear_.size()) && linear_[layer],
+        "[kv_cache] layer ", layer, " is not a Gated DeltaNet layer");
+  return *linear_[layer];
 }
 
 void KvCache::begin(const at::Tensor& valid) {
@@ -42,6 +69,7 @@ void KvCache::begin(const at::Tensor& valid) {
         " (prompt + max_new_tokens must fit the cache)");
   valid_.narrow(1, length_, n).copy_(valid);
   pending_ = n;
+  last_begin_ = length_;
 }
 
 std::pair<at::Tensor, at::Tensor> KvCache::append(int64_t layer, const at::Tensor& keys,

@@ -10,9 +10,11 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "tandem/models/decoder_config.h"
+#include "tandem/models/gated_deltanet.h"
 
 namespace tandem {
 
@@ -25,11 +27,15 @@ class KvCache {
   int64_t capacity() const { return capacity_; }
   /// Slots filled (the same for every row).
   int64_t length() const { return length_; }
-  /// Memory held: keys and values of every layer, plus the validity flags.
+  /// Memory held: keys and values of every layer (conv windows and recurrent states of Gated
+  /// DeltaNet layers), plus the validity flags.
   int64_t bytes() const;
 
   /// Forgets the slots from `length` on (speculative decoding rolls back rejected tokens).
   void truncate(int64_t length);
+
+  /// A Gated DeltaNet layer's state (an Error for an attention layer).
+  GatedDeltaNetState& linear_state(int64_t layer);
 
   /// Called by the model for the new slots [length, length + n): stores `valid` (B, n) once per
   /// forward, before the layers append.
@@ -48,8 +54,10 @@ class KvCache {
 
  private:
   int64_t batch_, capacity_, length_ = 0, pending_ = 0;
+  int64_t last_begin_ = 0;                 // length when the last forward began
   std::vector<at::Tensor> keys_, values_;  // per layer (B, kv_heads, capacity, head_dim)
-  at::Tensor valid_;                       // (B, capacity) bool
+  std::vector<std::optional<GatedDeltaNetState>> linear_;  // per layer: Gated DeltaNet only
+  at::Tensor valid_;                                       // (B, capacity) bool
 };
 
 }  // namespace tandem
