@@ -247,6 +247,28 @@ TEST(MoeCheckpoint, StackedAndPerExpertFormsAgreeAndExportsRoundTrip) {
   }
 }
 
+// The hybrids' experts stacked as transformers 5 holds them, under the names their checkpoints
+// use (Qwen3.5-MoE's wrapper prefix model.language_model.), read as the per-expert form does.
+TEST(MoeCheckpoint, HybridStackedExpertsReadAsPerExpert) {
+  for (const std::string fixture : {"qwen3_5_moe", "qwen3_next"}) {
+    const std::string dir = model_fixture(fixture);
+    const at::Tensor expected = fixture_logits(dir);
+    tandem::RunContext run;
+    const tandem::CausalLM model = tandem::load_causal_lm(dir, at::kFloat, run);
+    std::vector<std::pair<std::string, at::Tensor>> stacked;
+    for (const auto& [name, value] : tandem::checkpoint_tensors(*model))
+      stacked.emplace_back(tandem::checkpoint_name(name, model->config()), value);
+    EXPECT_NE(std::find_if(stacked.begin(), stacked.end(),
+                           [](const auto& t) {
+                             return t.first.find(".mlp.experts.gate_up_proj") != std::string::npos;
+                           }),
+              stacked.end());
+    ScratchDir scratch;
+    EXPECT_TRUE(at::equal(fixture_logits(write_checkpoint(scratch, fixture, stacked)), expected))
+        << fixture;
+  }
+}
+
 // The grouped compute against a per-token loop in fp64: out[n] = sum_k w[n,k] *
 // expert_{i[n,k]}(x[n]), values and the gradients of x, the weights and both expert tensors; one
 // expert at a time in fp64 (within 1e-12), ATen's grouped matmul in fp32 (within 1e-5).
