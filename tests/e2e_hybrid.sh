@@ -4,13 +4,19 @@
 # tower whose tensors are not read):
 #  1. EAGLE-3: 20 steps online, exported and checked against what SGLang / vLLM / speculators
 #     read; `tandem capture` + offline training has the online first-step loss.
+#  1b. The same draft with the target sharded over 2 ranks (distributed.mode: shard, real
+#     processes on 127.0.0.1): the Gated DeltaNet weights are gathered like every other weight,
+#     and the losses and weights equal one process's.
 #  2. DFlash: the same, the export checked as SGLang / vLLM read z-lab drafts.
 #  3. `tandem eval` of both drafts with the hybrid cache (conv windows and recurrent states rolled
 #     back past rejected tokens): output = greedy, and exactly the tokens the uncached decoders
-#     accept, prompt by prompt; `tandem rollout`'s batched sampling runs on it too.
-#  4. What is not supported says so: a draft for a target without a dense MLP width needs
+#     accept, prompt by prompt.
+#  4. A hybrid teacher: distillation of the Qwen3-MoE fixture from the Qwen3.5 one; and
+#     `tandem train --dry-run` plans a hybrid target (its parameters counted from the headers).
+#  5. What is not supported says so: a draft for a target without a dense MLP width needs
 #     draft.intermediate_size; training a hybrid model itself (SFT) is refused by name.
-# Usage: tests/e2e_hybrid.sh BUILD_DIR   (run by ctest; needs scripts/setup.sh --tools)
+# Usage: tests/e2e_hybrid.sh BUILD_DIR   (run by ctest; needs scripts/setup.sh --tools, and
+# torchrun from .venv)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 tandem="$1/tandem"
@@ -19,6 +25,7 @@ trap 'rm -rf "$work"' EXIT
 [ -n "${KEEP:-}" ] && trap - EXIT
 cd "$root"
 export OMP_NUM_THREADS=1 TANDEM_THREADS=1
+source "$root/tests/dist_helpers.sh"  # torchrun2, compare, same_losses, one_vs_sharded
 target=tests/fixtures/models/qwen3_5_moe
 
 # 16 documents of random text ids (below the vision tokens), the first 4 tokens unmasked.
@@ -72,6 +79,10 @@ tools/check_eagle3_export.sh --sglang "$work/eagle3-online/export/sglang" \
   { cat "$work/eagle3-offline.log" >&2; exit 1; }
 same_first_loss "$work/eagle3-online/metrics.jsonl" "$work/eagle3-offline/metrics.jsonl"
 
+echo "== 1b. EAGLE-3 with the hybrid target sharded over 2 ranks = one process"
+one_vs_sharded eagle3 "$work/eagle3.yaml" training.steps=3 training.save_every=3 \
+  training.micro_batches=2
+
 echo "== 2. DFlash against the Qwen3.5-MoE target"
 cat > "$work/dflash.yaml" <<YAML
 target: {path: $target, dtype: fp32}
@@ -93,7 +104,7 @@ python3 tools/check_dflash_export.py "$work/dflash-online/export"
   { cat "$work/dflash-offline.log" >&2; exit 1; }
 same_first_loss "$work/dflash-online/metrics.jsonl" "$work/dflash-offline/metrics.jsonl"
 
-echo "== 3. tandem eval with the hybrid cache = without it; rollout"
+echo "== 3. tandem eval with the hybrid cache = without it"
 eval_both() {  # DRAFT_EXPORT NAME
   for cache in "" --no-kv-cache; do
     "$tandem" eval --target "$target" --draft "$1" --data "$work/docs.jsonl" \
@@ -114,7 +125,27 @@ PY
 eval_both "$work/eagle3-online/export" eagle3
 eval_both "$work/dflash-online/export" dflash
 
-echo "== 4. what is not supported is refused by name"
+echo "== 4. a hybrid teacher; a dry run with a hybrid target"
+"$tandem" train /dev/stdin > "$work/distill.log" 2>&1 <<YAML || { cat "$work/distill.log" >&2; exit 1; }
+model: {path: tests/fixtures/models/qwen3_moe, dtype: fp32}
+teacher: {path: tests/fixtures/models/qwen3_5, dtype: fp32}
+data: {path: $work/docs.jsonl, format: pretokenized, seq_len: 32, micro_batch_rows: 2,
+       cache_dir: $work/cache}
+training: {objective: distill, run_dir: $work/distill, steps: 3, lr: 1.0e-3, log_every: 1}
+YAML
+grep -q "not read, not part of the decoder: 2 tensors of the multi-token-prediction layers, 21 tensors of the vision tower" \
+  "$work/distill.log"
+python3 - "$work/distill/metrics.jsonl" <<'PY'
+import json, math, sys
+losses = [r["loss"] for r in map(json.loads, open(sys.argv[1])) if "loss" in r]
+assert len(losses) == 3 and all(math.isfinite(x) and x > 0 for x in losses), losses
+print("  distillation from the Qwen3.5 teacher, losses", [round(x, 4) for x in losses])
+PY
+"$tandem" train "$work/eagle3.yaml" --dry-run > "$work/dry.log" 2>&1 || { cat "$work/dry.log" >&2; exit 1; }
+grep "frozen: target" "$work/dry.log"
+grep -q "frozen: target, 478,920 parameters" "$work/dry.log"
+
+echo "== 5. what is not supported is refused by name"
 expect_refusal() {  # PHRASE COMMAND...
   local phrase=$1
   shift

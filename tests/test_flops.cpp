@@ -41,6 +41,35 @@ TEST(ModelFlops, AMixtureOfExpertsLayerCountsTheActiveExperts) {
   EXPECT_DOUBLE_EQ(tandem::decoder_forward_flops(config, 3, 9, /*with_lm_head=*/false), 1872.0);
   config.moe.experts_per_token = 1;  // one expert fewer: 2 x 36 x 3 = 216 less
   EXPECT_DOUBLE_EQ(tandem::decoder_forward_flops(config, 3, 9, /*with_lm_head=*/false), 1656.0);
+  // A shared expert of width 5 and its gate: 4 x (3 x 5 + 1) = 64 more, 2 x 64 x 3 = 384.
+  config.moe.shared_expert_intermediate_size = 5;
+  EXPECT_DOUBLE_EQ(tandem::decoder_forward_flops(config, 3, 9, /*with_lm_head=*/false), 2040.0);
+}
+
+// A hybrid: a Gated DeltaNet layer counts its projections, conv and out_proj, and the chunked
+// rule at chunks of 64 in place of attention; a gated attention layer's q_proj is twice as wide.
+TEST(ModelFlops, AHybridCountsItsLinearAttentionLayers) {
+  tandem::DecoderConfig config;
+  config.hidden_size = 4;
+  config.num_attention_heads = 2;
+  config.head_dim = 2;
+  config.num_key_value_heads = 1;
+  config.intermediate_size = 8;
+  config.num_hidden_layers = 2;
+  config.vocab_size = 10;
+  config.gated_attention = true;
+  config.linear_attention.layers = {true, false};
+  config.linear_attention.key_heads = 1;
+  config.linear_attention.value_heads = 2;
+  config.linear_attention.key_dim = 2;
+  config.linear_attention.value_dim = 2;
+  config.linear_attention.conv_kernel = 3;
+  // Layer 0: channels 2 x 2 + 2 x 2 = 8; in_proj 4 x (8 + 4 + 2 + 2) = 64, conv 8 x 3 = 24,
+  // out_proj 4 x 4 = 16: 104, and the MLP's 96; the rule per token 2 heads x (4 x 64 x 2 +
+  // 64 x 4 + 2 x 64 x 2 + 6 x 2 x 2) = 2096: 3 tokens x (2 x 200 + 2096) = 7488.
+  // Layer 1: q and its gate 2 x 4 x 4, o 4 x 4, k, v 4 x 2 each: 64; MLP 96: 2 x 160 x 3 = 960,
+  // attention 2 x 9 x 4 = 72.
+  EXPECT_DOUBLE_EQ(tandem::decoder_forward_flops(config, 3, 9, /*with_lm_head=*/false), 8520.0);
 }
 
 }  // namespace

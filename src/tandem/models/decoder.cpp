@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "tandem/core/error.h"
+#include "tandem/dist/sharding.h"
 #include "tandem/models/key_bands.h"
 #include "tandem/models/lean_layers.h"
 
@@ -108,7 +109,36 @@ at::Tensor GatedDeltaNetImpl::step(const at::Tensor& x, const at::Tensor& valid,
                                    GatedDeltaNetState& state, int64_t chunk_size) const {
   GatedDeltaOptions options;
   options.chunk_size = chunk_size;
-  return gated_deltanet_step(x, valid, weights(), shape, state, options);
+  return with_weights(x, [&](const at::Tensor& in, const GatedDeltaNetWeights& w) {
+    return gated_deltanet_step(in, valid, w, shape, state, options);
+  });
+}
+
+namespace {
+
+// The defined tensors of `w`, in a fixed order.
+std::vector<at::Tensor*> weight_slots(GatedDeltaNetWeights& w) {
+  std::vector<at::Tensor*> slots;
+  for (at::Tensor* t : {&w.in_proj_qkv, &w.in_proj_z, &w.in_proj_b, &w.in_proj_a, &w.in_proj_qkvz,
+                        &w.in_proj_ba, &w.conv1d, &w.dt_bias, &w.A_log, &w.norm, &w.out_proj})
+    if (t->defined()) slots.push_back(t);
+  return slots;
+}
+
+}  // namespace
+
+at::Tensor GatedDeltaNetImpl::with_weights(
+    const at::Tensor& x,
+    const std::function<at::Tensor(const at::Tensor&, const GatedDeltaNetWeights&)>& body) const {
+  GatedDeltaNetWeights stored = weights();
+  std::vector<at::Tensor> parameters;
+  for (at::Tensor* t : weight_slots(stored)) parameters.push_back(*t);
+  return with_full_parameters(parameters, {x}, [&](const auto& in, const auto& full) {
+    GatedDeltaNetWeights w = stored;
+    const std::vector<at::Tensor*> slots = weight_slots(w);
+    for (size_t i = 0; i < slots.size(); ++i) *slots[i] = full[i];
+    return std::vector<at::Tensor>{body(in[0], w)};
+  })[0];
 }
 
 GatedDeltaNetWeights GatedDeltaNetImpl::weights() const {
@@ -135,7 +165,9 @@ at::Tensor GatedDeltaNetImpl::forward(const at::Tensor& x,
                                       int64_t chunk_size) const {
   GatedDeltaOptions options;
   options.chunk_size = chunk_size;
-  return gated_deltanet_forward(x, weights(), shape, bounds, options);
+  return with_weights(x, [&](const at::Tensor& in, const GatedDeltaNetWeights& w) {
+    return gated_deltanet_forward(in, w, shape, bounds, options);
+  });
 }
 
 DecoderLayerImpl::DecoderLayerImpl(const DecoderConfig& config, int64_t layer_index,

@@ -88,8 +88,14 @@ class GatedDeltaNetImpl : public torch::nn::Module {
   /// (B, n) bool marks real tokens. -> (B, n, H).
   at::Tensor step(const at::Tensor& x, const at::Tensor& valid, GatedDeltaNetState& state,
                   int64_t chunk_size) const;
-  /// The tensors, as gated_deltanet_forward takes them.
+  /// The tensors, as gated_deltanet_forward takes them (sharded ones hold no values outside
+  /// with_weights).
   GatedDeltaNetWeights weights() const;
+  /// body(x, the full weights) (dist/sharding.h with_full_parameters: a sharded frozen target's
+  /// weights gathered for the call).
+  at::Tensor with_weights(
+      const at::Tensor& x,
+      const std::function<at::Tensor(const at::Tensor&, const GatedDeltaNetWeights&)>& body) const;
   Linear in_proj_qkv{nullptr}, in_proj_z{nullptr}, in_proj_b{nullptr}, in_proj_a{nullptr};
   Linear in_proj_qkvz{nullptr}, in_proj_ba{nullptr};
   std::shared_ptr<torch::nn::Module> conv1d;  // holds `weight` (channels, 1, kernel)
