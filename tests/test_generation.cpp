@@ -183,7 +183,7 @@ class OracleProposer : public tandem::DraftProposer {
   }
 
  private:
-  std::vector<int64_t> greedy_, layers_ = {0};  // read as a draft would, unused
+  std::vector<int64_t> greedy_, layers_;  // reads no target layer: no features either way
   int64_t prompt_length_, vocab_, seen_ = 0, step_ = 0;
 };
 

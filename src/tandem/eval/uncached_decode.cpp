@@ -72,7 +72,9 @@ SpeculativeOutput speculative_decode_uncached(const FrozenModel& target, DraftPr
   while (!decode_finished(output.tokens, options)) {
     const int64_t n = static_cast<int64_t>(ids.size());
     proposer.reset();
-    proposer.extend(ids, pass.features.narrow(1, 0, n), bonus);
+    // A draft that reads no target layer gets no features (undefined), as the cached path gives.
+    proposer.extend(ids, pass.features.defined() ? pass.features.narrow(1, 0, n) : at::Tensor(),
+                    bonus);
     const std::vector<int64_t> proposal = proposer.propose(bonus);
     bonus = verify_proposal(target, proposal, layers, ids, bonus, pass, output);
   }
