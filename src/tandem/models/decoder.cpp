@@ -195,13 +195,24 @@ DecoderLayerImpl::DecoderLayerImpl(const DecoderConfig& config, int64_t layer_in
       "post_attention_layernorm", RMSNorm(hidden, config.rms_norm_eps, options, centered));
 }
 
+namespace {
+
+// The second half of every layer body: mixed (B, T, H), the residual stream after the token
+// mixer (attention or Gated DeltaNet), plus feed_forward(post_attention_layernorm(mixed)).
+at::Tensor add_feed_forward(const DecoderLayerImpl& layer, const at::Tensor& mixed,
+                            RouterLoad* load) {
+  return mixed + layer.feed_forward(layer.post_attention_layernorm->forward(mixed), load);
+}
+
+}  // namespace
+
 at::Tensor DecoderLayerImpl::forward_linear_cached(const at::Tensor& hidden,
                                                    const at::Tensor& valid,
                                                    GatedDeltaNetState& state,
                                                    int64_t chunk_size) const {
-  const at::Tensor mixed =
-      hidden + linear_attn->step(input_layernorm->forward(hidden), valid, state, chunk_size);
-  return mixed + feed_forward(post_attention_layernorm->forward(mixed));
+  return add_feed_forward(
+      *this, hidden + linear_attn->step(input_layernorm->forward(hidden), valid, state, chunk_size),
+      nullptr);
 }
 
 at::Tensor DecoderLayerImpl::feed_forward(const at::Tensor& x, RouterLoad* load) const {
@@ -212,16 +223,15 @@ at::Tensor DecoderLayerImpl::run(const at::Tensor& residual, const at::Tensor& a
                                  const RopeTables& rope, const AttendFn& attend,
                                  RouterLoad* load) const {
   const QueryKeyValue qkv = self_attn->project(attention_input, rope);
-  const at::Tensor attended = residual + self_attn->output(attend(qkv), qkv.gate);
-  return attended + feed_forward(post_attention_layernorm->forward(attended), load);
+  return add_feed_forward(*this, residual + self_attn->output(attend(qkv), qkv.gate), load);
 }
 
 at::Tensor DecoderLayerImpl::forward_linear(const at::Tensor& hidden,
                                             const std::vector<std::vector<int64_t>>& bounds,
                                             int64_t chunk_size, RouterLoad* load) const {
-  const at::Tensor mixed =
-      hidden + linear_attn->forward(input_layernorm->forward(hidden), bounds, chunk_size);
-  return mixed + feed_forward(post_attention_layernorm->forward(mixed), load);
+  return add_feed_forward(
+      *this, hidden + linear_attn->forward(input_layernorm->forward(hidden), bounds, chunk_size),
+      load);
 }
 
 at::Tensor DecoderLayerImpl::forward(const at::Tensor& hidden, const RopeTables& rope,

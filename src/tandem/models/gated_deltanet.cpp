@@ -4,6 +4,7 @@
 
 #include "tandem/core/device.h"
 #include "tandem/core/error.h"
+#include "tandem/models/lean_layers.h"
 
 namespace tandem {
 
@@ -102,10 +103,8 @@ Mixed mix(const at::Tensor& conv_out, const Projected& p, const GatedDeltaNetWei
 // silu(z)) and out_proj: o (B, T, Hv, V) -> (B, T, hidden) in `dtype`.
 at::Tensor gated_output(const at::Tensor& o, const at::Tensor& z, const GatedDeltaNetWeights& w,
                         const GatedDeltaNetShape& shape, c10::ScalarType dtype) {
-  const at::Tensor of = o.to(at::kFloat);
-  const at::Tensor normed =
-      (of * at::rsqrt(of.square().mean(-1, true) + shape.rms_norm_eps)).to(o.scalar_type());
-  const at::Tensor gated = (w.norm * normed) * at::silu(z.to(at::kFloat));
+  const at::Tensor gated =
+      lean_rms_norm(o, w.norm, shape.rms_norm_eps) * at::silu(z.to(at::kFloat));
   return at::linear(gated.to(dtype).reshape({o.size(0), o.size(1), o.size(2) * o.size(3)}),
                     w.out_proj);
 }
