@@ -1,6 +1,6 @@
 # Helpers for the end-to-end tests that run real ranks (sourced; needs $tandem, $root).
 #   free_port, torchrun2 LOG ARGS..., compare A B TOL, same_losses A B,
-#   one_vs_sharded JOB CONFIG OVERRIDES... (needs $work)
+#   same_first_loss ONLINE OFFLINE, one_vs_sharded JOB CONFIG OVERRIDES... (needs $work)
 torch_python="$root/.venv/bin/python"
 
 free_port() {
@@ -77,6 +77,18 @@ for k in a:
     worst = max(worst, max((abs(x - y) for x, y in zip(va, vb)), default=0.0))
 print(f"  {len(a)} tensors, max |difference| {worst:.3g} (tolerance {tol:g})")
 assert worst <= tol, f"{sys.argv[1]} and {sys.argv[2]} differ by {worst}"
+PY
+}
+
+# same_first_loss ONLINE OFFLINE: metrics.jsonl of an online run and of the same job trained
+# offline on its capture, their first-step losses within 1e-5 relative.
+first_loss() { python3 -c "import json,sys; print(json.loads(open(sys.argv[1]).readline())['loss'])" "$1"; }
+same_first_loss() {
+  python3 - "$(first_loss "$1")" "$(first_loss "$2")" <<'PY'
+import sys
+online, offline = map(float, sys.argv[1:])
+print(f"  first-step loss: online {online:.6f}, offline {offline:.6f}")
+assert abs(online - offline) <= 1e-5 * abs(online), "offline loss differs from online"
 PY
 }
 

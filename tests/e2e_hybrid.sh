@@ -25,7 +25,7 @@ trap 'rm -rf "$work"' EXIT
 [ -n "${KEEP:-}" ] && trap - EXIT
 cd "$root"
 export OMP_NUM_THREADS=1 TANDEM_THREADS=1
-source "$root/tests/dist_helpers.sh"  # torchrun2, compare, same_losses, one_vs_sharded
+source "$root/tests/dist_helpers.sh"  # same_first_loss, one_vs_sharded
 target=tests/fixtures/models/qwen3_5_moe
 
 # 16 documents of random text ids (below the vision tokens), the first 4 tokens unmasked.
@@ -38,14 +38,12 @@ with open(sys.argv[1], "w") as out:
         out.write(json.dumps({"input_ids": [random.randrange(3, 500) for _ in range(n)],
                               "loss_mask": [0] * 4 + [1] * (n - 4)}) + "\n")
 PY
-first_loss() { python3 -c "import json,sys; print(json.loads(open(sys.argv[1]).readline())['loss'])" "$1"; }
-same_first_loss() {  # ONLINE_METRICS OFFLINE_METRICS
-  python3 - "$(first_loss "$1")" "$(first_loss "$2")" <<'PY'
-import sys
-online, offline = map(float, sys.argv[1:])
-print(f"  first-step loss: online {online:.6f}, offline {offline:.6f}")
-assert abs(online - offline) <= 1e-5 * abs(online), "offline loss differs from online"
-PY
+offline_equals_online() {  # NAME SHARD_DOCUMENTS: capture, train 1 step offline, compare
+  "$tandem" capture "$work/$1.yaml" --out "$work/capture-$1" --shard-documents "$2" > /dev/null
+  "$tandem" train "$work/$1.yaml" "data.capture=$work/capture-$1" \
+    "training.run_dir=$work/$1-offline" training.steps=1 > "$work/$1-offline.log" 2>&1 ||
+    { cat "$work/$1-offline.log" >&2; exit 1; }
+  same_first_loss "$work/$1-online/metrics.jsonl" "$work/$1-offline/metrics.jsonl"
 }
 losses_fall() {  # METRICS: the mean of the last 5 losses below the mean of the first 5
   python3 - "$1" <<'PY'
@@ -73,11 +71,7 @@ grep -q "not read, not part of the decoder: 21 tensors of the vision tower" "$wo
 losses_fall "$work/eagle3-online/metrics.jsonl"
 tools/check_eagle3_export.sh --sglang "$work/eagle3-online/export/sglang" \
   --speculators "$work/eagle3-online/export/speculators"
-"$tandem" capture "$work/eagle3.yaml" --out "$work/capture-eagle3" --shard-documents 5 > /dev/null
-"$tandem" train "$work/eagle3.yaml" "data.capture=$work/capture-eagle3" \
-  "training.run_dir=$work/eagle3-offline" training.steps=1 > "$work/eagle3-offline.log" 2>&1 ||
-  { cat "$work/eagle3-offline.log" >&2; exit 1; }
-same_first_loss "$work/eagle3-online/metrics.jsonl" "$work/eagle3-offline/metrics.jsonl"
+offline_equals_online eagle3 5
 
 echo "== 1b. EAGLE-3 with the hybrid target sharded over 2 ranks = one process"
 one_vs_sharded eagle3 "$work/eagle3.yaml" training.steps=3 training.save_every=3 \
@@ -98,11 +92,7 @@ YAML
   { cat "$work/dflash-online.log" >&2; exit 1; }
 losses_fall "$work/dflash-online/metrics.jsonl"
 python3 tools/check_dflash_export.py "$work/dflash-online/export"
-"$tandem" capture "$work/dflash.yaml" --out "$work/capture-dflash" --shard-documents 6 > /dev/null
-"$tandem" train "$work/dflash.yaml" "data.capture=$work/capture-dflash" \
-  "training.run_dir=$work/dflash-offline" training.steps=1 > "$work/dflash-offline.log" 2>&1 ||
-  { cat "$work/dflash-offline.log" >&2; exit 1; }
-same_first_loss "$work/dflash-online/metrics.jsonl" "$work/dflash-offline/metrics.jsonl"
+offline_equals_online dflash 6
 
 echo "== 3. tandem eval with the hybrid cache = without it"
 eval_both() {  # DRAFT_EXPORT NAME

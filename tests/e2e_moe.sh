@@ -31,7 +31,7 @@ trap cleanup EXIT
 [ -n "${KEEP:-}" ] && trap - EXIT
 cd "$root"
 export OMP_NUM_THREADS=1 TANDEM_THREADS=1
-source "$root/tests/dist_helpers.sh"  # free_port, torchrun2, compare, same_losses, one_vs_sharded
+source "$root/tests/dist_helpers.sh"  # free_port, torchrun2, compare, same_losses, same_first_loss, one_vs_sharded
 minimax=tests/fixtures/models/minimax_m2
 qwen=tests/fixtures/models/qwen3_moe
 
@@ -137,16 +137,6 @@ grep -q "resuming from .*$last" "$work/resumed.log"
 compare "$work/long/step-00000040" "$work/killed/step-00000040" 0
 cmp "$work/long/export/model.safetensors" "$work/killed/export/model.safetensors"
 echo "  resumed = uninterrupted, bit for bit (checkpoint and export)"
-
-first_loss() { python3 -c "import json,sys; print(json.loads(open(sys.argv[1]).readline())['loss'])" "$1"; }
-same_first_loss() {  # ONLINE_METRICS OFFLINE_METRICS
-  python3 - "$(first_loss "$1")" "$(first_loss "$2")" <<'PY'
-import sys
-online, offline = map(float, sys.argv[1:])
-print(f"  first-step loss: online {online:.6f}, offline {offline:.6f}")
-assert abs(online - offline) <= 1e-5 * abs(online), "offline loss differs from online"
-PY
-}
 
 echo "== 1c. DFlash offline against the MiniMax-M2 target (tandem capture): the online first loss"
 "$tandem" capture "$work/dflash.yaml" --out "$work/capture-dflash" --shard-documents 6 > /dev/null

@@ -499,12 +499,7 @@ class Judge:
         g = position_gaps(info, self.top_k, t, length)
         ok = [g[r] >= gap for r in range(rows)]
         if strict:
-            info_b = run_forward(self.model_bf16, ids, moe=True)[2]
-            self.model_bf16.set_experts_implementation("eager")
-            try:
-                info_e = run_forward(self.model_bf16, ids, moe=True)[2]
-            finally:
-                self.model_bf16.set_experts_implementation(EXPERTS_IMPL)
+            info_b, info_e = bf16_router_infos(self.model_bf16, ids)
             gb = position_gaps(info_b, self.top_k, t, length)
             tie = near_ties(info_b, self.top_k)
             for r in range(rows):
@@ -552,6 +547,17 @@ def construct_ids(judge, gen, shape, gap, strict, forced=()):
     return ids
 
 
+def bf16_router_infos(model_bf16, ids):
+    """The bf16 model's routing info with transformers' grouped experts and with eager ones."""
+    info_grouped = run_forward(model_bf16, ids, moe=True)[2]
+    model_bf16.set_experts_implementation("eager")
+    try:
+        info_eager = run_forward(model_bf16, ids, moe=True)[2]
+    finally:
+        model_bf16.set_experts_implementation(EXPERTS_IMPL)
+    return info_grouped, info_eager
+
+
 def full_report(judge, ids, strict):
     """(fp32 min gap, bf16 min gap, bf16-vs-fp32 differing (token, layer)s, bf16 eager-vs-grouped_mm
     differing ones) over all positions of ids (bf16 items None unless strict)."""
@@ -559,12 +565,7 @@ def full_report(judge, ids, strict):
     gap, per_layer = routing_report(info, judge.top_k)
     out = dict(min_gap=gap, per_layer=per_layer)
     if strict:
-        info_b = run_forward(judge.model_bf16, ids, moe=True)[2]
-        judge.model_bf16.set_experts_implementation("eager")
-        try:
-            info_e = run_forward(judge.model_bf16, ids, moe=True)[2]
-        finally:
-            judge.model_bf16.set_experts_implementation(EXPERTS_IMPL)
+        info_b, info_e = bf16_router_infos(judge.model_bf16, ids)
         out["min_gap_bf16"], out["per_layer_bf16"] = routing_report(info_b, judge.top_k)
         out["bf16_vs_fp32_selection_differs"] = base.selection_diffs(info, info_b)
         out["bf16_eager_selection_differs"] = base.selection_diffs(info_e, info_b)
