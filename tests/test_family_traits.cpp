@@ -53,6 +53,13 @@ json small_config(const FamilyTraits& family) {
     config["num_experts_per_tok"] = 2;
     if (family.moe.own_expert_width) config["moe_intermediate_size"] = 24;
     if (family.moe.shared_expert) config["shared_expert_intermediate_size"] = 20;
+    if (family.moe.deepseek_layout) {  // 2 groups of 2 experts, no shared expert, no dense layer
+      config["n_group"] = 2;
+      config["topk_group"] = 1;
+      config["routed_scaling_factor"] = 1.0;
+      config["n_shared_experts"] = 0;
+      config["first_k_dense_replace"] = 0;
+    }
   }
   if (family.hybrid.enabled) {
     config["linear_num_key_heads"] = 2;
@@ -60,10 +67,11 @@ json small_config(const FamilyTraits& family) {
     config["linear_key_head_dim"] = 8;
     config["linear_value_head_dim"] = 8;
     config["linear_conv_kernel_dim"] = 4;
-    config["partial_rotary_factor"] = 0.5;  // hybrids' configs have no rotary_dim
-  } else if (family.partial_rope) {
-    config["rotary_dim"] = 8;
   }
+  if (family.partial_rope && family.rule("rotary_dim"))
+    config["rotary_dim"] = 8;
+  else if (family.partial_rope)  // hybrids' and GLM's configs have no rotary_dim
+    config["partial_rotary_factor"] = 0.5;
   return config;
 }
 
@@ -90,11 +98,11 @@ json other_than(const json& value) {
   return "other";
 }
 
-const std::vector<DecoderFamily> kFamilies = {DecoderFamily::Llama,      DecoderFamily::Mistral,
-                                              DecoderFamily::Qwen2,      DecoderFamily::Qwen3,
-                                              DecoderFamily::Qwen3Moe,   DecoderFamily::Mixtral,
-                                              DecoderFamily::MiniMaxM2,  DecoderFamily::Qwen3_5,
-                                              DecoderFamily::Qwen3_5Moe, DecoderFamily::Qwen3Next};
+const std::vector<DecoderFamily> kFamilies = {
+    DecoderFamily::Llama,     DecoderFamily::Mistral,  DecoderFamily::Qwen2,
+    DecoderFamily::Qwen3,     DecoderFamily::Qwen3Moe, DecoderFamily::Mixtral,
+    DecoderFamily::MiniMaxM2, DecoderFamily::Qwen3_5,  DecoderFamily::Qwen3_5Moe,
+    DecoderFamily::Qwen3Next, DecoderFamily::Glm4Moe};
 
 }  // namespace
 
@@ -115,8 +123,8 @@ TEST(FamilyTraits, EveryFamilyHasOneEntry) {
   EXPECT_EQ(architectures.size(), kFamilies.size());
   EXPECT_EQ(tandem::find_family("gpt2"), nullptr);
   EXPECT_EQ(tandem::family_names(),
-            "llama, mistral, qwen2, qwen3, qwen3_moe, mixtral, minimax_m2, qwen3_5, qwen3_5_moe or "
-            "qwen3_next");
+            "llama, mistral, qwen2, qwen3, qwen3_moe, mixtral, minimax_m2, qwen3_5, qwen3_5_moe, "
+            "qwen3_next or glm4_moe");
 }
 
 TEST(FamilyTraits, EveryFamilyReadsAndWritesAsItsEntrySays) {
@@ -128,7 +136,9 @@ TEST(FamilyTraits, EveryFamilyReadsAndWritesAsItsEntrySays) {
     EXPECT_EQ(c.qkv_bias, family.qkv_bias_always);
     EXPECT_FALSE(c.o_bias);
     EXPECT_FALSE(c.mlp_bias);
-    EXPECT_EQ(c.qk_norm, family.qk_norm != QkNorm::None);
+    // (GLM-4.5's norms only when config.json says use_qk_norm: not here)
+    EXPECT_EQ(c.qk_norm,
+              family.qk_norm != QkNorm::None && family.qk_norm != QkNorm::PerHeadWhenUseQkNorm);
     EXPECT_EQ(c.qk_norm_across_heads, family.qk_norm == QkNorm::AcrossHeads);
     EXPECT_EQ(c.rotated_dims(), family.partial_rope ? 8 : 16);
     EXPECT_EQ(c.sliding_window, std::vector<int64_t>(4, 0));
@@ -137,8 +147,10 @@ TEST(FamilyTraits, EveryFamilyReadsAndWritesAsItsEntrySays) {
       EXPECT_EQ(c.moe.num_experts, 4);
       EXPECT_EQ(c.moe.scoring, family.moe.scoring);
       EXPECT_EQ(c.moe.expert_intermediate_size, family.moe.own_expert_width ? 24 : 48);
-      // norm_topk_prob is absent: false where it is read, always normalised elsewhere.
-      EXPECT_EQ(c.moe.normalize_top_k, !family.moe.reads_norm_topk_prob);
+      // norm_topk_prob is absent: transformers' default where it is read (false, true in
+      // DeepSeek-V3's layout), always normalised elsewhere.
+      EXPECT_EQ(c.moe.normalize_top_k,
+                !family.moe.reads_norm_topk_prob || family.moe.deepseek_layout);
       EXPECT_EQ(c.moe.weights_in_model_dtype, family.moe.weights_in_model_dtype);
       EXPECT_EQ(c.moe.sparse_layers, std::vector<bool>(4, true));
       EXPECT_EQ(c.moe.shared_expert_intermediate_size, family.moe.shared_expert ? 20 : 0);
@@ -151,8 +163,10 @@ TEST(FamilyTraits, EveryFamilyReadsAndWritesAsItsEntrySays) {
       EXPECT_EQ(c.linear_attention.layers, std::vector<bool>({true, true, true, false}));
       EXPECT_EQ(c.linear_attention.fused_projections, family.hybrid.fused_projections);
       EXPECT_EQ(c.linear_attention.value_heads, 4);
-      // Hybrids are read, never written: tandem does not train them.
-      EXPECT_NE(error_of([&] { c.to_json(); }).find("does not write hybrid models"),
+    }
+    if (family.hybrid.enabled || family.moe.deepseek_layout) {
+      // Read, never written: tandem does not train these families.
+      EXPECT_NE(error_of([&] { c.to_json(); }).find("read as frozen targets only"),
                 std::string::npos);
       continue;
     }
@@ -343,8 +357,8 @@ TEST(FamilyTraits, NonsenseValuesNameTheField) {
            {DecoderFamily::Llama,
             "rope_parameters",
             {{"rope_type", "default"}, {"partial_rotary_factor", 0.5}},
-            "partial_rotary_factor is implemented for minimax_m2, qwen3_5, qwen3_5_moe or "
-            "qwen3_next only"},
+            "partial_rotary_factor is implemented for minimax_m2, qwen3_5, qwen3_5_moe, "
+            "qwen3_next or glm4_moe only"},
            {DecoderFamily::Mixtral, "router_aux_loss_coef", -0.1,
             "router_aux_loss_coef must be a finite number >= 0"},
            {DecoderFamily::Mixtral, "num_experts_per_tok", 5,

@@ -44,6 +44,9 @@ TEST(ModelFlops, AMixtureOfExpertsLayerCountsTheActiveExperts) {
   // A shared expert of width 5 and its gate: 4 x (3 x 5 + 1) = 64 more, 2 x 64 x 3 = 384.
   config.moe.shared_expert_intermediate_size = 5;
   EXPECT_DOUBLE_EQ(tandem::decoder_forward_flops(config, 3, 9, /*with_lm_head=*/false), 2040.0);
+  // Ungated shared experts (GLM-4.5, DeepSeek-V3): no gate, 4 x 1 x 2 x 3 = 24 less.
+  config.moe.shared_expert_gated = false;
+  EXPECT_DOUBLE_EQ(tandem::decoder_forward_flops(config, 3, 9, /*with_lm_head=*/false), 2016.0);
 }
 
 // A hybrid: a Gated DeltaNet layer counts its projections, conv and out_proj, and the chunked

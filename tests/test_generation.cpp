@@ -19,9 +19,9 @@ namespace {
 
 using tandem::FrozenModel;
 
-const std::vector<std::string> kFixtures = {"llama3",      "mistral",   "qwen2",      "qwen3",
-                                            "qwen3_moe",   "mixtral",   "minimax_m2", "qwen3_5",
-                                            "qwen3_5_moe", "qwen3_next"};
+const std::vector<std::string> kFixtures = {"llama3",      "mistral",    "qwen2",      "qwen3",
+                                            "qwen3_moe",   "mixtral",    "minimax_m2", "qwen3_5",
+                                            "qwen3_5_moe", "qwen3_next", "glm4_moe"};
 
 std::vector<std::vector<int64_t>> prompts_for(int64_t vocab, uint64_t seed) {
   at::Generator generator = at::make_generator<at::CPUGeneratorImpl>(seed);
@@ -187,11 +187,12 @@ class OracleProposer : public tandem::DraftProposer {
   int64_t prompt_length_, vocab_, seen_ = 0, step_ = 0;
 };
 
-// Speculative decoding against a hybrid target accepts every length 0..k in turn: with the cache
-// (its Gated DeltaNet states rolled back past each rejected token) the tokens and the accepted
-// lengths equal the uncached decoder's, and the output is the greedy decode.
-TEST(KvCache, HybridSpeculativeDecodingEqualsUncached) {
-  for (const std::string name : {"qwen3_5", "qwen3_next"}) {
+// Speculative decoding accepts every length 0..k in turn: with the cache (a hybrid's Gated
+// DeltaNet states rolled back past each rejected token, GLM-4.5's group-routed experts run on
+// each verification) the tokens and the accepted lengths equal the uncached decoder's, and the
+// output is the greedy decode.
+TEST(KvCache, SpeculativeDecodingEqualsUncached) {
+  for (const std::string name : {"qwen3_5", "qwen3_next", "glm4_moe"}) {
     const FrozenModel model =
         FrozenModel::load(tandem::testing::model_fixture(name), at::kFloat, at::kCPU);
     const std::vector<int64_t> prompt = prompts_for(model.config().vocab_size, 11)[1];

@@ -59,6 +59,31 @@ TEST(MoeConfig, ReadsEachFamily) {
   EXPECT_EQ(mixtral.moe.scoring, tandem::RouterScoring::Softmax);
   EXPECT_FALSE(mixtral.qk_norm);
 
+  // GLM-4.5: DeepSeek-V3's sparse MLP after first_k_dense_replace dense layers; q/k/v biases
+  // without an o bias; per-head q/k norms (use_qk_norm); RoPE on half of each head.
+  const auto glm = parse(fixture_config("glm4_moe"));
+  EXPECT_EQ(glm.family, tandem::DecoderFamily::Glm4Moe);
+  EXPECT_EQ(glm.moe.scoring, tandem::RouterScoring::GroupedSigmoid);
+  EXPECT_EQ(glm.moe.num_experts, 8);
+  EXPECT_EQ(glm.moe.groups, 2);
+  EXPECT_EQ(glm.moe.top_groups, 1);
+  EXPECT_DOUBLE_EQ(glm.moe.routed_scaling_factor, 2.5);
+  EXPECT_TRUE(glm.moe.normalize_top_k);
+  EXPECT_EQ(glm.moe.shared_expert_intermediate_size, 32);  // 1 shared expert of 32
+  EXPECT_FALSE(glm.moe.shared_expert_gated);
+  EXPECT_EQ(glm.moe.sparse_layers, (std::vector<bool>{false, true, true, true}));
+  EXPECT_EQ(glm.intermediate_size, 128);
+  EXPECT_TRUE(glm.qkv_bias);
+  EXPECT_FALSE(glm.o_bias);
+  EXPECT_TRUE(glm.qk_norm);
+  EXPECT_FALSE(glm.qk_norm_across_heads);
+  EXPECT_EQ(glm.rotated_dims(), 16);
+  json no_norms = fixture_config("glm4_moe");
+  no_norms["use_qk_norm"] = false;  // GLM-4.5-Air
+  EXPECT_FALSE(parse(no_norms).qk_norm);
+  EXPECT_NE(error_of([&] { glm.to_json(); }).find("read as frozen targets only"),
+            std::string::npos);
+
   const auto minimax = parse(fixture_config("minimax_m2"));
   EXPECT_EQ(minimax.moe.scoring, tandem::RouterScoring::SigmoidWithBias);
   EXPECT_EQ(minimax.moe.experts_per_token, 3);
@@ -136,6 +161,22 @@ TEST(MoeConfig, MalformedFieldsAreNamed) {
          c["quantization_config"] = {{"quant_method", "fp8"}};
        },
        "the checkpoint is quantized (quantization_config)"},
+      {"glm4_moe", [](json& c) { c["n_group"] = 3; },
+       "n_group (3) must divide n_routed_experts (8)"},
+      {"glm4_moe", [](json& c) { c["n_group"] = 8; },
+       "each of the n_group (8) groups needs at least 2 experts"},
+      {"glm4_moe", [](json& c) { c["topk_group"] = 3; },
+       "topk_group must be in 1..n_group (2), got 3"},
+      {"glm4_moe", [](json& c) { c["num_experts_per_tok"] = 5; },
+       "topk_group (1) groups of 4 experts hold fewer than num_experts_per_tok (5)"},
+      {"glm4_moe", [](json& c) { c.erase("routed_scaling_factor"); },
+       "missing required field 'routed_scaling_factor'"},
+      {"glm4_moe", [](json& c) { c["first_k_dense_replace"] = 5; },
+       "first_k_dense_replace must be in 0..num_hidden_layers (4), got 5"},
+      {"glm4_moe", [](json& c) { c["topk_method"] = "greedy"; },
+       "unsupported topk_method \"greedy\""},
+      {"glm4_moe", [](json& c) { c["num_local_experts"] = 6; },
+       "n_routed_experts (8) and num_local_experts (6) disagree"},
       {"minimax_m2", [](json& c) { c["architectures"] = {"MixtralForCausalLM"}; },
        "unsupported architecture \"MixtralForCausalLM\" for model_type 'minimax_m2'"},
   };
@@ -269,6 +310,49 @@ TEST(MoeCheckpoint, HybridStackedExpertsReadAsPerExpert) {
   }
 }
 
+// GLM-4.5 as published: the MTP layer numbered after the decoder's is skipped by name and
+// reported; the routing bias, stored under the router, stays fp32 in a bf16 model and is named
+// when missing; the stacked experts read as the per-expert ones.
+TEST(MoeCheckpoint, Glm4MoeReadsAsPublished) {
+  const std::string dir = model_fixture("glm4_moe");
+  const auto checkpoint = tandem::HfCheckpoint::open(dir);
+  const tandem::DecoderConfig config = tandem::DecoderConfig::from_dir(dir);
+  EXPECT_NE(tandem::outside_decoder_summary(checkpoint, config)
+                .find("tensors of the multi-token-prediction layers"),
+            std::string::npos);
+  EXPECT_EQ(tandem::outside_decoder("model.layers.3.mlp.gate.weight", config), nullptr);
+  EXPECT_NE(tandem::outside_decoder("model.layers.4.eh_proj.weight", config), nullptr);
+  EXPECT_NE(tandem::outside_decoder("model.layers.12.enorm.weight", config), nullptr);
+  EXPECT_EQ(tandem::outside_decoder("model.layers.4x.weight", config), nullptr);
+  EXPECT_EQ(tandem::outside_decoder("model.norm.weight", config), nullptr);
+
+  tandem::RunContext run;
+  const tandem::CausalLM bf16 = tandem::load_causal_lm(dir, at::kBFloat16, run);
+  const std::string bias_name = "model.layers.1.mlp.gate.e_score_correction_bias";
+  bool found = false;
+  for (const auto& [name, value] : tandem::checkpoint_tensors(*bf16)) {
+    if (name != bias_name) continue;
+    found = true;
+    EXPECT_EQ(value.scalar_type(), at::kFloat);
+    EXPECT_TRUE(at::equal(value, checkpoint.read(bias_name).to(at::kFloat)));
+  }
+  EXPECT_TRUE(found) << bias_name;
+
+  auto tensors = read_all(dir);
+  std::erase_if(tensors, [&](const auto& t) { return t.first == bias_name; });
+  ScratchDir scratch;
+  std::string error =
+      error_of([&] { fixture_logits(write_checkpoint(scratch, "glm4_moe", tensors)); });
+  EXPECT_NE(error.find("missing tensors " + bias_name), std::string::npos) << error;
+
+  const at::Tensor expected = fixture_logits(dir);
+  const tandem::CausalLM model = tandem::load_causal_lm(dir, at::kFloat, run);
+  ScratchDir stacked;
+  EXPECT_TRUE(at::equal(
+      fixture_logits(write_checkpoint(stacked, "glm4_moe", tandem::checkpoint_tensors(*model))),
+      expected));
+}
+
 // The grouped compute against a per-token loop in fp64: out[n] = sum_k w[n,k] *
 // expert_{i[n,k]}(x[n]), values and the gradients of x, the weights and both expert tensors; one
 // expert at a time in fp64 (within 1e-12), ATen's grouped matmul in fp32 (within 1e-5).
@@ -372,10 +456,58 @@ TEST(MoeRouter, EachFamilyRoutesAsTransformersDoes) {
   EXPECT_NEAR(sigmoid_weights[0][slot0].item<double>(), w0, 1e-6);
 }
 
+// GLM-4.5 / DeepSeek-V3: group-limited routing, worked by hand. 8 experts in 2 groups of 4,
+// top-2 of 1 group. Group 0's choice scores (sigmoid + bias) are led by expert 1 alone; group 1
+// has no single best expert but a better best two, so group 1 stays open and expert 1, the best
+// expert of all, is not chosen.
+TEST(MoeRouter, GroupLimitedRoutingAsDeepSeekV3) {
+  const auto logit = [](double p) { return static_cast<float>(std::log(p / (1 - p))); };
+  // sigmoid(logits) = 0.10 0.95 0.10 0.10 | 0.60 0.70 0.65 0.05
+  const at::Tensor logits = at::tensor({logit(0.10), logit(0.95), logit(0.10), logit(0.10),
+                                        logit(0.60), logit(0.70), logit(0.65), logit(0.05)})
+                                .view({1, 8});
+  const at::Tensor bias = at::zeros({8});
+  tandem::MoeConfig moe;
+  moe.num_experts = 8;
+  moe.experts_per_token = 2;
+  moe.scoring = tandem::RouterScoring::GroupedSigmoid;
+  moe.groups = 2;
+  moe.top_groups = 1;
+  moe.routed_scaling_factor = 2.5;
+  moe.normalize_top_k = true;
+  // Group scores (best two): 0.95 + 0.10 = 1.05 against 0.70 + 0.65 = 1.35: group 1 is open.
+  auto [indices, weights] = tandem::route_tokens(logits, bias, moe);
+  std::vector<std::pair<int64_t, double>> chosen;
+  for (int64_t j = 0; j < 2; ++j)
+    chosen.emplace_back(indices[0][j].item<int64_t>(), weights[0][j].item<double>());
+  std::sort(chosen.begin(), chosen.end());
+  ASSERT_EQ(chosen[0].first, 5);
+  ASSERT_EQ(chosen[1].first, 6);
+  EXPECT_NEAR(chosen[0].second, 0.70 / (0.70 + 0.65) * 2.5, 1e-6);
+  EXPECT_NEAR(chosen[1].second, 0.65 / (0.70 + 0.65) * 2.5, 1e-6);
+  // Both groups open: experts 1 and 5. Without normalisation the weights are the sigmoids x 2.5.
+  moe.top_groups = 2;
+  moe.normalize_top_k = false;
+  std::tie(indices, weights) = tandem::route_tokens(logits, bias, moe);
+  std::vector<int64_t> picked = {indices[0][0].item<int64_t>(), indices[0][1].item<int64_t>()};
+  std::sort(picked.begin(), picked.end());
+  EXPECT_EQ(picked, (std::vector<int64_t>{1, 5}));
+  EXPECT_NEAR(weights.sum().item<double>(), (0.95 + 0.70) * 2.5, 1e-6);
+  // The bias moves the choice (group 0 now scores 0.95 + 0.50 = 1.45 and expert 2 passes
+  // expert 5), never the weights: sigmoid 0.10 of expert 2 is its weight.
+  moe.top_groups = 1;
+  const at::Tensor shifted = at::tensor({0.0f, 0.0f, 0.4f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f});
+  std::tie(indices, weights) = tandem::route_tokens(logits, shifted, moe);
+  picked = {indices[0][0].item<int64_t>(), indices[0][1].item<int64_t>()};
+  std::sort(picked.begin(), picked.end());
+  EXPECT_EQ(picked, (std::vector<int64_t>{1, 2}));
+  EXPECT_NEAR(weights.sum().item<double>(), (0.95 + 0.10) * 2.5, 1e-6);
+}
+
 // transformers' load_balancing_loss_func on the fixtures' router logits, and padding weighed 0
 // counts as if the token were not there.
 TEST(MoeRouter, LoadBalancingLossMatchesTransformers) {
-  for (const std::string fixture : {"qwen3_moe", "mixtral", "minimax_m2"}) {
+  for (const std::string fixture : {"qwen3_moe", "mixtral", "minimax_m2", "glm4_moe"}) {
     const std::string dir = model_fixture(fixture);
     const auto file = tandem::safetensors::File::open(dir + "/reference.safetensors");
     std::map<std::string, at::Tensor> reference;

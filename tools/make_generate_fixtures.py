@@ -2,8 +2,8 @@
 """Record transformers' greedy `generate` output for the model fixtures (reference for KV-cached decoding).
 
 Writes, for each fixture NAME of tests/fixtures/models/ (llama3, mistral, qwen2, qwen3, qwen3_moe,
-mixtral, minimax_m2; the hybrids qwen3_5, qwen3_5_moe, qwen3_next of tools/make_hybrid_fixtures.py),
-tests/fixtures/generate/NAME.json:
+mixtral, minimax_m2, glm4_moe; the hybrids qwen3_5, qwen3_5_moe, qwen3_next of
+tools/make_hybrid_fixtures.py), tests/fixtures/generate/NAME.json:
   generator             "tools/make_generate_fixtures.py"
   fixture               NAME (the checkpoint is tests/fixtures/models/NAME)
   transformers_version, torch_version
@@ -24,13 +24,18 @@ tests/fixtures/generate/NAME.json:
                         position of the prompt + the first 11 generated tokens (all the tokens the
                         model reads) of the k-th minus (k+1)-th routing score (softmax of the
                         router logits; minimax_m2: sigmoid + e_score_correction_bias), from one
-                        uncached fp32 forward of that sequence; 6 significant digits.  The MoE
-                        layers are those whose mlp has experts and a router mlp.gate (hooked; its
-                        top-k asserted): every layer, except qwen3_next's dense layer 1
-                        (mlp_only_layers [1]; asserted against the config).  For qwen3_5_moe /
-                        qwen3_next (Qwen3_5MoeSparseMoeBlock / Qwen3NextSparseMoeBlock: top-2 of
-                        the softmax, renormalised, plus a shared expert that is not routed) the
-                        gap is taken on the softmax before renormalisation, as the router picks.
+                        uncached fp32 forward of that sequence; 6 significant digits.  glm4_moe
+                        (group-limited routing, make_model_fixtures.group_limited_routing): the
+                        smaller of the expert gap (k-th minus (k+1)-th sigmoid + bias score among
+                        the kept group's experts) and the group gap (kept group's score minus the
+                        next group's).  The MoE layers are those whose mlp has experts and a router
+                        mlp.gate (hooked; its top-k asserted): every layer, except qwen3_next's
+                        dense layer 1 (mlp_only_layers [1]) and glm4_moe's dense layer 0
+                        (first_k_dense_replace 1), both asserted against the config.  For
+                        qwen3_5_moe / qwen3_next (Qwen3_5MoeSparseMoeBlock /
+                        Qwen3NextSparseMoeBlock: top-2 of the softmax, renormalised, plus a shared
+                        expert that is not routed) the gap is taken on the softmax before
+                        renormalisation, as the router picks.
   notes
 
 How: AutoModelForCausalLM.from_pretrained(dir, dtype=float32, attn_implementation="eager") (MoE:
@@ -40,6 +45,8 @@ deterministic algorithms; per prompt, one call
                  max_new_tokens=12, min_new_tokens=12, pad_token_id=0, use_cache=True,
                  return_dict_in_generate=True, output_scores=True, output_logits=True)
 (no padding, no batching).  min_new_tokens=12 only keeps eos from ending a prompt early.
+glm4_moe: its model.safetensors also holds the MTP layer's model.layers.4.* tensors, which
+Glm4MoeForCausalLM does not read (asserted: they, and only they, are unexpected keys).
 Hybrids (Gated DeltaNet + gated attention layers): use_cache=True runs transformers' hybrid cache
 (attention KV plus each linear-attention layer's conv window and recurrent state); use_cache=False
 recomputes the whole sequence every step.  qwen3_5 / qwen3_5_moe are vision-language checkpoints
@@ -86,12 +93,14 @@ torch.set_num_threads(1)
 torch.use_deterministic_algorithms(True)
 
 import transformers  # noqa: E402
+from make_model_fixtures import group_limited_routing  # noqa: E402  (GLM-4.5's router, written out)
 from transformers import AutoModelForCausalLM, AutoModelForImageTextToText  # noqa: E402
 
 GENERATOR = "tools/make_generate_fixtures.py"
 NAMES = ["llama3", "mistral", "qwen2", "qwen3", "qwen3_moe", "mixtral", "minimax_m2",
-         "qwen3_5", "qwen3_5_moe", "qwen3_next"]
-MOE = {"qwen3_moe", "mixtral", "minimax_m2", "qwen3_5_moe", "qwen3_next"}
+         "qwen3_5", "qwen3_5_moe", "qwen3_next", "glm4_moe"]
+MOE = {"qwen3_moe", "mixtral", "minimax_m2", "qwen3_5_moe", "qwen3_next", "glm4_moe"}
+MTP_LAYER = {"glm4_moe"}  # checkpoints with model.layers.{num_hidden_layers}.* tensors (unexpected keys)
 HYBRID = {"qwen3_5", "qwen3_5_moe", "qwen3_next"}
 # vision-language checkpoints: the text-only class AutoModelForCausalLM gives, the full model's class
 VLM = {"qwen3_5": ("Qwen3_5ForCausalLM", "Qwen3_5ForConditionalGeneration"),
@@ -108,7 +117,8 @@ EXPERTS_IMPL = "grouped_mm"  # transformers 5.x's default experts_implementation
 # base seed passes the logit-margin checks; mixtral 1500-1502 and minimax_m2 1600 fail only
 # min_routing_gap >= MIN_ROUTING_GAP (gaps down to 6e-5).  Hybrids: qwen3_5 1700 passes;
 # qwen3_5_moe 1800-1808 and qwen3_next 1900 fail only min_routing_gap (gaps down to 2e-5);
-# qwen3_next 1901 fails it and, on one prompt, MIN_MARGIN too (5.7e-4).
+# qwen3_next 1901 fails it and, on one prompt, MIN_MARGIN too (5.7e-4).  glm4_moe (appended to
+# NAMES last, base 2000): 2000 passes.
 PROMPT_SEEDS = {
     "llama3": 1000,
     "mistral": 1100,
@@ -120,6 +130,7 @@ PROMPT_SEEDS = {
     "qwen3_5": 1700,
     "qwen3_5_moe": 1809,
     "qwen3_next": 1902,
+    "glm4_moe": 2000,
 }
 NOTES = ("greedy, fp32, eager attention, one prompt per call, no padding, use_cache=True "
          "(equal to use_cache=False)")
@@ -129,16 +140,22 @@ NOTES_EXTRA = {
     "qwen3_5_moe": "; AutoModelForCausalLM: the text-only Qwen3_5MoeForCausalLM (same ids and logits as "
                    "Qwen3_5MoeForConditionalGeneration); prompt ids 3..503",
     "qwen3_next": "; prompt ids 3..503",
+    "glm4_moe": "; the checkpoint's MTP layer tensors (model.layers.4.*) are unexpected keys, unused",
 }
 COLUMN_LIMIT = 100  # .clang-format's ColumnLimit (write_json)
 
 
-def load_model(path, experts=None, auto=AutoModelForCausalLM):
+def load_model(path, experts=None, auto=AutoModelForCausalLM, mtp_layer=False):
+    """mtp_layer: the checkpoint also holds model.layers.{num_hidden_layers}.* (an MTP layer the model
+    does not read): asserted to be exactly the unexpected keys."""
     kwargs = {} if experts is None else {"experts_implementation": experts}
     model, info = auto.from_pretrained(path, dtype=torch.float32, attn_implementation="eager",
                                        output_loading_info=True, **kwargs)
     model.eval()
     assert not info["missing_keys"] and not info["mismatched_keys"], (path, info)
+    if mtp_layer:
+        prefix = f"model.layers.{model.config.num_hidden_layers}."
+        assert info["unexpected_keys"] and all(k.startswith(prefix) for k in info["unexpected_keys"]), info
     assert model.config.get_text_config()._attn_implementation == "eager"
     return model
 
@@ -211,6 +228,12 @@ def min_routing_gap(model, seq):
     assert captured
     gap = float("inf")
     for i, (logits, index) in captured.items():
+        if getattr(model.config, "n_group", None) is not None:  # glm4_moe: group-limited top-k
+            bias = model.model.layers[i].mlp.gate.e_score_correction_bias
+            r = group_limited_routing(model.config, logits, bias)
+            assert torch.equal(r["index"].sort(-1).values, index.sort(-1).values), i
+            gap = min(gap, r["expert_gap"].min().item(), r["group_gap"].min().item())
+            continue
         scores = routing_scores(model.model.layers[i].mlp, logits)
         top = scores.topk(k + 1, dim=-1)
         assert torch.equal(top.indices[:, :k].sort(-1).values, index.sort(-1).values), i
@@ -227,6 +250,9 @@ def moe_layers(model):
         step = getattr(cfg, "decoder_sparse_step", 1)
         expected = [i for i in range(cfg.num_hidden_layers)
                     if i not in cfg.mlp_only_layers and (i + 1) % step == 0]
+        assert layers == expected, (layers, expected)
+    if hasattr(cfg, "first_k_dense_replace"):  # glm4_moe: the first layers are dense
+        expected = list(range(cfg.first_k_dense_replace, cfg.num_hidden_layers))
         assert layers == expected, (layers, expected)
     return layers
 
@@ -356,7 +382,7 @@ def main():
     for name in names:
         path = os.path.normpath(os.path.join(args.models, name))
         moe = name in MOE
-        model = load_model(path, EXPERTS_IMPL if moe else None)
+        model = load_model(path, EXPERTS_IMPL if moe else None, mtp_layer=name in MTP_LAYER)
         if moe:
             assert model.config._experts_implementation == EXPERTS_IMPL, model.config._experts_implementation
         gc = model.generation_config
@@ -364,7 +390,7 @@ def main():
               f"{json.dumps(gc.to_diff_dict(), sort_keys=True)}")
         if moe:
             print(f"  MoE layers {moe_layers(model)}")
-        moe_eager = load_model(path, "eager") if moe else None
+        moe_eager = load_model(path, "eager", mtp_layer=name in MTP_LAYER) if moe else None
         full = None
         if name in VLM:
             assert type(model).__name__ == VLM[name][0], type(model).__name__

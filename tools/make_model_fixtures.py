@@ -26,6 +26,25 @@ Mixture-of-experts fixtures (8 experts each; seeds chosen for robust routing, se
               The dir also holds tokenizer.json (byte-level BPE: 510 tokens, then <s>, </s> -- no
               mask, no reserved tokens, exactly 512 = vocab_size) and tokenizer_config.json
               (no mask_token).
+  glm4_moe    Glm4MoeForCausalLM (GLM-4.5), fp32, one file; layer 0 a dense MLP (first_k_dense_replace
+              1, intermediate 128), layers 1-3 MoE: 8 routed experts (intermediate 32) + 1 shared
+              expert (intermediate 32, always applied, added to the routed sum); group-limited routing:
+              c = sigmoid(logits) + e_score_correction_bias (random, non-zero: it changes the chosen
+              experts of 11-13 tokens per layer), 2 groups of 4 experts, group score = sum of its two
+              largest c, keep the best 1 group, top-2 of c inside it; weights = the chosen sigmoids
+              renormalized (+1e-20) times routed_scaling_factor 2.5.  Attention: q/k/v bias (o none),
+              per-head q_norm/k_norm ([head_dim] weights, before RoPE), partial RoPE
+              (partial_rotary_factor 0.5: the first 16 of head_dim 32, rope_theta 10000; config.json
+              holds it in rope_parameters).  Glm4MoeForCausalLM computes no aux_loss: the stored one
+              is transformers' load_balancing_loss_func called on its router logits (run_forward).
+              model.safetensors also holds 10 tensors of a multi-token-prediction layer, named as
+              the released checkpoints name theirs (layer index num_hidden_layers = 4; config
+              num_nextn_predict_layers 1), random, unused by transformers (unexpected keys, same
+              outputs: asserted) -- for a loader to skip by name: model.layers.4.{eh_proj.weight
+              [64, 128], enorm.weight, hnorm.weight, shared_head.norm.weight, input_layernorm.weight
+              [64], self_attn.q_proj.weight [128, 64], mlp.gate.weight [8, 64],
+              mlp.gate.e_score_correction_bias [8], mlp.experts.0.gate_proj.weight [32, 64],
+              mlp.shared_experts.down_proj.weight [64, 32]} (GLM4_MOE_MTP_TENSORS).
   On disk the experts are per-expert 2-D tensors, as transformers writes them:
     qwen3_moe:  model.layers.N.mlp.gate.weight [E, H]; model.layers.N.mlp.experts.J.{gate_proj,
                 up_proj}.weight [I, H], .down_proj.weight [H, I]
@@ -33,19 +52,29 @@ Mixture-of-experts fixtures (8 experts each; seeds chosen for robust routing, se
                 model.layers.N.block_sparse_moe.experts.J.{w1 (gate), w3 (up)}.weight [I, H],
                 .w2.weight (down) [H, I]; minimax_m2 also
                 model.layers.N.block_sparse_moe.e_score_correction_bias [E]
+    glm4_moe:   as qwen3_moe (model.layers.N.mlp.gate.weight [E, H], mlp.experts.J.{gate_proj, up_proj,
+                down_proj}.weight), plus model.layers.N.mlp.gate.e_score_correction_bias [E] (F32)
+                and the shared expert model.layers.N.mlp.shared_experts.{gate_proj, up_proj}.weight
+                [32, H], .down_proj.weight [H, 32]; the dense layer 0: model.layers.0.mlp.{gate_proj,
+                up_proj}.weight [128, H], .down_proj.weight [H, 128]; attention
+                self_attn.{q,k,v}_proj.{weight,bias}, o_proj.weight, q_norm.weight / k_norm.weight [32]
   Their reference.safetensors adds, all F32:
     router_logits.{i}       [B*T, E]  router (gate) logits of MoE layer i, fp32 forward (rows b*T+t)
     router_logits_bf16.{i}  [B*T, E]  the same in the bf16 forward, upcast
     aux_loss                []        load_balancing_loss_func(router_logits of all MoE layers, E,
                                       top_k, attention_mask=None) of the fp32 forward, i.e.
                                       out.aux_loss with output_router_logits=True, NOT multiplied by
-                                      router_aux_loss_coef
+                                      router_aux_loss_coef (glm4_moe, whose out.aux_loss is None:
+                                      that function called on out.router_logits, see run_forward)
   and the metadata keys num_experts, top_k, moe_layers, moe_note, experts_implementation,
-  aux_loss, router_logits (+ routing for minimax_m2). The references run the experts with
-  transformers' default experts_implementation "grouped_mm" (requested explicitly): per token, the
-  k products expert_output * routing_weight (in the bf16 forward: bf16 for qwen3_moe, whose router
-  casts its weights to the activation dtype; float32 for mixtral / minimax_m2, whose weights stay
-  float32) are summed with float32 accumulation and cast once to the activation dtype.
+  aux_loss, router_logits (+ routing for minimax_m2 and glm4_moe, mtp_tensors for glm4_moe). The
+  references run the experts with transformers' default experts_implementation "grouped_mm"
+  (requested explicitly): per token, the k products expert_output * routing_weight (in the bf16
+  forward: bf16 for qwen3_moe, whose router casts its weights to the activation dtype; float32 for
+  mixtral / minimax_m2 / glm4_moe, whose weights stay float32) are summed with float32 accumulation
+  and cast once to the activation dtype (glm4_moe: then the shared expert's output is added in that
+  dtype).  In the bf16 load glm4_moe's e_score_correction_bias stays float32 (transformers'
+  _keep_in_fp32_modules_strict).
 
 Deterministic: fixed seeds, CPU, single thread; running it twice gives byte-identical files.
 Run (from the repository root):
@@ -71,8 +100,11 @@ import safetensors  # noqa: E402
 import transformers  # noqa: E402
 from safetensors import safe_open  # noqa: E402
 from fixture_safetensors import write_safetensors  # noqa: E402
+from transformers.models.qwen3_moe.modeling_qwen3_moe import load_balancing_loss_func  # noqa: E402
 from transformers import (  # noqa: E402
     AutoModelForCausalLM,
+    Glm4MoeConfig,
+    Glm4MoeForCausalLM,
     LlamaConfig,
     LlamaForCausalLM,
     MiniMaxM2Config,
@@ -115,7 +147,29 @@ MOE_EXPERTS, MOE_INTER = 8, 32
 # differs picks another expert somewhere: the bf16 routing scores are off the fp32 ones by ~1e-2,
 # several times MIN_ROUTING_GAP.
 SEED_QWEN3_MOE, SEED_MIXTRAL, SEED_MINIMAX_M2 = 2094, 2410, 2074
+# GLM-4.5: searched over 2500-2559 the same way, its gap being the smaller of the expert gap and the
+# group gap (routing_report); 11 of the 60 pass (2502 first), most fail on a gap or on bf16 picking
+# other experts than fp32.  2513 has the largest min gap of them (fp32 1.4e-2, bf16 1.2e-2).
+SEED_GLM4_MOE = 2513
 MIN_ROUTING_GAP = 2e-3
+# GLM-4.5 fixture: the std of the random e_score_correction_bias (its selection scores are sigmoids
+# in (0, 1); MiniMax-M2 uses reinit_'s default 0.1), and the multi-token-prediction (MTP) tensors
+# appended to model.safetensors as layer num_hidden_layers (= 4), named like the released
+# checkpoints' layer 46 / 92: random, never read by transformers' Glm4MoeForCausalLM (it warns
+# about unexpected keys), for the C++ loader to skip by name.  [shape]; all float32.
+GLM4_MOE_SCORE_BIAS_STD = 0.1
+GLM4_MOE_MTP_TENSORS = {
+    f"model.layers.{LAYERS}.eh_proj.weight": (HIDDEN, 2 * HIDDEN),
+    f"model.layers.{LAYERS}.enorm.weight": (HIDDEN,),
+    f"model.layers.{LAYERS}.hnorm.weight": (HIDDEN,),
+    f"model.layers.{LAYERS}.shared_head.norm.weight": (HIDDEN,),
+    f"model.layers.{LAYERS}.input_layernorm.weight": (HIDDEN,),
+    f"model.layers.{LAYERS}.self_attn.q_proj.weight": (4 * 32, HIDDEN),
+    f"model.layers.{LAYERS}.mlp.gate.weight": (MOE_EXPERTS, HIDDEN),
+    f"model.layers.{LAYERS}.mlp.gate.e_score_correction_bias": (MOE_EXPERTS,),
+    f"model.layers.{LAYERS}.mlp.experts.0.gate_proj.weight": (MOE_INTER, HIDDEN),
+    f"model.layers.{LAYERS}.mlp.shared_experts.down_proj.weight": (HIDDEN, MOE_INTER),
+}
 # MiniMax-M2 fixture tokenizer: 510 byte-level BPE tokens, then <s>, </s> as the last two ids
 # (MiniMax keeps its specials at the top of the vocabulary); no mask, no reserved tokens.
 MINIMAX_BOS, MINIMAX_EOS = VOCAB - 2, VOCAB - 1
@@ -276,6 +330,40 @@ def fixture_specs():
             moe=True,
             tokenizer=True,
         ),
+        "glm4_moe": dict(
+            seed=SEED_GLM4_MOE,
+            make_config=lambda: Glm4MoeConfig(
+                **COMMON,  # intermediate_size 128: the dense MLP of layer 0
+                num_attention_heads=4,
+                num_key_value_heads=2,
+                head_dim=32,
+                # the released checkpoints' top-level field (also transformers' default); the
+                # config moves it into rope_parameters: RoPE on the first 16 of 32 head dims
+                partial_rotary_factor=0.5,
+                attention_bias=True,  # q/k/v biased, o_proj not
+                use_qk_norm=True,  # per-head RMSNorm [head_dim] of q and k, before RoPE
+                max_position_embeddings=512,
+                tie_word_embeddings=False,
+                n_routed_experts=MOE_EXPERTS,
+                num_experts_per_tok=2,
+                moe_intermediate_size=MOE_INTER,
+                n_shared_experts=1,
+                n_group=2,
+                topk_group=1,
+                routed_scaling_factor=2.5,
+                norm_topk_prob=True,
+                first_k_dense_replace=1,
+                num_nextn_predict_layers=1,  # the MTP layer: tensors only (GLM4_MOE_MTP_TENSORS)
+                output_router_logits=False,
+                rope_parameters=dict(rope_type="default", rope_theta=10000.0),
+            ),
+            cls=Glm4MoeForCausalLM,
+            save_dtype=torch.float32,
+            max_shard_size=None,
+            moe=True,
+            score_bias_std=GLM4_MOE_SCORE_BIAS_STD,
+            mtp_tensors=GLM4_MOE_MTP_TENSORS,
+        ),
     }
 
 
@@ -295,7 +383,8 @@ def reinit_(model, gen, embed_std=1.0, linear_gain=1.0, lm_head_gain=2.0, bias_s
         clearly non-uniform routing)
     MoE experts mlp.experts.gate_up_proj [E, 2I, H] / down_proj [E, H, I]: gain * randn / sqrt(last dim)
     persistent buffers (after all parameters, in named_buffers order): only MiniMax-M2's
-        mlp.e_score_correction_bias [E] = score_bias_std * randn; any other one is an error.
+        mlp.e_score_correction_bias [E] and GLM-4.5's mlp.gate.e_score_correction_bias [E]
+        = score_bias_std * randn; any other one is an error.
     The random draws follow named_parameters() order, so models without MoE parameters get the
     same values as before these rules existed.
     """
@@ -325,7 +414,8 @@ def reinit_(model, gen, embed_std=1.0, linear_gain=1.0, lm_head_gain=2.0, bias_s
                 if buf is None or bname in mod._non_persistent_buffers_set:
                     continue  # e.g. RoPE inv_freq: derived from the config, not saved
                 name = f"{mod_name}.{bname}"
-                if name.endswith("mlp.e_score_correction_bias") and buf.dim() == 1:
+                if (name.endswith("mlp.e_score_correction_bias")
+                        or name.endswith("mlp.gate.e_score_correction_bias")) and buf.dim() == 1:
                     r = torch.randn(tuple(buf.shape), generator=gen, dtype=torch.float32)
                     buf.copy_((score_bias_std * r).to(buf.dtype))
                 else:
@@ -354,7 +444,10 @@ def run_forward(model, input_ids, moe=False):
 
     moe=True: the forward also gets output_router_logits=True, hooks capture each MoE router's
     outputs, and a third item is returned: dict(router_logits={i: [B*T, E] in the model dtype},
-    topk_index={i: [B*T, k]}, aux_loss=out.aux_loss).
+    topk_index={i: [B*T, k]}, topk_weights={i: [B*T, k]}, aux_loss=out.aux_loss).
+    Glm4MoeForCausalLM computes no aux_loss (out.aux_loss is None): for it, aux_loss is what the other
+    MoE models compute, transformers' load_balancing_loss_func(out.router_logits, num_experts, top_k,
+    None) (Qwen3-MoE's copy of it), called here.
     """
     captured = {}
     handles = []
@@ -368,7 +461,7 @@ def run_forward(model, input_ids, moe=False):
         for i, gate in moe_routers(model).items():
             def gate_hook(_mod, _inp, out, i=i):
                 # every router returns (router_logits, top_k_weights, top_k_index)
-                routed[i] = (out[0].detach().clone(), out[2].detach().clone())
+                routed[i] = (out[0].detach().clone(), out[2].detach().clone(), out[1].detach().clone())
             handles.append(gate.register_forward_hook(gate_hook))
     try:
         if moe:
@@ -390,7 +483,13 @@ def run_forward(model, input_ids, moe=False):
         assert torch.equal(r, routed[i][0]), i
     info = dict(router_logits={i: routed[i][0] for i in layers},
                 topk_index={i: routed[i][1] for i in layers},
-                aux_loss=out.aux_loss.detach().clone())
+                topk_weights={i: routed[i][2] for i in layers},
+                aux_loss=out.aux_loss)
+    if info["aux_loss"] is None:
+        assert isinstance(model, Glm4MoeForCausalLM), type(model).__name__
+        info["aux_loss"] = load_balancing_loss_func(out.router_logits, num_experts_of(model.config),
+                                                    top_k_of(model.config), None)
+    info["aux_loss"] = info["aux_loss"].detach().clone()
     return logits, hidden, info
 
 
@@ -445,30 +544,90 @@ def check_sliding_window(model, input_ids, window):
     return diff_full, early, changed
 
 
+def is_group_limited(model):
+    """GLM-4.5 (Glm4MoeTopkRouter): group-limited top-k, e_score_correction_bias on mlp.gate."""
+    return getattr(model.config, "n_group", None) is not None
+
+
 def routing_scores(model, layer, router_logits):
     """The scores transformers' router takes the top-k of, for MoE layer `layer` (float32).
 
     Qwen3-MoE / Mixtral: softmax(router_logits in float32).  MiniMax-M2: sigmoid(router_logits in
     float32) + e_score_correction_bias (the selection score; the expert weights are the plain
-    sigmoids of the chosen experts, renormalized)."""
+    sigmoids of the chosen experts, renormalized).  GLM-4.5: sigmoid + mlp.gate.e_score_correction_bias,
+    the score before the group limit (group_limited_routing)."""
     mlp = model.model.layers[layer].mlp
     logits = router_logits.float()
+    if is_group_limited(model):
+        return torch.sigmoid(logits) + mlp.gate.e_score_correction_bias.float()
     if hasattr(mlp, "e_score_correction_bias"):
         return torch.sigmoid(logits) + mlp.e_score_correction_bias
     return torch.softmax(logits, dim=-1)
 
 
-def routing_report(model, info, top_k):
+def group_limited_routing(config, router_logits, bias):
+    """GLM-4.5's router, written out (all float32), for rows of router logits [N, E]:
+      s = sigmoid(logits); c = s + bias (the choice score); the E experts form n_group groups of
+      E / n_group consecutive experts; group score = sum of the two largest c of the group; keep
+      the topk_group best groups; chosen = the top-k of c over the kept groups' experts; weights =
+      s of the chosen / (their sum + 1e-20) (norm_topk_prob) * routed_scaling_factor.
+    Returns dict(index [N, k] (descending c), weights [N, k] (same order), expert_gap [N]: the k-th
+    minus the (k+1)-th c among the kept groups' experts, group_gap [N]: the topk_group-th minus the
+    (topk_group+1)-th group score)."""
+    n, e = router_logits.shape
+    groups, keep, k = config.n_group, config.topk_group, config.num_experts_per_tok
+    per_group = e // groups
+    assert per_group * groups == e and per_group >= 2 and keep < groups and k < keep * per_group
+    s = torch.sigmoid(router_logits.float())
+    c = s + bias.float()
+    two_best = c.view(n, groups, per_group).sort(dim=-1, descending=True).values[..., :2]
+    group_score = two_best[..., 0] + two_best[..., 1]
+    g_sorted = group_score.sort(dim=-1, descending=True)
+    kept = torch.zeros(n, groups, dtype=torch.bool)
+    kept.scatter_(1, g_sorted.indices[:, :keep], True)
+    kept_experts = kept.repeat_interleave(per_group, dim=1)  # [N, E], group j = experts j*P .. j*P+P-1
+    c_kept = torch.where(kept_experts, c, torch.full_like(c, float("-inf")))
+    e_sorted = c_kept.sort(dim=-1, descending=True)
+    index = e_sorted.indices[:, :k]
+    w = s.gather(1, index)
+    if config.norm_topk_prob:
+        w = w / (w.sum(dim=-1, keepdim=True) + 1e-20)
+    w = w * config.routed_scaling_factor
+    return dict(index=index, weights=w,
+                expert_gap=e_sorted.values[:, k - 1] - e_sorted.values[:, k],
+                group_gap=g_sorted.values[:, keep - 1] - g_sorted.values[:, keep])
+
+
+def routing_report(model, info, top_k, details=None):
     """Checks our reading of the router against the experts the model picked; returns
-    (min over tokens and MoE layers of score[k-th] - score[(k+1)-th], {layer: that minimum})."""
+    (min over tokens and MoE layers of score[k-th] - score[(k+1)-th], {layer: that minimum}).
+
+    GLM-4.5 (group-limited): the gap is min(expert gap, group gap) of group_limited_routing (the
+    k-th vs (k+1)-th choice score within the kept groups, and the topk_group-th vs next group score),
+    the routing weights are checked too (equal), and `details` (a dict, if given) gets
+    {layer: (min expert gap, min group gap)}."""
     per_layer = {}
     for i, logits in info["router_logits"].items():
+        theirs = info["topk_index"][i].sort(dim=-1)
+        if is_group_limited(model):
+            bias = model.model.layers[i].mlp.gate.e_score_correction_bias
+            r = group_limited_routing(model.config, logits, bias)
+            gaps = (r["expert_gap"].min().item(), r["group_gap"].min().item())
+            per_layer[i] = min(gaps)
+            if details is not None:
+                details[i] = gaps
+            ours = r["index"].sort(dim=-1)
+            assert torch.equal(ours.values, theirs.values), f"layer {i}: group-limited top-k != the model's"
+            w_ours = r["weights"].gather(1, ours.indices)
+            w_theirs = info["topk_weights"][i].float().gather(1, theirs.indices)
+            assert torch.equal(w_ours, w_theirs), \
+                f"layer {i}: routing weights differ by {(w_ours - w_theirs).abs().max().item()}"
+            continue
         scores = routing_scores(model, i, logits)
         top = scores.topk(top_k + 1, dim=-1).values
         per_layer[i] = (top[:, top_k - 1] - top[:, top_k]).min().item()
         ours = scores.topk(top_k, dim=-1).indices.sort(dim=-1).values
-        theirs = info["topk_index"][i].sort(dim=-1).values
-        assert torch.equal(ours, theirs), f"layer {i}: routing does not match the model's top-k"
+        assert torch.equal(ours, theirs.values), f"layer {i}: routing does not match the model's top-k"
     return min(per_layer.values()), per_layer
 
 
@@ -490,12 +649,18 @@ def reference_aux_loss(router_logits, num_experts, top_k):
 
 
 def bias_changes_selection(model, info, top_k):
-    """MiniMax-M2: {layer: number of tokens whose top-k with e_score_correction_bias differs from
-    the top-k of the plain sigmoid scores} (fp32 forward)."""
+    """MiniMax-M2, GLM-4.5: {layer: number of tokens whose top-k with e_score_correction_bias differs
+    from the top-k of the plain sigmoid scores} (fp32 forward; GLM-4.5: both group-limited)."""
     out = {}
     for i, logits in info["router_logits"].items():
-        plain = torch.sigmoid(logits.float()).topk(top_k, dim=-1).indices.sort(dim=-1).values
-        biased = routing_scores(model, i, logits).topk(top_k, dim=-1).indices.sort(dim=-1).values
+        if is_group_limited(model):
+            bias = model.model.layers[i].mlp.gate.e_score_correction_bias
+            plain = group_limited_routing(model.config, logits, torch.zeros_like(bias))["index"]
+            biased = group_limited_routing(model.config, logits, bias)["index"]
+            plain, biased = plain.sort(dim=-1).values, biased.sort(dim=-1).values
+        else:
+            plain = torch.sigmoid(logits.float()).topk(top_k, dim=-1).indices.sort(dim=-1).values
+            biased = routing_scores(model, i, logits).topk(top_k, dim=-1).indices.sort(dim=-1).values
         out[i] = int((plain != biased).any(dim=-1).sum().item())
     return out
 
@@ -607,6 +772,37 @@ def num_experts_of(config):
     return config.num_experts if hasattr(config, "num_experts") else config.num_local_experts
 
 
+def add_mtp_tensors(out_dir, mtp_tensors, seed):
+    """Rewrites model.safetensors with the tensors {name: shape} added (random float32, drawn in
+    that order from a generator seeded seed + 17: norms 1 + 0.1 * randn, e_score_correction_bias
+    0.1 * randn, matrices randn / sqrt(in)); the existing tensors (values, dtypes) and the metadata
+    stay as save_pretrained wrote them (asserted), the file is laid out by write_safetensors."""
+    path = os.path.join(out_dir, "model.safetensors")
+    with safe_open(path, "pt") as f:
+        meta = f.metadata()
+        before = {k: f.get_tensor(k) for k in f.keys()}
+    assert meta == {"format": "pt"}, meta
+    tensors = dict(before)
+    g = torch.Generator().manual_seed(seed + 17)
+    for name, shape in mtp_tensors.items():
+        assert name not in tensors, name
+        r = torch.randn(shape, generator=g, dtype=torch.float32)
+        if name.endswith("norm.weight"):
+            tensors[name] = 1.0 + 0.1 * r
+        elif name.endswith("e_score_correction_bias"):
+            tensors[name] = 0.1 * r
+        else:
+            assert len(shape) == 2, (name, shape)
+            tensors[name] = r / math.sqrt(shape[1])
+    write_safetensors(path, tensors, meta)
+    with safe_open(path, "pt") as f:
+        assert f.metadata() == meta and sorted(f.keys()) == sorted(tensors)
+        for k, t in before.items():
+            back = f.get_tensor(k)
+            assert back.dtype == t.dtype and torch.equal(back, t), k
+    return list(mtp_tensors)
+
+
 def build_fixture(name, spec, out_root):
     seed = spec["seed"]
     moe = spec.get("moe", False)
@@ -616,7 +812,7 @@ def build_fixture(name, spec, out_root):
     config = spec["make_config"]()
     config._attn_implementation = "eager"
     model = spec["cls"](config).to(torch.float32)
-    reinit_(model, gen, embed_std=spec.get("embed_std", 1.0))
+    reinit_(model, gen, embed_std=spec.get("embed_std", 1.0), score_bias_std=spec.get("score_bias_std", 0.1))
     model.eval()
 
     out_dir = os.path.join(out_root, name)
@@ -655,6 +851,25 @@ def build_fixture(name, spec, out_root):
         logits, hidden = run_forward(model, input_ids)
     assert torch.isfinite(logits).all()
 
+    if spec.get("mtp_tensors"):
+        # the MTP layer's tensors go in after the reference forward; the checkpoint with them
+        # loads with only unexpected keys and gives the same outputs
+        extra["mtp_tensors"] = add_mtp_tensors(out_dir, spec["mtp_tensors"], seed)
+        m2, loading = AutoModelForCausalLM.from_pretrained(
+            out_dir, dtype=torch.float32, attn_implementation="eager", experts_implementation=experts,
+            output_loading_info=True)
+        m2.eval()
+        assert m2.config._experts_implementation == experts and m2.config._attn_implementation == "eager"
+        assert not loading["missing_keys"] and not loading["mismatched_keys"], loading
+        mtp_prefix = f"model.layers.{config.num_hidden_layers}."
+        assert loading["unexpected_keys"] and all(
+            k.startswith(mtp_prefix) for k in loading["unexpected_keys"]), loading
+        l2, h2, info2 = run_forward(m2, input_ids, moe=moe)
+        assert torch.equal(l2, logits) and all(torch.equal(a, b) for a, b in zip(h2, hidden))
+        assert all(torch.equal(info2["router_logits"][i], r) for i, r in info["router_logits"].items())
+        extra["mtp_unexpected_keys"] = sorted(loading["unexpected_keys"])
+        del m2
+
     if name == "mistral":
         extra["sliding_window_check"] = check_sliding_window(model, input_ids, config.sliding_window)
     if moe:
@@ -662,7 +877,10 @@ def build_fixture(name, spec, out_root):
         moe_layers = sorted(info["router_logits"])
         assert all(info["router_logits"][i].dtype == torch.float32 for i in moe_layers)
         extra["moe_layers"] = moe_layers
-        extra["min_gap"], extra["min_gap_per_layer"] = routing_report(model, info, top_k)
+        if is_group_limited(model):
+            extra["gaps"] = {"fp32": {}, "bf16": {}}
+        extra["min_gap"], extra["min_gap_per_layer"] = routing_report(model, info, top_k,
+                                                                      extra.get("gaps", {}).get("fp32"))
         ours = reference_aux_loss(info["router_logits"], n_exp, top_k)
         extra["aux_loss"] = info["aux_loss"].item()
         assert abs(ours.item() - extra["aux_loss"]) <= 1e-6, (ours.item(), extra["aux_loss"])
@@ -672,6 +890,14 @@ def build_fixture(name, spec, out_root):
             assert max(changed.values()) >= 3, f"e_score_correction_bias barely matters: {changed}"
             assert model.model.rotary_emb.inv_freq.numel() == 8  # rotary_dim 16 of head_dim 32
             extra["score_bias_dtype"] = {"fp32": str(model.model.layers[0].mlp.e_score_correction_bias.dtype)}
+        if name == "glm4_moe":
+            changed = bias_changes_selection(model, info, top_k)
+            extra["bias_changes_selection"] = changed
+            assert max(changed.values()) >= 3, f"e_score_correction_bias barely matters: {changed}"
+            assert model.model.rotary_emb.inv_freq.numel() == 8  # partial_rotary_factor 0.5 of head_dim 32
+            assert moe_layers == list(range(config.first_k_dense_replace, config.num_hidden_layers))
+            first_moe = model.model.layers[moe_layers[0]].mlp
+            extra["score_bias_dtype"] = {"fp32": str(first_moe.gate.e_score_correction_bias.dtype)}
 
     # bf16 reference = what transformers computes for this checkpoint loaded in bf16
     # (from_pretrained(dtype=bfloat16)): every weight rounded to bf16, RoPE inv_freq kept fp32.
@@ -679,8 +905,8 @@ def build_fixture(name, spec, out_root):
     assert model_bf16.model.rotary_emb.inv_freq.dtype == torch.float32
     if moe:
         logits_bf16, hidden_bf16, info_bf16 = run_forward(model_bf16, input_ids, moe=True)
-        extra["min_gap_bf16"], extra["min_gap_bf16_per_layer"] = routing_report(model_bf16, info_bf16,
-                                                                                top_k)
+        extra["min_gap_bf16"], extra["min_gap_bf16_per_layer"] = routing_report(
+            model_bf16, info_bf16, top_k, extra.get("gaps", {}).get("bf16"))
         # scale of the bf16 forward's error in the routing scores, to compare with the gaps
         extra["bf16_score_err"] = max(
             (routing_scores(model_bf16, i, info_bf16["router_logits"][i])
@@ -689,6 +915,10 @@ def build_fixture(name, spec, out_root):
         if name == "minimax_m2":
             bias = model_bf16.model.layers[0].mlp.e_score_correction_bias
             extra["score_bias_dtype"]["bf16"] = str(bias.dtype)
+        if name == "glm4_moe":
+            bias = model_bf16.model.layers[moe_layers[0]].mlp.gate.e_score_correction_bias
+            extra["score_bias_dtype"]["bf16"] = str(bias.dtype)
+            assert bias.dtype == torch.float32  # _keep_in_fp32_modules_strict
     else:
         logits_bf16, hidden_bf16 = run_forward(model_bf16, input_ids)
     assert torch.isfinite(logits_bf16).all()
@@ -696,14 +926,22 @@ def build_fixture(name, spec, out_root):
     # Cross-check: identical to the fp32 model after model.to(torch.bfloat16) with inv_freq
     # restored to fp32.  A plain model.to(torch.bfloat16) also rounds the non-persistent
     # inv_freq buffer to bf16 (RoPE angles off by up to ~pos * 2^-9 rad); that variant is only
-    # measured, not stored.
+    # measured, not stored.  GLM-4.5: the cast also rounds the routers' e_score_correction_bias,
+    # which the bf16 load keeps float32 (_keep_in_fp32_modules_strict): restored for the cross-check
+    # too (the plain variant keeps it bf16).
     inv_freq = model.model.rotary_emb.inv_freq.clone()
+    fp32_gate_bias = {}
+    if name == "glm4_moe":
+        fp32_gate_bias = {i: model.model.layers[i].mlp.gate.e_score_correction_bias.clone()
+                          for i in moe_layers}
     model = model.to(torch.bfloat16)
     if moe:
         lit_logits, _, lit_info = run_forward(model, input_ids, moe=True)
     else:
         lit_logits, _ = run_forward(model, input_ids)
     model.model.rotary_emb.inv_freq = inv_freq
+    for i, bias in fp32_gate_bias.items():
+        model.model.layers[i].mlp.gate.e_score_correction_bias = bias
     cast_logits, cast_hidden = run_forward(model, input_ids)
     assert torch.equal(cast_logits, logits_bf16) and all(
         torch.equal(a, b) for a, b in zip(cast_hidden, hidden_bf16)), "bf16 load != fp32 model cast to bf16"
@@ -775,6 +1013,38 @@ def build_fixture(name, spec, out_root):
         if name == "minimax_m2":
             metadata["routing"] = ("sigmoid(router_logits.float()) + e_score_correction_bias -> top-k "
                                    "experts; weights = sigmoid of the chosen, divided by their sum (float32)")
+        if name == "glm4_moe":
+            cfg = model.config
+            metadata["reference"] += ("; glm4_moe: the bf16 load (and so the cast it equals) also keeps "
+                                      "every mlp.gate.e_score_correction_bias float32")
+            metadata["aux_loss"] = ("Glm4MoeForCausalLM computes no aux_loss (out.aux_loss is None); this is "
+                                    "what the other MoE models' out.aux_loss is: transformers' "
+                                    "load_balancing_loss_func (Qwen3-MoE's) called on the fp32 forward's "
+                                    "out.router_logits (all MoE layers), num_experts, top_k, "
+                                    "attention_mask=None: p = softmax(logits), f_e = share of rows whose "
+                                    "softmax top-k holds e, loss = E * sum_e f_e * mean_rows(p_e); raw value "
+                                    "(no coefficient)")
+            metadata["moe_note"] += (f"; every MoE layer (mlp.{{gate,experts,shared_experts}}) adds the "
+                                     f"shared expert mlp.shared_experts (SiLU-gated MLP, intermediate "
+                                     f"{cfg.moe_intermediate_size * cfg.n_shared_experts}) of the same "
+                                     f"input to the routed experts' sum; layer 0 (< first_k_dense_replace "
+                                     f"{cfg.first_k_dense_replace}) is a dense MLP (intermediate "
+                                     f"{cfg.intermediate_size})")
+            metadata["routing"] = (
+                f"group-limited (float32): s = sigmoid(router_logits); c = s + "
+                f"mlp.gate.e_score_correction_bias; experts in n_group {cfg.n_group} groups of "
+                f"{n_exp // cfg.n_group} consecutive ids; group score = sum of the group's two largest c; "
+                f"keep the topk_group {cfg.topk_group} best groups; top-{top_k} of c over the kept groups' "
+                f"experts; weights = s of the chosen / (their sum + 1e-20) * routed_scaling_factor "
+                f"{cfg.routed_scaling_factor}.  Seed chosen so that both the expert gap (k-th vs (k+1)-th c "
+                f"within the kept groups) and the group gap (topk_group-th vs next group score) are >= "
+                f"{MIN_ROUTING_GAP} for every token and MoE layer, in the fp32 and the bf16 forward")
+            metadata["mtp_tensors"] = (
+                "model.safetensors also holds " + ", ".join(extra["mtp_tensors"]) + " (float32, random, "
+                f"named like the released checkpoints' multi-token-prediction layer, stored as layer "
+                f"num_hidden_layers = {cfg.num_hidden_layers}; config num_nextn_predict_layers "
+                f"{cfg.num_nextn_predict_layers}); transformers' Glm4MoeForCausalLM does not read them "
+                f"(unexpected keys) and the references do not depend on them")
     write_safetensors(os.path.join(out_dir, "reference.safetensors"), tensors, metadata)
 
     stats = dict(
@@ -856,6 +1126,13 @@ def main():
             print(f"    aux_loss (raw, before router_aux_loss_coef) {st['aux_loss']:.6f}; "
                   f"experts_implementation='eager' vs stored ({EXPERTS_IMPL}) max|dlogit|: "
                   f"{st['eager_experts_vs_stored_max_abs']}")
+            if "gaps" in st:
+                for dt, per in st["gaps"].items():
+                    print(f"    group-limited routing, {dt}: per MoE layer (min expert gap, min group gap) "
+                          + ", ".join(f"{i}: ({e:.3e}, {g:.3e})" for i, (e, g) in per.items()))
+            if "mtp_tensors" in st:
+                print(f"    MTP tensors added to model.safetensors (transformers: unexpected keys "
+                      f"{st['mtp_unexpected_keys']}): {st['mtp_tensors']}")
             if "experts_split_layers" in st:
                 print(f"    shards: layers with expert tensors in both files: {st['experts_split_layers']}")
             if "bias_changes_selection" in st:

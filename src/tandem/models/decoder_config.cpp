@@ -271,6 +271,40 @@ std::vector<int64_t> parse_token_ids(const json& value, const std::string& path,
   return ids;
 }
 
+// DeepSeek-V3's sparse MLP beyond the common fields: group-limited routing, the scaling of the
+// chosen weights, the ungated shared experts, the dense first layers. transformers' defaults for
+// these differ between the families that use them, so each must be stated (the published
+// config.json files state every one).
+void parse_deepseek_moe(const Reader& reader, const std::string& path, DecoderConfig& out) {
+  MoeConfig& moe = out.moe;
+  moe.groups = reader.integer("n_group");
+  moe.top_groups = reader.integer("topk_group");
+  check(moe.groups >= 1 && moe.num_experts % moe.groups == 0, "[config] ", path, ": n_group (",
+        moe.groups, ") must divide n_routed_experts (", moe.num_experts, ")");
+  const int64_t per_group = moe.num_experts / moe.groups;
+  check(per_group >= 2, "[config] ", path, ": each of the n_group (", moe.groups,
+        ") groups needs at least 2 experts (a group scores by its best two), got ", per_group);
+  check(moe.top_groups >= 1 && moe.top_groups <= moe.groups, "[config] ", path,
+        ": topk_group must be in 1..n_group (", moe.groups, "), got ", moe.top_groups);
+  check(moe.top_groups * per_group >= moe.experts_per_token, "[config] ", path, ": topk_group (",
+        moe.top_groups, ") groups of ", per_group, " experts hold fewer than num_experts_per_tok (",
+        moe.experts_per_token, ")");
+  moe.routed_scaling_factor = reader.number("routed_scaling_factor");
+  check(std::isfinite(moe.routed_scaling_factor) && moe.routed_scaling_factor > 0, "[config] ",
+        path, ": routed_scaling_factor must be a finite number > 0, got ",
+        moe.routed_scaling_factor);
+  const int64_t shared = reader.integer("n_shared_experts");
+  check(shared >= 0 && shared <= 64, "[config] ", path, ": n_shared_experts must be in 0..64, got ",
+        shared);
+  moe.shared_expert_intermediate_size = shared * moe.expert_intermediate_size;
+  moe.shared_expert_gated = false;
+  const int64_t layers = out.num_hidden_layers;
+  const int64_t dense = reader.integer("first_k_dense_replace");
+  check(dense >= 0 && dense <= layers, "[config] ", path,
+        ": first_k_dense_replace must be in 0..num_hidden_layers (", layers, "), got ", dense);
+  for (int64_t i = 0; i < dense; ++i) moe.sparse_layers[static_cast<size_t>(i)] = false;
+}
+
 // The sparse MLP: how many experts, top-k, their width, which layers have them, how routing
 // scores, as the family's MoeTraits say.
 void parse_moe(const json& config, const std::string& path, const MoeTraits& family,
@@ -279,14 +313,15 @@ void parse_moe(const json& config, const std::string& path, const MoeTraits& fam
   MoeConfig& moe = out.moe;
   // The hub's Qwen3-MoE configs say num_experts, transformers 5 writes num_local_experts for all
   // three families: either is read, and both must agree when both are there.
-  check(reader.has("num_experts") || reader.has("num_local_experts"), "[config] ", path,
-        ": missing required field 'num_local_experts' (or 'num_experts')");
-  const char* count_key = reader.has("num_local_experts") ? "num_local_experts" : "num_experts";
+  // DeepSeek-V3's layout says n_routed_experts (transformers' alias: num_local_experts).
+  const char* other_key = family.deepseek_layout ? "n_routed_experts" : "num_experts";
+  check(reader.has(other_key) || reader.has("num_local_experts"), "[config] ", path,
+        ": missing required field 'num_local_experts' (or '", other_key, "')");
+  const char* count_key = reader.has("num_local_experts") ? "num_local_experts" : other_key;
   moe.num_experts = reader.integer(count_key);
-  if (reader.has("num_experts") && reader.has("num_local_experts"))
-    check(reader.integer("num_experts") == moe.num_experts, "[config] ", path, ": num_experts (",
-          reader.integer("num_experts"), ") and num_local_experts (", moe.num_experts,
-          ") disagree");
+  if (reader.has(other_key) && reader.has("num_local_experts"))
+    check(reader.integer(other_key) == moe.num_experts, "[config] ", path, ": ", other_key, " (",
+          reader.integer(other_key), ") and num_local_experts (", moe.num_experts, ") disagree");
   check(moe.num_experts >= 1 && moe.num_experts <= 4096, "[config] ", path, ": ", count_key,
         " must be in 1..4096, got ", moe.num_experts);
   moe.experts_per_token = reader.integer("num_experts_per_tok");
@@ -298,8 +333,10 @@ void parse_moe(const json& config, const std::string& path, const MoeTraits& fam
   check(moe.expert_intermediate_size >= 1 && moe.expert_intermediate_size <= (int64_t{1} << 20),
         "[config] ", path, ": moe_intermediate_size must be in 1..", int64_t{1} << 20, ", got ",
         moe.expert_intermediate_size);
-  moe.normalize_top_k =
-      family.reads_norm_topk_prob ? reader.boolean_or("norm_topk_prob", false) : true;
+  // transformers' default: false in Qwen3-MoE and Qwen3-Next, true in DeepSeek-V3's layout.
+  moe.normalize_top_k = family.reads_norm_topk_prob
+                            ? reader.boolean_or("norm_topk_prob", family.deepseek_layout)
+                            : true;
   moe.weights_in_model_dtype = family.weights_in_model_dtype;
   moe.scoring = family.scoring;
   if (family.shared_expert) {
@@ -318,6 +355,7 @@ void parse_moe(const json& config, const std::string& path, const MoeTraits& fam
 
   const int64_t layers = out.num_hidden_layers;
   moe.sparse_layers.assign(static_cast<size_t>(layers), true);
+  if (family.deepseek_layout) return parse_deepseek_moe(reader, path, out);
   if (!family.dense_layers_listed) return;  // every layer has experts
   const int64_t step = reader.integer_or("decoder_sparse_step", 1);
   check(step >= 1, "[config] ", path, ": decoder_sparse_step must be >= 1, got ", step);
@@ -427,11 +465,14 @@ DecoderConfig DecoderConfig::from_json(const json& config, const std::string& pa
 
   // attention_bias: the q/k/v and o biases, unless the family fixes them (Qwen2: q/k/v always,
   // o never). A family without them, or without MLP biases, accepts only false (FieldRule).
+  // GLM-4.5: attention_bias biases q/k/v only.
   const bool attention_bias = reader.boolean_or("attention_bias", false);
   out.qkv_bias = family.qkv_bias_always || attention_bias;
-  out.o_bias = !family.qkv_bias_always && attention_bias;
+  out.o_bias = !family.qkv_bias_always && !family.attention_bias_qkv_only && attention_bias;
   out.mlp_bias = reader.boolean_or("mlp_bias", false);
-  out.qk_norm = family.qk_norm != QkNorm::None;
+  out.qk_norm = family.qk_norm == QkNorm::PerHeadWhenUseQkNorm
+                    ? reader.boolean_or("use_qk_norm", false)
+                    : family.qk_norm != QkNorm::None;
   out.qk_norm_across_heads = family.qk_norm == QkNorm::AcrossHeads;
   if (family.moe.enabled) parse_moe(config, path, family.moe, out);
   if (family.partial_rope) parse_partial_rope(config, path, out);
@@ -578,8 +619,9 @@ DecoderConfig DecoderConfig::from_dir(const std::string& dir) {
 
 json DecoderConfig::to_json() const {
   const FamilyTraits& traits = family_traits(family);
-  check(!hybrid() && !gated_attention, "[export] ", traits.model_type,
-        ": tandem does not write hybrid models (they are read as frozen targets only)");
+  check(!hybrid() && !gated_attention && !traits.moe.deepseek_layout, "[export] ",
+        traits.model_type, ": tandem does not write ", traits.model_type,
+        " models (they are read as frozen targets only)");
   json out;
   out["architectures"] = {traits.architecture};
   out["model_type"] = traits.model_type;

@@ -25,19 +25,25 @@ enum class DecoderFamily {
   MiniMaxM2,
   Qwen3_5,     // Qwen3.5 / Qwen3.6 dense: hybrid layers, SwiGLU MLP
   Qwen3_5Moe,  // Qwen3.5 / Qwen3.6 MoE: hybrid layers, experts and a gated shared expert
-  Qwen3Next    // Qwen3-Next: hybrid layers with fused projections, experts and a shared expert
+  Qwen3Next,   // Qwen3-Next: hybrid layers with fused projections, experts and a shared expert
+  Glm4Moe      // GLM-4.5/4.6: partial RoPE, q/k/v biases, group-routed experts and shared experts
 };
 
 /// The config.json `model_type` from the family table: "llama", "mistral", "qwen2", "qwen3",
-/// "qwen3_moe", "mixtral", "minimax_m2", "qwen3_5", "qwen3_5_moe" or "qwen3_next".
+/// "qwen3_moe", "mixtral", "minimax_m2", "qwen3_5", "qwen3_5_moe", "qwen3_next" or "glm4_moe".
 const char* family_name(DecoderFamily family);
 
 /// How a mixture-of-experts router turns its logits (tokens, experts) into the chosen experts
 /// and their weights.
 enum class RouterScoring {
-  Softmax,         // Qwen3-MoE, Mixtral: softmax in fp32, top-k of the probabilities
-  SigmoidWithBias  // MiniMax-M2: sigmoid in fp32; top-k of sigmoid + e_score_correction_bias,
-                   // weighted by the sigmoids alone
+  Softmax,          // Qwen3-MoE, Mixtral: softmax in fp32, top-k of the probabilities
+  SigmoidWithBias,  // MiniMax-M2: sigmoid in fp32; top-k of sigmoid + e_score_correction_bias,
+                    // weighted by the sigmoids alone
+  GroupedSigmoid    // GLM-4.5, DeepSeek-V3: the router's logits in fp32, sigmoid; the experts
+                    // (split into `groups` groups) are chosen among the `top_groups` groups
+                    // whose two best sigmoid + e_score_correction_bias sum highest, top-k of
+                    // sigmoid + bias there; weighted by the sigmoids (normalised when
+                    // normalize_top_k) times routed_scaling_factor
 };
 
 /// The sparse MLP of a mixture-of-experts decoder. `num_experts == 0`: a dense model.
@@ -53,6 +59,14 @@ struct MoeConfig {
   // Qwen3.5-MoE, Qwen3-Next: a SwiGLU expert every token runs, of this width, scaled by
   // sigmoid(shared_expert_gate x) and added to the routed experts' sum. 0: none.
   int64_t shared_expert_intermediate_size = 0;
+  // The shared expert's output scaled by sigmoid(shared_expert_gate x) (Qwen3.5-MoE, Qwen3-Next),
+  // or added as it is (GLM-4.5, DeepSeek-V3: `shared_experts`, n_shared_experts experts' width).
+  bool shared_expert_gated = true;
+  // GroupedSigmoid routing: the experts' groups, how many of them a token may use, the factor on
+  // the chosen weights.
+  int64_t groups = 1;
+  int64_t top_groups = 1;
+  double routed_scaling_factor = 1.0;
 
   bool enabled() const { return num_experts > 0; }
 };

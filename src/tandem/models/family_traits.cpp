@@ -72,6 +72,28 @@ std::vector<FieldRule> hybrid_moe_fields() {
   return {accepted("moe_intermediate_size"), accepted("shared_expert_intermediate_size")};
 }
 
+// DeepSeek-V3's sparse MLP (MoeTraits::deepseek_layout). num_local_experts is transformers'
+// alias of n_routed_experts.
+std::vector<FieldRule> deepseek_moe_fields() {
+  return {accepted("n_routed_experts"),
+          accepted("num_local_experts"),
+          accepted("num_experts_per_tok"),
+          accepted("moe_intermediate_size"),
+          accepted("n_shared_experts"),
+          accepted("n_group"),
+          accepted("topk_group"),
+          accepted("routed_scaling_factor"),
+          accepted("norm_topk_prob"),
+          accepted("first_k_dense_replace"),
+          accepted("router_aux_loss_coef"),
+          accepted("output_router_logits"),
+          accepted("num_nextn_predict_layers"),
+          accepted("num_mtp_layers"),
+          only("scoring_func", "sigmoid", "sigmoid router scores"),
+          only("topk_method", "noaux_tc", "group-limited top-k with e_score_correction_bias"),
+          only("mlp_bias", false, "its MLPs and experts have no bias")};
+}
+
 }  // namespace
 
 const std::vector<FamilyTraits>& family_table() {
@@ -208,6 +230,26 @@ const std::vector<FamilyTraits>& family_table() {
                         {only("attention_bias", false, "its projections have no bias"),
                          accepted("norm_topk_prob"), accepted("decoder_sparse_step"),
                          accepted("mlp_only_layers")}})},
+
+      // GLM-4.5/4.6 (and -Air): Llama-shaped attention with q/k/v biases, partial RoPE (half of
+      // each head by default) of the rotate-half layout, optional per-head q/k norms; DeepSeek-V3's
+      // sparse MLP. The checkpoints' MTP layer (model.layers.{num_hidden_layers}) is not read.
+      // transformers' attention has no window: sliding_window is read and changes nothing.
+      {.family = DecoderFamily::Glm4Moe,
+       .model_type = "glm4_moe",
+       .architecture = "Glm4MoeForCausalLM",
+       .attention_bias_qkv_only = true,
+       .mtp_layers_after_decoder = true,
+       .qk_norm = QkNorm::PerHeadWhenUseQkNorm,
+       .partial_rope = true,
+       .windows = WindowReading::Ignored,
+       .moe = {.enabled = true,
+               .scoring = RouterScoring::GroupedSigmoid,
+               .own_expert_width = true,
+               .reads_norm_topk_prob = true,
+               .deepseek_layout = true},
+       .fields = rules(
+           {deepseek_moe_fields(), {accepted("partial_rotary_factor"), accepted("use_qk_norm")}})},
   };
   return table;
 }

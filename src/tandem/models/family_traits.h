@@ -33,8 +33,9 @@ struct FieldRule {
 /// RMSNorm on q and k before RoPE.
 enum class QkNorm {
   None,
-  PerHead,     // weights (head_dim,), shared by the heads (Qwen3, Qwen3-MoE)
-  AcrossHeads  // weights (heads * head_dim,), one norm over all heads (MiniMax-M2)
+  PerHead,              // weights (head_dim,), shared by the heads (Qwen3, Qwen3-MoE)
+  AcrossHeads,          // weights (heads * head_dim,), one norm over all heads (MiniMax-M2)
+  PerHeadWhenUseQkNorm  // per head when config.json's use_qk_norm is true (GLM-4.5/4.6)
 };
 
 /// How config.json says which layers attend in a sliding window. 0, null or absent
@@ -64,6 +65,11 @@ struct MoeTraits {
   bool dense_layers_listed = false;     // decoder_sparse_step, mlp_only_layers; else every layer
   bool block_sparse_moe_names = false;  // hub tensors: block_sparse_moe.experts.E.w1/w3/w2
   bool shared_expert = false;           // shared_expert_intermediate_size: the gated shared expert
+  // DeepSeek-V3's layout (GLM-4.5/4.6): n_routed_experts, GroupedSigmoid routing (n_group,
+  // topk_group, routed_scaling_factor, norm_topk_prob) with an fp32 e_score_correction_bias
+  // under the router (`mlp.gate.`), n_shared_experts ungated `shared_experts` of
+  // moe_intermediate_size each, the first first_k_dense_replace layers dense.
+  bool deepseek_layout = false;
 };
 
 /// A hybrid family (Qwen3.5/3.6, Qwen3-Next): Gated DeltaNet layers and gated full-attention
@@ -94,6 +100,10 @@ struct FamilyTraits {
 
   // The layers, whatever config.json says.
   bool qkv_bias_always = false;  // q/k/v biased and o not; attention_bias is not read (Qwen2)
+  bool attention_bias_qkv_only = false;  // attention_bias biases q/k/v, never o (GLM-4.5)
+  // Checkpoints carry num_nextn_predict_layers multi-token-prediction layers after the decoder's,
+  // as model.layers.{num_hidden_layers + i}.*: not part of the decoder, not read (GLM-4.5).
+  bool mtp_layers_after_decoder = false;
   QkNorm qk_norm = QkNorm::None;
   bool partial_rope = false;  // rotary_dim / partial_rotary_factor are read (else full RoPE)
   WindowReading windows = WindowReading::MaxWindowLayers;

@@ -33,14 +33,16 @@ double decoder_forward_flops(const DecoderConfig& c, double tokens, double atten
   // q (and its gate, in gated attention), o, k, v.
   const double attention_params =
       hidden * ((c.gated_attention ? 3 : 2) * attention_width + 2 * kv_width);
-  // A sparse layer's active MLP: the router (E x H) and k experts of 3 x H x I each.
+  // A sparse layer's active MLP: the router (E x H), k experts of 3 x H x I each, the shared
+  // expert (3 x H x I_shared) and its gate (1 x H) where it has one.
   const double dense_mlp = 3.0 * hidden * static_cast<double>(c.intermediate_size);
+  const bool shared = c.moe.shared_expert_intermediate_size > 0;
   const double sparse_mlp =
       hidden * static_cast<double>(c.moe.num_experts) +
       static_cast<double>(c.moe.experts_per_token) * 3.0 * hidden *
           static_cast<double>(c.moe.expert_intermediate_size) +
       hidden * (3.0 * static_cast<double>(c.moe.shared_expert_intermediate_size) +
-                (c.moe.shared_expert_intermediate_size > 0 ? 1.0 : 0.0));
+                (shared && c.moe.shared_expert_gated ? 1.0 : 0.0));
   double body = 0;
   for (int64_t layer = 0; layer < c.num_hidden_layers; ++layer) {
     const bool sparse = c.moe.enabled() && c.moe.sparse_layers.at(static_cast<size_t>(layer));

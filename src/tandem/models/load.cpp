@@ -78,13 +78,16 @@ void load_parameters(torch::nn::Module& module, const HfCheckpoint& checkpoint,
   for (const auto& buffer : module.named_buffers(/*recurse=*/true)) buffers.insert(buffer.key());
   for (auto& [name, tensor] : checkpoint_tensors(module)) {
     const StoredWeight stored = stored_form(name, config, checkpoint);
-    const at::TensorOptions options = at::TensorOptions().dtype(dtype).device(run.device);
+    // A buffer keeps the dtype the model gave it (an fp32 routing bias in a bf16 model).
+    const bool buffer = buffers.count(name) > 0;
+    const at::TensorOptions options =
+        at::TensorOptions().dtype(buffer ? tensor.scalar_type() : dtype).device(run.device);
     at::Tensor value = run.dry_run  // shapes checked above; nothing read
                            ? at::empty(tensor.sizes(), options.device(at::kMeta))
                            : read_stored_weight(stored, tensor.sizes(), checkpoint, options);
     tensor.set_data(value);
     // Sharded training: split on arrival. Buffers (never trained, a few numbers) stay whole.
-    if (!buffers.count(name)) shard_on_load(run.shard_on_load, tensor);
+    if (!buffer) shard_on_load(run.shard_on_load, tensor);
   }
 }
 

@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 
+#include <cmath>
 #include <string>
 #include <utility>
 #include <vector>
@@ -72,7 +73,16 @@ SparseMoeImpl::SparseMoeImpl(const DecoderConfig& config, const at::TensorOption
   if (moe.scoring == RouterScoring::SigmoidWithBias)
     e_score_correction_bias =
         register_buffer("e_score_correction_bias", at::zeros({moe.num_experts}, options));
-  if (moe.shared_expert_intermediate_size > 0) {
+  // DeepSeek-V3's layout: the bias lives under the router and stays fp32 in every model dtype
+  // (transformers keeps it so); loading reads a buffer in its own dtype.
+  if (moe.scoring == RouterScoring::GroupedSigmoid)
+    e_score_correction_bias = gate->register_buffer(
+        "e_score_correction_bias", at::zeros({moe.num_experts}, options.dtype(at::kFloat)));
+  if (moe.shared_expert_intermediate_size > 0 && !moe.shared_expert_gated) {
+    shared_experts = register_module(
+        "shared_experts",
+        Mlp(config.hidden_size, moe.shared_expert_intermediate_size, false, options));
+  } else if (moe.shared_expert_intermediate_size > 0) {
     shared_expert = register_module(
         "shared_expert",
         Mlp(config.hidden_size, moe.shared_expert_intermediate_size, false, options));
@@ -84,6 +94,26 @@ SparseMoeImpl::SparseMoeImpl(const DecoderConfig& config, const at::TensorOption
 std::pair<at::Tensor, at::Tensor> route_tokens(const at::Tensor& router_logits,
                                                const at::Tensor& bias, const MoeConfig& moe) {
   const int64_t k = moe.experts_per_token;
+  if (moe.scoring == RouterScoring::GroupedSigmoid) {
+    const at::Tensor scores = at::sigmoid(router_logits.to(at::kFloat));  // (N, E)
+    const at::Tensor choice = scores + bias;                              // (N, E)
+    const int64_t tokens = choice.size(0), per_group = moe.num_experts / moe.groups;
+    // Each group scores by its two best experts; the top_groups best groups stay open.
+    const at::Tensor group_scores =
+        std::get<0>(choice.view({tokens, moe.groups, per_group}).topk(2, -1)).sum(-1);  // (N, G)
+    const at::Tensor open_groups =
+        std::get<1>(group_scores.topk(moe.top_groups, -1, true, false));  // (N, top_groups)
+    const at::Tensor open = at::zeros_like(group_scores, at::kBool)
+                                .scatter_(1, open_groups, true)
+                                .unsqueeze(-1)
+                                .expand({tokens, moe.groups, per_group})
+                                .reshape({tokens, moe.num_experts});  // (N, E)
+    const at::Tensor indices = std::get<1>(
+        choice.masked_fill(open.logical_not(), -INFINITY).topk(k, -1, true, false));  // (N, k)
+    at::Tensor weights = scores.gather(1, indices);
+    if (moe.normalize_top_k) weights = weights / (weights.sum(-1, true) + 1e-20);
+    return {indices, weights * moe.routed_scaling_factor};
+  }
   if (moe.scoring == RouterScoring::SigmoidWithBias) {
     // MiniMax-M2: experts chosen by sigmoid + bias, weighted by the sigmoids alone.
     const at::Tensor scores = at::sigmoid(router_logits.to(at::kFloat));  // (N, E)
@@ -222,7 +252,10 @@ at::Tensor SparseMoeImpl::forward(const at::Tensor& x, RouterLoad* load) const {
   const std::vector<at::Tensor> out = with_full_parameters(
       {gate->weight, experts->gate_up_proj, experts->down_proj}, {x.reshape({-1, hidden})},
       [config, bias](const auto& in, const auto& w) {
-        const at::Tensor router_logits = at::linear(in[0], w[0]);  // (N, E), model dtype
+        // (N, E): in the model's dtype, or in fp32 from fp32 copies (GroupedSigmoid)
+        const at::Tensor router_logits = config.scoring == RouterScoring::GroupedSigmoid
+                                             ? at::linear(in[0].to(at::kFloat), w[0].to(at::kFloat))
+                                             : at::linear(in[0], w[0]);
         auto [indices, weights] = route_tokens(router_logits, bias, config);
         const ExpertGemm gemm = choose_expert_gemm(
             in[0].device().type(), w[1].scalar_type(), w[1].size(2), w[2].size(2),
@@ -232,6 +265,7 @@ at::Tensor SparseMoeImpl::forward(const at::Tensor& x, RouterLoad* load) const {
       });
   if (load) load->add(out[1], moe.experts_per_token);
   const at::Tensor routed = out[0].view({batch, length, hidden});
+  if (shared_experts) return routed + shared_experts->forward(x);
   if (!shared_expert) return routed;
   return routed + at::sigmoid(shared_expert_gate->forward(x)) * shared_expert->forward(x);
 }

@@ -1,8 +1,10 @@
 #pragma once
 // The sparse MLP of mixture-of-experts decoders (Qwen3-MoE, Mixtral, MiniMax-M2, Qwen3.5-MoE,
-// Qwen3-Next): a router picks the top-k experts of each token, every expert is a SwiGLU MLP, and
-// the token's output is the router-weighted sum of its experts' outputs, plus, in Qwen3.5-MoE and
-// Qwen3-Next, a shared expert every token runs, scaled by sigmoid(shared_expert_gate x).
+// Qwen3-Next, GLM-4.5): a router picks the top-k experts of each token, every expert is a SwiGLU
+// MLP, and the token's output is the router-weighted sum of its experts' outputs, plus, in
+// Qwen3.5-MoE and Qwen3-Next, a shared expert every token runs, scaled by
+// sigmoid(shared_expert_gate x), and in GLM-4.5 (DeepSeek-V3's layout) shared experts added as
+// they are.
 //
 // Expert compute is grouped: the (token, expert) pairs are sorted by expert, and each expert runs
 // its two matmuls once, on all of its rows: through ATen's grouped matmul (two calls per layer,
@@ -63,16 +65,20 @@ class SparseMoeImpl : public torch::nn::Module {
 
   Linear gate{nullptr};  // the router: (E, H), no bias
   Experts experts{nullptr};
-  at::Tensor e_score_correction_bias;  // (E,) buffer, MiniMax-M2 only (undefined otherwise)
+  // (E,) buffer: MiniMax-M2's (here, model dtype) or DeepSeek-V3 layout's (`gate.`, fp32);
+  // undefined otherwise
+  at::Tensor e_score_correction_bias;
   Mlp shared_expert{nullptr};          // Qwen3.5-MoE, Qwen3-Next (null otherwise)
   Linear shared_expert_gate{nullptr};  // (1, H), no bias
+  Mlp shared_experts{nullptr};         // DeepSeek-V3 layout: ungated (null otherwise)
   MoeConfig moe;
 };
 TORCH_MODULE(SparseMoe);
 
 /// The chosen experts of each token and their weights, as the family's router computes them
 /// from logits (N, E): indices (N, k) int64 and weights (N, k) (fp32, or the logits' dtype for
-/// Qwen3-MoE, as transformers casts them). `bias`: MiniMax-M2's e_score_correction_bias.
+/// Qwen3-MoE, as transformers casts them). `bias`: the e_score_correction_bias (MiniMax-M2,
+/// DeepSeek-V3 layout).
 std::pair<at::Tensor, at::Tensor> route_tokens(const at::Tensor& router_logits,
                                                const at::Tensor& bias, const MoeConfig& moe);
 

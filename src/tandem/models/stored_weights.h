@@ -11,7 +11,10 @@
 // (E, 2I, H), mlp.experts.down_proj (E, H, I)) is read as it is.
 // A vision-language wrapper (Qwen3.5/3.6) stores the decoder's `model.` tensors under
 // `model.language_model.`; its vision tower (`model.visual.`) and the multi-token-prediction
-// layers some hybrid checkpoints carry (`mtp.`) are not part of the decoder and are not read.
+// layers some hybrid checkpoints carry (`mtp.`) are not part of the decoder and are not read,
+// nor are GLM-4.5's, numbered on after the decoder's (`model.layers.{num_hidden_layers + i}.`).
+// GLM-4.5 stores its experts as Qwen3-MoE does, its shared experts as `mlp.shared_experts.*`
+// and its routing bias under the router, `mlp.gate.e_score_correction_bias` (fp32).
 #include <ATen/core/Tensor.h>
 
 #include <string>

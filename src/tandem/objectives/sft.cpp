@@ -15,6 +15,7 @@
 #include "tandem/core/json_file.h"
 #include "tandem/dist/sharding.h"
 #include "tandem/io/hf_checkpoint.h"
+#include "tandem/models/family_traits.h"
 #include "tandem/models/flops.h"
 #include "tandem/models/load.h"
 #include "tandem/models/stored_weights.h"
@@ -82,6 +83,12 @@ DecoderConfig student_decoder_config(const SftOptions& options) {
         " is a hybrid (Gated DeltaNet) model, which tandem reads as a frozen target, teacher or "
         "reference only: training one (SFT, distillation student, DPO or GRPO policy) is not "
         "supported yet");
+  // DeepSeek-V3's MoE layout (GLM-4.5): read, never written (DecoderConfig::to_json).
+  check(!family_traits(config.family).moe.deepseek_layout, "[model] ",
+        options.model_path.empty() ? options.model_config : options.model_path, ": ",
+        family_name(config.family),
+        " is read as a frozen target, teacher or reference only: training one (SFT, distillation "
+        "student, DPO or GRPO policy) is not supported, tandem does not write its checkpoints");
   return config;
 }
 

@@ -1,0 +1,154 @@
+#!/usr/bin/env bash
+# A GLM-4.5-shaped target (DeepSeek-V3's group-routed experts and shared experts after a dense
+# first layer, q/k/v biases, partial RoPE, an MTP layer in the checkpoint that is not read) end
+# to end through the binary, on the tiny fixture of tools/make_model_fixtures.py:
+#  1. EAGLE-3: 20 steps online, exported and checked against what SGLang / vLLM / speculators
+#     read; `tandem capture` + offline training has the online first-step loss.
+#  1b. The same draft with the target sharded over 2 ranks (distributed.mode: shard, real
+#     processes on 127.0.0.1): losses and weights equal one process's.
+#  2. DFlash: the same, the export checked as SGLang / vLLM read z-lab drafts.
+#  3. `tandem eval` of both drafts with the KV cache = without it, prompt by prompt.
+#  4. A GLM-4.5 teacher (distillation of the Qwen3-MoE fixture), a dry run that plans the target;
+#     training a GLM-4.5 model itself is refused by name.
+# Usage: tests/e2e_glm4_moe.sh BUILD_DIR   (run by ctest; needs scripts/setup.sh --tools, and
+# torchrun from .venv)
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+tandem="$1/tandem"
+work=$(mktemp -d "${TMPDIR:-/tmp}/tandem-e2e-glm-XXXXXX")
+trap 'rm -rf "$work"' EXIT
+[ -n "${KEEP:-}" ] && trap - EXIT
+cd "$root"
+export OMP_NUM_THREADS=1 TANDEM_THREADS=1
+source "$root/tests/dist_helpers.sh"  # same_first_loss, one_vs_sharded
+target=tests/fixtures/models/glm4_moe
+
+# 16 documents of random ids, the first 4 tokens unmasked.
+python3 - "$work/docs.jsonl" <<'PY'
+import json, random, sys
+random.seed(45)
+with open(sys.argv[1], "w") as out:
+    for _ in range(16):
+        n = random.randint(16, 30)
+        out.write(json.dumps({"input_ids": [random.randrange(3, 500) for _ in range(n)],
+                              "loss_mask": [0] * 4 + [1] * (n - 4)}) + "\n")
+PY
+offline_equals_online() {  # NAME SHARD_DOCUMENTS: capture, train 1 step offline, compare
+  "$tandem" capture "$work/$1.yaml" --out "$work/capture-$1" --shard-documents "$2" > /dev/null
+  "$tandem" train "$work/$1.yaml" "data.capture=$work/capture-$1" \
+    "training.run_dir=$work/$1-offline" training.steps=1 > "$work/$1-offline.log" 2>&1 ||
+    { cat "$work/$1-offline.log" >&2; exit 1; }
+  same_first_loss "$work/$1-online/metrics.jsonl" "$work/$1-offline/metrics.jsonl"
+}
+losses_fall() {  # METRICS: the mean of the last 5 losses below the mean of the first 5
+  python3 - "$1" <<'PY'
+import json, sys
+losses = [r["loss"] for r in map(json.loads, open(sys.argv[1])) if "loss" in r]
+assert len(losses) == 20, len(losses)
+first, last = sum(losses[:5]) / 5, sum(losses[-5:]) / 5
+print(f"  20 steps: mean loss of steps 1-5 {first:.4f}, of steps 16-20 {last:.4f}")
+assert last < first, "the draft did not learn"
+PY
+}
+
+echo "== 1. EAGLE-3 against the GLM-4.5-shaped target"
+cat > "$work/eagle3.yaml" <<YAML
+target: {path: $target, dtype: fp32}
+draft: {aux_layer_ids: [0, 1, 2], ttt_length: 3, draft_vocab_size: 128}
+data: {path: $work/docs.jsonl, format: pretokenized, seq_len: 32, micro_batch_rows: 2,
+       cache_dir: $work/cache}
+training: {objective: eagle3, run_dir: $work/eagle3-online, steps: 20, lr: 3.0e-3, log_every: 1,
+           save_every: 20}
+YAML
+"$tandem" train "$work/eagle3.yaml" > "$work/eagle3-online.log" 2>&1 ||
+  { cat "$work/eagle3-online.log" >&2; exit 1; }
+grep "not read, not part of the decoder" "$work/eagle3-online.log"
+grep -q "tensors of the multi-token-prediction layers" "$work/eagle3-online.log"
+losses_fall "$work/eagle3-online/metrics.jsonl"
+tools/check_eagle3_export.sh --sglang "$work/eagle3-online/export/sglang" \
+  --speculators "$work/eagle3-online/export/speculators"
+offline_equals_online eagle3 5
+
+echo "== 1b. EAGLE-3 with the target sharded over 2 ranks = one process"
+one_vs_sharded eagle3 "$work/eagle3.yaml" training.steps=3 training.save_every=3 \
+  training.micro_batches=2
+
+echo "== 2. DFlash against the GLM-4.5-shaped target"
+cat > "$work/dflash.yaml" <<YAML
+target: {path: $target, dtype: fp32}
+draft: {num_layers: 2, target_layer_ids: [0, 2], block_size: 4, mask_token_id: 511}
+loss: {max_anchors: 8}
+data: {path: $work/docs.jsonl, format: pretokenized, seq_len: 32, micro_batch_rows: 2,
+       cache_dir: $work/cache}
+training: {objective: dflash, run_dir: $work/dflash-online, steps: 20, lr: 3.0e-3, log_every: 1,
+           save_every: 20}
+YAML
+"$tandem" train "$work/dflash.yaml" > "$work/dflash-online.log" 2>&1 ||
+  { cat "$work/dflash-online.log" >&2; exit 1; }
+losses_fall "$work/dflash-online/metrics.jsonl"
+python3 tools/check_dflash_export.py "$work/dflash-online/export"
+offline_equals_online dflash 6
+
+echo "== 3. tandem eval with the KV cache = without it"
+eval_both() {  # DRAFT_EXPORT NAME
+  for cache in "" --no-kv-cache; do
+    "$tandem" eval --target "$target" --draft "$1" --data "$work/docs.jsonl" \
+      --format pretokenized --num-prompts 6 --max-new-tokens 12 --cache-dir "$work/cache" \
+      --out "$work/eval-$2${cache:+-uncached}.json" $cache > /dev/null 2>&1 ||
+      { echo "eval $2 $cache failed" >&2; exit 1; }
+  done
+  python3 - "$work/eval-$2.json" "$work/eval-$2-uncached.json" "$2" <<'PY'
+import json, sys
+r, u = (json.load(open(p)) for p in sys.argv[1:3])
+assert r["greedy_identical"] == r["prompts"] == 6 and u["greedy_identical"] == 6, (r, u)
+assert r["kv_cache"] and not u["kv_cache"]
+assert [p["accepted"] for p in r["per_prompt"]] == [p["accepted"] for p in u["per_prompt"]]
+print(f"  {sys.argv[3]}: tau {r['tau']:.2f} with the cache = {u['tau']:.2f} without; "
+      f"accepted per step, prompt 0: {r['per_prompt'][0]['accepted']}")
+PY
+}
+eval_both "$work/eagle3-online/export" eagle3
+eval_both "$work/dflash-online/export" dflash
+
+echo "== 4. a GLM-4.5 teacher; a dry run; training one is refused"
+"$tandem" train /dev/stdin > "$work/distill.log" 2>&1 <<YAML || { cat "$work/distill.log" >&2; exit 1; }
+model: {path: tests/fixtures/models/qwen3_moe, dtype: fp32}
+teacher: {path: $target, dtype: fp32}
+data: {path: $work/docs.jsonl, format: pretokenized, seq_len: 32, micro_batch_rows: 2,
+       cache_dir: $work/cache}
+training: {objective: distill, run_dir: $work/distill, steps: 3, lr: 1.0e-3, log_every: 1}
+YAML
+python3 - "$work/distill/metrics.jsonl" <<'PY'
+import json, math, sys
+losses = [r["loss"] for r in map(json.loads, open(sys.argv[1])) if "loss" in r]
+assert len(losses) == 3 and all(math.isfinite(x) and x > 0 for x in losses), losses
+print("  distillation from the GLM-4.5 teacher, losses", [round(x, 4) for x in losses])
+PY
+"$tandem" train "$work/eagle3.yaml" --dry-run > "$work/dry.log" 2>&1 || { cat "$work/dry.log" >&2; exit 1; }
+grep "frozen: target" "$work/dry.log"
+# The decoder's parameters alone, counted from the safetensors headers (the MTP layer left out).
+expected=$(python3 - "$target/model.safetensors" <<'PY'
+import json, math, re, struct, sys
+with open(sys.argv[1], "rb") as f:
+    header = json.loads(f.read(struct.unpack("<Q", f.read(8))[0]))
+count = 0
+for name, info in header.items():
+    if name == "__metadata__" or name.startswith("model.layers.4."):
+        continue
+    if name.endswith("e_score_correction_bias"):  # a buffer, not a parameter
+        continue
+    count += math.prod(info["shape"])
+print(f"{count:,}")
+PY
+)
+grep -q "frozen: target, $expected parameters" "$work/dry.log" ||
+  { echo "dry run does not count $expected target parameters" >&2; exit 1; }
+if "$tandem" train /dev/stdin > "$work/refused.log" 2>&1 <<YAML; then echo "expected a refusal" >&2; exit 1; fi
+model: {path: $target, dtype: fp32}
+data: {path: $work/docs.jsonl, format: pretokenized, seq_len: 32, micro_batch_rows: 2,
+       cache_dir: $work/cache}
+training: {objective: sft, run_dir: $work/sft, steps: 1, lr: 1.0e-3}
+YAML
+grep -F "glm4_moe is read as a frozen target, teacher or reference only" "$work/refused.log" |
+  cut -c1-150
+echo "e2e_glm4_moe: OK"
