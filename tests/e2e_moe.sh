@@ -8,7 +8,9 @@
 #     exported at every checkpoint, and the export left by a run killed with SIGKILL is the
 #     step's; the killed run resumes to the same weights as the uninterrupted one, bit for bit;
 #     losses and weights equal one process's.
-#     DFlash offline (features from `tandem capture`) has the online first-step loss.
+#     DFlash offline (features from `tandem capture`) has the online first-step loss. The same
+#     draft against the block-FP8 copy of the target (tools/make_fp8_fixtures.py), sharded with
+#     rank-0 loading (FP8 tensors sent as bytes, dequantized on each rank) = one process.
 #  2. EAGLE-3 against the Qwen3-MoE target: the online first-step loss equals the offline one
 #     (features from `tandem capture`), and `tandem eval` decodes with it (output = greedy).
 #  3. Trained MoE models: SFT of the Qwen3-MoE fixture with the router's load-balancing loss in
@@ -144,6 +146,12 @@ echo "== 1c. DFlash offline against the MiniMax-M2 target (tandem capture): the 
   "training.run_dir=$work/dflash-offline" training.steps=1 optimizer.eps=1.0e-2 \
   > "$work/dflash-offline.log" 2>&1 || { cat "$work/dflash-offline.log" >&2; exit 1; }
 same_first_loss "$work/seed-1/metrics.jsonl" "$work/dflash-offline/metrics.jsonl"
+
+echo "== 1d. the same DFlash against the block-FP8 MiniMax-M2 checkpoint: the FP8 weights travel"
+echo "   from rank 0 as bytes and are dequantized on each rank; sharded = one process"
+one_vs_sharded fp8 "$work/dflash.yaml" "target.path=tests/fixtures/models/minimax_m2_fp8" \
+  training.steps=2 training.save_every=2 draft.mask_token_id=511
+grep -q "\[load\] rank 1: received .*minimax_m2_fp8" "$work/fp8-shard.log"
 
 echo "== 2. EAGLE-3 against the Qwen3-MoE target: online = offline, and eval"
 cat > "$work/eagle3.yaml" <<YAML

@@ -127,7 +127,7 @@ TEST(DecoderConfig, ErrorsNameTheFieldAndFile) {
   };
   json config = llama31_config();
   config["quantization_config"] = {{"quant_method", "gptq"}};
-  expect_error(config, "the checkpoint is quantized (quantization_config)");
+  expect_error(config, "the checkpoint is quantized with quant_method 'gptq'");
 
   config = llama31_config();
   config["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}};

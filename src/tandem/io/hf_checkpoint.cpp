@@ -65,7 +65,10 @@ std::string HfCheckpoint::header_json() const {
                        {"dtype", safetensors::dtype_name(stored.dtype)},
                        {"shape", stored.shape}});
   }
-  return json{{"tensors", tensors}, {"files", file_paths()}}.dump();
+  return json{{"tensors", tensors},
+              {"files", file_paths()},
+              {"fp8_block", {fp8_.block_rows, fp8_.block_cols}}}
+      .dump();
 }
 
 HfCheckpoint HfCheckpoint::from_header(const std::string& dir, const std::string& header) {
@@ -74,6 +77,8 @@ HfCheckpoint HfCheckpoint::from_header(const std::string& dir, const std::string
   HfCheckpoint checkpoint;
   checkpoint.dir_ = dir;
   checkpoint.paths_ = parsed.at("files").get<std::vector<std::string>>();
+  checkpoint.fp8_ = {parsed.at("fp8_block").at(0).get<int64_t>(),
+                     parsed.at("fp8_block").at(1).get<int64_t>()};
   for (const json& tensor : parsed.at("tensors")) {
     safetensors::TensorInfo info;
     info.name = tensor.at("name").get<std::string>();
@@ -134,6 +139,10 @@ HfCheckpoint HfCheckpoint::open_files(const std::string& dir) {
     throw Error("[checkpoint] ", dir, ": no model.safetensors or model.safetensors.index.json ",
                 "(tandem reads HF safetensors checkpoints; convert .bin files first)");
   }
+  const std::string config_path = dir + "/config.json";
+  if (file_exists(config_path))
+    checkpoint.fp8_ =
+        read_quantization_config(read_json_file(config_path, "checkpoint"), config_path);
   return checkpoint;
 }
 
@@ -158,27 +167,53 @@ const safetensors::TensorInfo& HfCheckpoint::info(const std::string& name) const
   return where->second;
 }
 
+namespace {
+
+// The process groups move bytes: an FP8 tensor travels as its bytes and is viewed back.
+void broadcast_as_stored(CheckpointBroadcast& broadcast, at::Tensor& tensor) {
+  const c10::ScalarType stored = tensor.scalar_type();
+  const bool fp8 = stored == at::kFloat8_e4m3fn || stored == at::kFloat8_e5m2;
+  if (fp8) tensor = tensor.view(at::kByte);
+  broadcast.broadcast_tensor(tensor);
+  if (fp8) tensor = tensor.view(stored);
+}
+
+}  // namespace
+
 at::Tensor HfCheckpoint::read(const std::string& name) const {
   if (!files_.empty() || !broadcast_) {
     const safetensors::File& file = file_of(name);
     at::Tensor tensor = read_tensor(file, file.info(name)).contiguous();
-    if (broadcast_) broadcast_->broadcast_tensor(tensor);
+    if (broadcast_) broadcast_as_stored(*broadcast_, tensor);
     return tensor;
   }
   const safetensors::TensorInfo& stored = info(name);
   at::Tensor tensor =
       at::empty(stored.shape, at::TensorOptions().dtype(to_scalar_type(stored.dtype, dir_)));
-  broadcast_->broadcast_tensor(tensor);
+  broadcast_as_stored(*broadcast_, tensor);
   return tensor;
+}
+
+bool HfCheckpoint::stores_fp8(const std::string& name) const {
+  return info(name).dtype == safetensors::Dtype::F8_E4M3 && contains(fp8_scale_name(name));
 }
 
 at::Tensor HfCheckpoint::read_weight(const std::string& name) const {
   const safetensors::Dtype dtype = info(name).dtype;
   using safetensors::Dtype;
+  const std::string where = "[checkpoint] " + dir_ + ": tensor '" + name + "'";
+  if (dtype == Dtype::F8_E4M3) {
+    check(contains(fp8_scale_name(name)), where, " is stored as F8_E4M3 without its scale '",
+          fp8_scale_name(name), "' (block-wise FP8 stores one beside each quantized weight)");
+    check(fp8_.enabled(), where,
+          " is stored as F8_E4M3 but config.json has no block-wise FP8 quantization_config "
+          "(quant_method fp8 with weight_block_size)");
+    return dequantize_block_fp8(read(name), read(fp8_scale_name(name)), fp8_, where);
+  }
   check(dtype == Dtype::F32 || dtype == Dtype::F16 || dtype == Dtype::BF16 || dtype == Dtype::F64,
-        "[checkpoint] ", dir_, ": tensor '", name, "' is stored as ",
-        safetensors::dtype_name(dtype),
-        "; a model weight must be F32, F16 or BF16 (quantized checkpoints are not supported)");
+        where, " is stored as ", safetensors::dtype_name(dtype),
+        "; a model weight must be F32, F16 or BF16, or block-wise FP8 (F8_E4M3 beside its "
+        "_scale_inv)");
   return read(name);
 }
 

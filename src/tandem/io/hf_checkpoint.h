@@ -1,6 +1,7 @@
 #pragma once
 // A Hugging Face checkpoint directory: config.json plus either one `model.safetensors` or shards
-// listed by `model.safetensors.index.json` (`weight_map`: tensor name -> shard file).
+// listed by `model.safetensors.index.json` (`weight_map`: tensor name -> shard file). Weights of
+// a block-wise FP8 checkpoint are dequantized as they are read (io/block_fp8.h).
 #include <ATen/core/Tensor.h>
 
 #include <map>
@@ -8,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "tandem/io/block_fp8.h"
 #include "tandem/io/safetensors.h"
 
 namespace tandem {
@@ -51,10 +53,15 @@ class HfCheckpoint {
   /// broadcast's device, when it sends over a GPU) (received from the
   /// reading rank when the checkpoint was opened with a CheckpointBroadcast).
   at::Tensor read(const std::string& name) const;
-  /// read() for a model weight: an error naming the directory and tensor unless it is stored as
-  /// a float (F32, F16, BF16 or F64); an integer or boolean tensor where a weight belongs would
-  /// otherwise be converted silently.
+  /// read() for a model weight: a float as stored (F32, F16, BF16 or F64), or a block-wise FP8
+  /// weight (F8_E4M3 beside its `_scale_inv`, io/block_fp8.h) dequantized to fp32. Anything else
+  /// is an error naming the directory and tensor: an integer or boolean tensor where a weight
+  /// belongs would otherwise be converted silently.
   at::Tensor read_weight(const std::string& name) const;
+  /// The block of a block-wise FP8 checkpoint (config.json's quantization_config), or none.
+  const BlockFp8& fp8() const { return fp8_; }
+  /// Whether `name` is stored as FP8 beside its scale (read_weight dequantizes it).
+  bool stores_fp8(const std::string& name) const;
   /// The paths of the weight files, in shard order.
   std::vector<std::string> file_paths() const;
 
@@ -69,6 +76,7 @@ class HfCheckpoint {
   std::map<std::string, safetensors::TensorInfo> received_;  // receiving ranks: the header
   std::vector<std::string> paths_;                           // receiving ranks: the reader's files
   CheckpointBroadcast* broadcast_ = nullptr;                 // set when opened under one
+  BlockFp8 fp8_;  // from config.json (sent with the header to the receiving ranks)
 };
 
 /// Writes `tensors` as an HF weight set in `dir`: one `model.safetensors` when the total is at

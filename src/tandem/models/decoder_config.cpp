@@ -9,6 +9,7 @@
 
 #include "tandem/core/error.h"
 #include "tandem/core/json_file.h"
+#include "tandem/io/quantization_config.h"
 #include "tandem/models/family_traits.h"
 
 namespace tandem {
@@ -127,9 +128,10 @@ void check_fields(const json& config, const std::string& path, const FamilyTrait
   for (const auto& item : config.items()) {
     const std::string& key = item.key();
     const json& value = item.value();
-    check(key != "quantization_config", "[config] ", path,
-          ": the checkpoint is quantized (quantization_config); tandem reads float weights "
-          "(bf16, fp16, fp32): dequantize it to bf16 first");
+    if (key == "quantization_config") {  // block-wise FP8 is read (io/block_fp8.h), no other
+      read_quantization_config(config, path);
+      continue;
+    }
     const FieldRule* rule = family.rule(key);
     if (rule == nullptr) {
       check(common_config_fields().count(key) > 0, "[config] ", path, ": unsupported field '", key,

@@ -55,6 +55,8 @@ void check_checkpoint_matches(const torch::nn::Module& module, const HfCheckpoin
       if (!checkpoint.contains(piece)) {
         missing.push_back(piece);
         complete = false;
+      } else if (checkpoint.stores_fp8(piece)) {
+        expected.insert(fp8_scale_name(piece));  // read with its weight (io/block_fp8.h)
       }
     }
     if (complete) check_stored_shapes(stored, value.sizes(), checkpoint);

@@ -1,0 +1,31 @@
+#include "tandem/io/block_fp8.h"
+
+#include <ATen/ATen.h>
+
+#include "tandem/core/error.h"
+
+namespace tandem {
+
+at::Tensor dequantize_block_fp8(const at::Tensor& q, const at::Tensor& scale_inv,
+                                const BlockFp8& blocks, const std::string& where) {
+  check(blocks.enabled(), where,
+        ": stored as FP8 but config.json has no block-wise FP8 "
+        "quantization_config");
+  check(q.dim() == 2, where, ": an FP8 weight must be 2-D, got ", q.dim(), " dims");
+  const int64_t rows = q.size(0), cols = q.size(1);
+  const int64_t block_rows = (rows + blocks.block_rows - 1) / blocks.block_rows;
+  const int64_t block_cols = (cols + blocks.block_cols - 1) / blocks.block_cols;
+  check(scale_inv.dim() == 2 && scale_inv.size(0) == block_rows && scale_inv.size(1) == block_cols,
+        where, ": its scale has shape ", scale_inv.sizes(), " but a [", rows, ", ", cols,
+        "] weight in blocks of [", blocks.block_rows, ", ", blocks.block_cols, "] needs [",
+        block_rows, ", ", block_cols, "]");
+  // Each scale repeated over its block, the edge blocks cut to the weight.
+  const at::Tensor scales = scale_inv.to(at::kFloat)
+                                .repeat_interleave(blocks.block_rows, 0)
+                                .narrow(0, 0, rows)
+                                .repeat_interleave(blocks.block_cols, 1)
+                                .narrow(1, 0, cols);  // (R, C)
+  return q.to(at::kFloat) * scales;
+}
+
+}  // namespace tandem
