@@ -130,8 +130,8 @@ TEST(DecoderConfig, ErrorsNameTheFieldAndFile) {
   expect_error(config, "the checkpoint is quantized with quant_method 'gptq'");
 
   config = llama31_config();
-  config["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}};
-  expect_error(config, "unsupported RoPE scaling type 'yarn'");
+  config["rope_scaling"] = {{"rope_type", "dynamic"}, {"factor", 4.0}};
+  expect_error(config, "unsupported RoPE scaling type 'dynamic'");
 
   config = llama31_config();
   config["hidden_act"] = "gelu";

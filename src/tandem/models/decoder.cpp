@@ -256,8 +256,8 @@ CausalLMImpl::CausalLMImpl(const DecoderConfig& config, const at::TensorOptions&
   if (!config.tie_word_embeddings)
     lm_head =
         register_module("lm_head", Linear(config.hidden_size, config.vocab_size, false, options));
-  inverse_frequencies_ = RopeFrequencies(
-      rope_inverse_frequencies(config.rotated_dims(), config.rope_theta, config.rope_scaling));
+  inverse_frequencies_ =
+      RopeFrequencies::of(config.rotated_dims(), config.rope_theta, config.rope_scaling);
 }
 
 at::Tensor CausalLMImpl::forward_hidden(const at::Tensor& ids, const AttentionLayout& layout,

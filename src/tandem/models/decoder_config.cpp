@@ -185,26 +185,47 @@ void parse_rope(const json& config, const std::string& path, const FamilyTraits&
     out.rotary_dim = partial_rotary_dims(rope, out.head_dim, path);
   }
   if (type == "default") return;
-  check(type == "llama3", "[config] ", path, ": unsupported RoPE scaling type '", type,
-        "' (tandem implements default and llama3)");
-  out.rope_scaling.type = type;
-  out.rope_scaling.factor = rope.number("factor");
-  out.rope_scaling.low_freq_factor = rope.number("low_freq_factor");
-  out.rope_scaling.high_freq_factor = rope.number("high_freq_factor");
-  out.rope_scaling.original_max_position_embeddings =
-      rope.integer("original_max_position_embeddings");
-  for (const auto& item : scaling.items()) {
-    static const std::set<std::string> known = {"rope_type",
-                                                "type",
-                                                "rope_theta",
-                                                "factor",
-                                                "partial_rotary_factor",
-                                                "low_freq_factor",
-                                                "high_freq_factor",
-                                                "original_max_position_embeddings"};
-    check(known.count(item.key()) > 0, "[config] ", path, ": unsupported RoPE field '", item.key(),
-          "' for llama3 scaling");
+  check(type == "llama3" || type == "yarn", "[config] ", path, ": unsupported RoPE scaling type '",
+        type, "' (tandem implements default, llama3 and yarn)");
+  RopeScaling& r = out.rope_scaling;
+  r.type = type;
+  if (type == "llama3") r.factor = rope.number("factor");
+  std::set<std::string> known = {"rope_type",
+                                 "type",
+                                 "rope_theta",
+                                 "factor",
+                                 "partial_rotary_factor",
+                                 "original_max_position_embeddings"};
+  if (type == "llama3") {
+    r.low_freq_factor = rope.number("low_freq_factor");
+    r.high_freq_factor = rope.number("high_freq_factor");
+    r.original_max_position_embeddings = rope.integer("original_max_position_embeddings");
+    known.insert({"low_freq_factor", "high_freq_factor"});
+  } else {
+    // transformers reads the original context from here, else from max_position_embeddings.
+    r.original_max_position_embeddings =
+        rope.integer_or("original_max_position_embeddings", out.max_position_embeddings);
+    // A null factor is the context's growth (transformers recomputes it so).
+    check(rope.has("factor") || r.original_max_position_embeddings > 0, "[config] ", path,
+          ": yarn scaling without factor needs original_max_position_embeddings");
+    r.factor = rope.has("factor") ? rope.number("factor")
+                                  : static_cast<double>(out.max_position_embeddings) /
+                                        static_cast<double>(r.original_max_position_embeddings);
+    // 0 reads as absent (transformers: `or 32`, `or 1`).
+    r.beta_fast = rope.number_or("beta_fast", 0.0);
+    r.beta_slow = rope.number_or("beta_slow", 0.0);
+    if (r.beta_fast == 0) r.beta_fast = 32.0;
+    if (r.beta_slow == 0) r.beta_slow = 1.0;
+    r.truncate = rope.boolean_or("truncate", true);
+    r.mscale = rope.number_or("mscale", 0.0);
+    r.mscale_all_dim = rope.number_or("mscale_all_dim", 0.0);
+    r.attention_factor = rope.number_or("attention_factor", 0.0);
+    known.insert(
+        {"beta_fast", "beta_slow", "truncate", "mscale", "mscale_all_dim", "attention_factor"});
   }
+  for (const auto& item : scaling.items())
+    check(known.count(item.key()) > 0, "[config] ", path, ": unsupported RoPE field '", item.key(),
+          "' for ", type, " scaling");
 }
 
 // Sliding windows per layer, as the family spells them (WindowReading): Mistral's
@@ -558,6 +579,24 @@ void DecoderConfig::validate(const std::string& where) const {
           ", high_freq_factor ", r.high_freq_factor, ", original_max_position_embeddings ",
           r.original_max_position_embeddings, ")");
   }
+  if (rope_scaling.type == "yarn") {
+    const RopeScaling& r = rope_scaling;
+    const auto finite_positive = [](double v) { return std::isfinite(v) && v > 0; };
+    check(finite_positive(r.factor) && finite_positive(r.beta_fast) &&
+              finite_positive(r.beta_slow) && std::isfinite(r.mscale) && r.mscale >= 0 &&
+              std::isfinite(r.mscale_all_dim) && r.mscale_all_dim >= 0 &&
+              std::isfinite(r.attention_factor) && r.attention_factor >= 0 &&
+              r.original_max_position_embeddings > 0 &&
+              r.original_max_position_embeddings <= kMaxPositions,
+          "[config] ", where,
+          ": invalid yarn rope scaling parameters (wanted factor, beta_fast, beta_slow > 0; "
+          "mscale, mscale_all_dim, attention_factor >= 0 or absent; "
+          "original_max_position_embeddings (or max_position_embeddings) in 1..",
+          kMaxPositions, "; got factor ", r.factor, ", beta_fast ", r.beta_fast, ", beta_slow ",
+          r.beta_slow, ", mscale ", r.mscale, ", mscale_all_dim ", r.mscale_all_dim,
+          ", attention_factor ", r.attention_factor, ", original_max_position_embeddings ",
+          r.original_max_position_embeddings, ")");
+  }
   for (int64_t id : eos_token_ids)
     check(id >= 0 && id < vocab_size, "[config] ", where, ": eos_token_id ", id,
           " is outside the vocabulary [0, ", vocab_size, ")");
@@ -644,6 +683,18 @@ json DecoderConfig::to_json() const {
         {"low_freq_factor", rope_scaling.low_freq_factor},
         {"high_freq_factor", rope_scaling.high_freq_factor},
         {"original_max_position_embeddings", rope_scaling.original_max_position_embeddings}};
+  } else if (rope_scaling.type == "yarn") {
+    const RopeScaling& r = rope_scaling;
+    json yarn = {{"rope_type", "yarn"},
+                 {"factor", r.factor},
+                 {"original_max_position_embeddings", r.original_max_position_embeddings},
+                 {"beta_fast", r.beta_fast},
+                 {"beta_slow", r.beta_slow}};
+    if (!r.truncate) yarn["truncate"] = false;
+    if (r.mscale > 0) yarn["mscale"] = r.mscale;
+    if (r.mscale_all_dim > 0) yarn["mscale_all_dim"] = r.mscale_all_dim;
+    if (r.attention_factor > 0) yarn["attention_factor"] = r.attention_factor;
+    out["rope_scaling"] = yarn;
   } else {
     out["rope_scaling"] = nullptr;
   }

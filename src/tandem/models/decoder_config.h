@@ -84,13 +84,24 @@ struct LinearAttentionConfig {
   bool at(int64_t layer) const { return enabled() && layers.at(static_cast<size_t>(layer)); }
 };
 
-/// RoPE frequency scaling; `llama3` is the only scaled type implemented.
+/// RoPE frequency scaling: Llama 3's, or YaRN (Qwen3's long-context setting, DeepSeek-V3,
+/// gpt-oss); models/rope.h computes both.
 struct RopeScaling {
-  std::string type = "default";  // "default" | "llama3"
+  std::string type = "default";  // "default" | "llama3" | "yarn"
   double factor = 1.0;
-  double low_freq_factor = 1.0;
-  double high_freq_factor = 4.0;
+  double low_freq_factor = 1.0;   // llama3
+  double high_freq_factor = 4.0;  // llama3
   int64_t original_max_position_embeddings = 0;
+  // yarn: the rotation counts that bound the blend of interpolated and original frequencies,
+  // whether that range is rounded out to whole dims (gpt-oss: false), and the attention factor
+  // (cos and sin are multiplied by it): given, or from factor and mscale / mscale_all_dim
+  // (0: absent).
+  double beta_fast = 32.0;
+  double beta_slow = 1.0;
+  bool truncate = true;
+  double mscale = 0.0;
+  double mscale_all_dim = 0.0;
+  double attention_factor = 0.0;
 };
 
 struct DecoderConfig {

@@ -125,8 +125,8 @@ DFlashDraftImpl::DFlashDraftImpl(const DFlashConfig& config, const at::TensorOpt
   for (int64_t i = 0; i < config.layer.num_hidden_layers; ++i)
     layers->push_back(DecoderLayer(config_.layer, i, options));
   norm = register_module("norm", RMSNorm(hidden, config.layer.rms_norm_eps, options));
-  inverse_frequencies_ = RopeFrequencies(rope_inverse_frequencies(
-      config.layer.head_dim, config.layer.rope_theta, config.layer.rope_scaling));
+  inverse_frequencies_ = RopeFrequencies::of(config.layer.head_dim, config.layer.rope_theta,
+                                             config.layer.rope_scaling);
 }
 
 at::Tensor DFlashDraftImpl::context(const at::Tensor& target_features) const {

@@ -54,8 +54,8 @@ Eagle3DraftImpl::Eagle3DraftImpl(const Eagle3Config& config, const at::TensorOpt
   const at::TensorOptions ids = options.dtype(at::kLong).requires_grad(false);
   d2t = register_buffer("d2t", at::zeros({config.draft_vocab_size}, ids));
   t2d = register_buffer("t2d", at::arange(config.layer.vocab_size, ids) < config.draft_vocab_size);
-  inverse_frequencies_ = RopeFrequencies(rope_inverse_frequencies(
-      config.layer.head_dim, config.layer.rope_theta, config.layer.rope_scaling));
+  inverse_frequencies_ = RopeFrequencies::of(config.layer.head_dim, config.layer.rope_theta,
+                                             config.layer.rope_scaling);
 }
 
 at::Tensor Eagle3DraftImpl::run_layer(const at::Tensor& embeds, const at::Tensor& hidden,
