@@ -157,6 +157,14 @@ TEST(BlockFp8, BrokenCheckpointsNameTheTensor) {
   error = error_of([&] { load(write(b, misshapen, fixture_config())); });
   EXPECT_NE(error.find("tensor '" + weight + "': its scale has shape [1, 2]"), std::string::npos)
       << error;
+  // From the headers alone: a dry run finds it too.
+  error = error_of([&] {
+    tandem::RunContext run;
+    run.dry_run = true;
+    tandem::load_causal_lm(b.path(), at::kFloat, run);
+  });
+  EXPECT_NE(error.find("tensor '" + weight + "': its scale has shape [1, 2]"), std::string::npos)
+      << error;
 
   json plain = fixture_config();
   plain.erase("quantization_config");

@@ -397,6 +397,11 @@ TEST(FamilyTraits, HybridLayers) {
   config["full_attention_interval"] = 2;
   EXPECT_EQ(parse(config).linear_attention.layers, std::vector<bool>({true, false, true, false}));
 
+  // No partial_rotary_factor: transformers' default for the hybrids, 0.25 (4 of 16 dims).
+  config = small_config(DecoderFamily::Qwen3_5);
+  config.erase("partial_rotary_factor");
+  EXPECT_EQ(parse(config).rotated_dims(), 4);
+
   config = small_config(DecoderFamily::Qwen3Next);
   config["layer_types"] = {"linear_attention", "sliding_attention", "linear_attention",
                            "full_attention"};

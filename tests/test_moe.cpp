@@ -78,6 +78,10 @@ TEST(MoeConfig, ReadsEachFamily) {
   EXPECT_TRUE(glm.qk_norm);
   EXPECT_FALSE(glm.qk_norm_across_heads);
   EXPECT_EQ(glm.rotated_dims(), 16);
+  // transformers' default partial_rotary_factor for GLM-4.5 is 0.5 (and 0.25 for the hybrids).
+  json no_factor = fixture_config("glm4_moe");
+  no_factor["rope_parameters"].erase("partial_rotary_factor");
+  EXPECT_EQ(parse(no_factor).rotated_dims(), 16);
   json no_norms = fixture_config("glm4_moe");
   no_norms["use_qk_norm"] = false;  // GLM-4.5-Air
   EXPECT_FALSE(parse(no_norms).qk_norm);
@@ -322,7 +326,9 @@ TEST(MoeCheckpoint, Glm4MoeReadsAsPublished) {
             std::string::npos);
   EXPECT_EQ(tandem::outside_decoder("model.layers.3.mlp.gate.weight", config), nullptr);
   EXPECT_NE(tandem::outside_decoder("model.layers.4.eh_proj.weight", config), nullptr);
-  EXPECT_NE(tandem::outside_decoder("model.layers.12.enorm.weight", config), nullptr);
+  // num_nextn_predict_layers 1: layer 4 only; a layer past it is unexpected, not skipped.
+  EXPECT_EQ(tandem::outside_decoder("model.layers.5.enorm.weight", config), nullptr);
+  EXPECT_EQ(tandem::outside_decoder("model.layers.12.enorm.weight", config), nullptr);
   EXPECT_EQ(tandem::outside_decoder("model.layers.4x.weight", config), nullptr);
   EXPECT_EQ(tandem::outside_decoder("model.norm.weight", config), nullptr);
 

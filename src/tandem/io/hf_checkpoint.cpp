@@ -194,6 +194,14 @@ at::Tensor HfCheckpoint::read(const std::string& name) const {
   return tensor;
 }
 
+void HfCheckpoint::check_fp8(const std::string& name) const {
+  if (info(name).dtype != safetensors::Dtype::F8_E4M3) return;
+  const std::string where = "[checkpoint] " + dir_ + ": tensor '" + name + "'";
+  check(contains(fp8_scale_name(name)), where, " is stored as F8_E4M3 without its scale '",
+        fp8_scale_name(name), "' (block-wise FP8 stores one beside each quantized weight)");
+  check_block_fp8_shapes(info(name).shape, info(fp8_scale_name(name)).shape, fp8_, where);
+}
+
 bool HfCheckpoint::stores_fp8(const std::string& name) const {
   return info(name).dtype == safetensors::Dtype::F8_E4M3 && contains(fp8_scale_name(name));
 }
@@ -205,9 +213,6 @@ at::Tensor HfCheckpoint::read_weight(const std::string& name) const {
   if (dtype == Dtype::F8_E4M3) {
     check(contains(fp8_scale_name(name)), where, " is stored as F8_E4M3 without its scale '",
           fp8_scale_name(name), "' (block-wise FP8 stores one beside each quantized weight)");
-    check(fp8_.enabled(), where,
-          " is stored as F8_E4M3 but config.json has no block-wise FP8 quantization_config "
-          "(quant_method fp8 with weight_block_size)");
     return dequantize_block_fp8(read(name), read(fp8_scale_name(name)), fp8_, where);
   }
   check(dtype == Dtype::F32 || dtype == Dtype::F16 || dtype == Dtype::BF16 || dtype == Dtype::F64,

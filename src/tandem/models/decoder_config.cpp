@@ -206,8 +206,11 @@ void parse_rope(const json& config, const std::string& path, const FamilyTraits&
     r.original_max_position_embeddings =
         rope.integer_or("original_max_position_embeddings", out.max_position_embeddings);
     // A null factor is the context's growth (transformers recomputes it so).
-    check(rope.has("factor") || r.original_max_position_embeddings > 0, "[config] ", path,
-          ": yarn scaling without factor needs original_max_position_embeddings");
+    check(rope.has("factor") ||
+              (r.original_max_position_embeddings > 0 && out.max_position_embeddings > 0),
+          "[config] ", path,
+          ": yarn scaling without a factor needs max_position_embeddings and "
+          "original_max_position_embeddings (the factor is their ratio)");
     r.factor = rope.has("factor") ? rope.number("factor")
                                   : static_cast<double>(out.max_position_embeddings) /
                                         static_cast<double>(r.original_max_position_embeddings);
@@ -399,11 +402,16 @@ void parse_moe(const json& config, const std::string& path, const MoeTraits& fam
 }
 
 // Partial RoPE: rotary_dim, or partial_rotary_factor at the top level or in rope_parameters
-// (parse_rope read that one), which must agree when both are given.
-void parse_partial_rope(const json& config, const std::string& path, DecoderConfig& out) {
+// (parse_rope read that one), which must agree when both are given; else the family's default
+// factor, as transformers fills it in.
+void parse_partial_rope(const json& config, const std::string& path, const FamilyTraits& family,
+                        DecoderConfig& out) {
   Reader reader(config, path);
   int64_t rotary = out.rotary_dim;  // from rope_parameters.partial_rotary_factor, if given
   if (reader.has("partial_rotary_factor")) rotary = partial_rotary_dims(reader, out.head_dim, path);
+  if (rotary == 0 && !reader.has("rotary_dim") && family.default_partial_rotary_factor > 0)
+    rotary = static_cast<int64_t>(static_cast<double>(out.head_dim) *
+                                  family.default_partial_rotary_factor);
   if (reader.has("rotary_dim")) {
     const int64_t dim = reader.integer("rotary_dim");
     check(rotary == 0 || rotary == dim, "[config] ", path, ": rotary_dim ", dim,
@@ -498,7 +506,13 @@ DecoderConfig DecoderConfig::from_json(const json& config, const std::string& pa
                     : family.qk_norm != QkNorm::None;
   out.qk_norm_across_heads = family.qk_norm == QkNorm::AcrossHeads;
   if (family.moe.enabled) parse_moe(config, path, family.moe, out);
-  if (family.partial_rope) parse_partial_rope(config, path, out);
+  if (family.partial_rope) parse_partial_rope(config, path, family, out);
+  if (family.mtp_layers_after_decoder) {
+    out.mtp_layers =
+        reader.integer_or("num_nextn_predict_layers", reader.integer_or("num_mtp_layers", 1));
+    check(out.mtp_layers >= 0 && out.mtp_layers <= 64, "[config] ", path,
+          ": num_nextn_predict_layers must be in 0..64, got ", out.mtp_layers);
+  }
   if (family.hybrid.enabled) parse_hybrid(config, path, family.hybrid, out);
 
   const std::string act = reader.string_or("hidden_act", "silu");
@@ -649,6 +663,7 @@ DecoderConfig DecoderConfig::draft_layers(DecoderFamily draft_family, int64_t nu
   draft.tie_word_embeddings = false;
   draft.gated_attention = draft.zero_centered_norms = draft.language_model_wrapped = false;
   draft.linear_attention = LinearAttentionConfig();
+  draft.mtp_layers = 0;
   return draft;
 }
 

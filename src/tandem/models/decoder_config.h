@@ -136,6 +136,9 @@ struct DecoderConfig {
   // holds the decoder in `text_config` and the weights live under `model.language_model.`; the
   // vision tower's tensors (`model.visual.`) are not read.
   bool language_model_wrapped = false;
+  // GLM-4.5: the multi-token-prediction layers its checkpoints store after the decoder's
+  // (num_nextn_predict_layers, default 1), skipped by name; 0 elsewhere.
+  int64_t mtp_layers = 0;
   MoeConfig moe;
   // Per decoder layer: the sliding attention window in tokens, or 0 for full causal attention.
   std::vector<int64_t> sliding_window;

@@ -101,11 +101,14 @@ struct FamilyTraits {
   // The layers, whatever config.json says.
   bool qkv_bias_always = false;  // q/k/v biased and o not; attention_bias is not read (Qwen2)
   bool attention_bias_qkv_only = false;  // attention_bias biases q/k/v, never o (GLM-4.5)
-  // Checkpoints carry num_nextn_predict_layers multi-token-prediction layers after the decoder's,
-  // as model.layers.{num_hidden_layers + i}.*: not part of the decoder, not read (GLM-4.5).
+  // Checkpoints carry num_nextn_predict_layers multi-token-prediction layers (default 1) after
+  // the decoder's, as model.layers.{num_hidden_layers + i}.*: not part of the decoder, not read
+  // (GLM-4.5; DecoderConfig::mtp_layers).
   bool mtp_layers_after_decoder = false;
   QkNorm qk_norm = QkNorm::None;
   bool partial_rope = false;  // rotary_dim / partial_rotary_factor are read (else full RoPE)
+  // transformers' partial_rotary_factor when config.json gives none (0: full RoPE).
+  double default_partial_rotary_factor = 0.0;
   WindowReading windows = WindowReading::MaxWindowLayers;
   MoeTraits moe = {};
   HybridTraits hybrid = {};

@@ -53,16 +53,18 @@ const char* outside_decoder(const std::string& stored_name, const DecoderConfig&
     return "the vision tower";
   if (config.hybrid() && stored_name.rfind("mtp.", 0) == 0)
     return "the multi-token-prediction layers";
-  // GLM-4.5: the MTP layers are numbered on after the decoder's, model.layers.{N + i}.
+  // GLM-4.5: the MTP layers are numbered on after the decoder's, model.layers.{N + i} for
+  // i < mtp_layers (a layer past those is unexpected, as in any checkpoint).
   const std::string layers = "model.layers.";
-  if (family_traits(config.family).mtp_layers_after_decoder && stored_name.rfind(layers, 0) == 0) {
-    const size_t digits = stored_name.find_first_not_of("0123456789", layers.size());
-    if (digits != std::string::npos && digits > layers.size() && digits - layers.size() <= 6 &&
-        stored_name[digits] == '.' &&
-        std::stoll(stored_name.substr(layers.size(), digits - layers.size())) >=
-            config.num_hidden_layers)
-      return "the multi-token-prediction layers";
-  }
+  if (!family_traits(config.family).mtp_layers_after_decoder || stored_name.rfind(layers, 0) != 0)
+    return nullptr;
+  const size_t digits = stored_name.find_first_not_of("0123456789", layers.size());
+  if (digits == std::string::npos || digits == layers.size() || digits - layers.size() > 6 ||
+      stored_name[digits] != '.')
+    return nullptr;
+  const int64_t index = std::stoll(stored_name.substr(layers.size(), digits - layers.size()));
+  if (index >= config.num_hidden_layers && index < config.num_hidden_layers + config.mtp_layers)
+    return "the multi-token-prediction layers";
   return nullptr;
 }
 
