@@ -25,13 +25,19 @@ at::Tensor dequantize_block_fp8(const at::Tensor& q, const at::Tensor& scale_inv
                                 const BlockFp8& blocks, const std::string& where) {
   check_block_fp8_shapes(q.sizes(), scale_inv.sizes(), blocks, where);
   const int64_t rows = q.size(0), cols = q.size(1);
-  // Each scale repeated over its block, the edge blocks cut to the weight.
-  const at::Tensor scales = scale_inv.to(at::kFloat)
-                                .repeat_interleave(blocks.block_rows, 0)
-                                .narrow(0, 0, rows)
-                                .repeat_interleave(blocks.block_cols, 1)
-                                .narrow(1, 0, cols);  // (R, C)
-  return q.to(at::kFloat) * scales;
+  const int64_t b0 = blocks.block_rows, b1 = blocks.block_cols;
+  const at::Tensor scales = scale_inv.to(at::kFloat);          // (Rb, Cb)
+  at::Tensor weight = q.to(at::kFloat, false, /*copy=*/true);  // (R, C): the one fp32 copy
+  if (rows % b0 == 0 && cols % b1 == 0) {
+    // Whole blocks (most published weights): each block times its scale, in place.
+    weight.view({rows / b0, b0, cols / b1, b1}).mul_(scales.view({rows / b0, 1, cols / b1, 1}));
+    return weight;
+  }
+  // Partial edge blocks: each scale repeated over its block, cut to the weight.
+  return weight.mul_(scales.repeat_interleave(b0, 0)
+                         .narrow(0, 0, rows)
+                         .repeat_interleave(b1, 1)
+                         .narrow(1, 0, cols));  // (R, C)
 }
 
 }  // namespace tandem
