@@ -241,6 +241,23 @@ TEST(FamilyTraits, NegativeSlidingWindowIsRefused) {
   expect_error(config, "use_sliding_window is true but sliding_window is 0");
 }
 
+// The families users draft for that are not loaded yet say what is missing.
+TEST(FamilyTraits, FamiliesNotYetImplementedSayWhatIsMissing) {
+  for (const auto& [type, phrase] : std::vector<std::pair<std::string, std::string>>{
+           {"deepseek_v3", "multi-head latent attention is not implemented yet"},
+           {"kimi_k2", "DeepSeek-V3's architecture"},
+           {"gpt_oss", "attention sinks"},
+           {"gemma3", "Gemma 3's layers"},
+           {"gemma3_text", "Gemma 3's layers"}}) {
+    json config = small_config(DecoderFamily::Llama);
+    config["model_type"] = type;
+    expect_error(config, "model_type '" + type + "' is not supported yet: ");
+    expect_error(config, phrase);
+    EXPECT_EQ(tandem::find_family(type), nullptr);
+  }
+  EXPECT_EQ(tandem::not_implemented_yet("llama"), nullptr);
+}
+
 TEST(FamilyTraits, UnknownModelTypeNamesTheSupportedOnes) {
   json config = small_config(DecoderFamily::Llama);
   config["model_type"] = "gpt2";

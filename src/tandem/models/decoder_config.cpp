@@ -82,6 +82,9 @@ const FamilyTraits& parse_family(const json& config, const std::string& path) {
         ": missing 'model_type' (expected ", family_names(), ")");
   const std::string type = config["model_type"];
   const FamilyTraits* family = find_family(type);
+  if (const char* missing = not_implemented_yet(type))
+    throw Error("[config] ", path, ": model_type '", type, "' is not supported yet: ", missing,
+                " (tandem supports ", family_names(), ")");
   check(family != nullptr, "[config] ", path, ": unsupported model_type '", type,
         "' (tandem supports ", family_names(), ")");
   const bool text_alone = type != family->model_type;

@@ -1,5 +1,7 @@
 #include "tandem/models/family_traits.h"
 
+#include <map>
+
 #include "tandem/core/error.h"
 
 namespace tandem {
@@ -276,6 +278,27 @@ const FamilyTraits* find_family(const std::string& model_type) {
         (traits.hybrid.text_model_type && model_type == traits.hybrid.text_model_type))
       return &traits;
   return nullptr;
+}
+
+const char* not_implemented_yet(const std::string& model_type) {
+  static const std::map<std::string, const char*> missing = {
+      {"deepseek_v3",
+       "DeepSeek-V3's multi-head latent attention is not implemented yet (its group-limited "
+       "routing, block-wise FP8 weights and YaRN RoPE are)"},
+      {"kimi_k2",
+       "Kimi-K2 is DeepSeek-V3's architecture, whose multi-head latent attention is not "
+       "implemented yet"},
+      {"gpt_oss",
+       "gpt-oss's attention sinks, clamped SwiGLU experts with biases and MXFP4 expert weights "
+       "are not implemented yet (its YaRN RoPE is)"},
+      {"gemma3",
+       "Gemma 3's layers (scaled embeddings, pre- and post-norms, GeGLU, a RoPE base per layer "
+       "type) are not implemented yet"},
+      {"gemma3_text",
+       "Gemma 3's layers (scaled embeddings, pre- and post-norms, GeGLU, a RoPE base per layer "
+       "type) are not implemented yet"}};
+  const auto found = missing.find(model_type);
+  return found == missing.end() ? nullptr : found->second;
 }
 
 std::string family_names(bool (*include)(const FamilyTraits&)) {

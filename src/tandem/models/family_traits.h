@@ -129,6 +129,9 @@ const FamilyTraits& family_traits(DecoderFamily family);
 /// The entry whose model_type (or, for a wrapped family, text_model_type) is `model_type`, or
 /// nullptr.
 const FamilyTraits* find_family(const std::string& model_type);
+/// For a model_type users train drafts against that tandem does not load yet (deepseek_v3,
+/// kimi_k2, gpt_oss, gemma3, gemma3_text): what is missing, for the error; nullptr otherwise.
+const char* not_implemented_yet(const std::string& model_type);
 /// "llama, mistral, ... or minimax_m2": the model_types of the entries `include` keeps.
 std::string family_names(bool (*include)(const FamilyTraits&) = nullptr);
 /// The fields every family accepts: metadata (how the model was trained, cached or tokenised)
