@@ -1,4 +1,5 @@
-"""The deterministic safetensors writer every fixture generator under tools/ uses.
+"""The deterministic safetensors writer every fixture generator under tools/ uses, with the
+bit-exact comparison and the file digest the generators check their outputs with.
 
 safetensors' own save_file orders __metadata__ keys through a hash map, so its bytes change
 from run to run. This writer lays tensors out in sorted name order with offsets contiguous
@@ -6,6 +7,7 @@ from 0, sorts __metadata__, pads the header JSON with spaces to a multiple of 8,
 temporary name and renames, then reads the file back with the reference reader.
 """
 
+import hashlib
 import json
 import os
 import struct
@@ -14,15 +16,35 @@ import torch
 from safetensors import safe_open
 
 DTYPES = {torch.float32: "F32", torch.int64: "I64", torch.uint8: "U8", torch.bool: "BOOL",
-          torch.bfloat16: "BF16"}
+          torch.bfloat16: "BF16", torch.float8_e4m3fn: "F8_E4M3"}
 
 
 def tensor_bytes(t):
-    """Little-endian bytes of a contiguous CPU tensor (bf16 through its int16 view)."""
+    """Little-endian bytes of a contiguous CPU tensor (bf16 through its int16 view, float8
+    through its uint8 view: numpy has neither)."""
     if t.dtype == torch.bfloat16:
         return t.view(torch.int16).numpy().astype("<i2").tobytes()
+    if t.dtype == torch.float8_e4m3fn:
+        return t.view(torch.uint8).numpy().tobytes()
     a = t.numpy()
     return a.astype(a.dtype.newbyteorder("<")).tobytes()
+
+
+def same_bits(a, b):
+    """Same dtype, shape and bits: float32 by bit pattern (-0.0 != 0.0, NaN == NaN), float8
+    through uint8 (torch.equal does not take it), everything else by torch.equal."""
+    if a.dtype != b.dtype or a.shape != b.shape:
+        return False
+    if a.dtype == torch.float8_e4m3fn:
+        return torch.equal(a.view(torch.uint8), b.view(torch.uint8))
+    if a.dtype == torch.float32:
+        return torch.equal(a.view(torch.int32), b.view(torch.int32))
+    return torch.equal(a, b)
+
+
+def file_sha256(path):
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
 
 
 def write_safetensors(path, tensors, metadata):
@@ -43,4 +65,4 @@ def write_safetensors(path, tensors, metadata):
     with safe_open(path, "pt") as f:
         assert sorted(f.keys()) == sorted(tensors) and f.metadata() == header["__metadata__"]
         for name in tensors:
-            assert torch.equal(f.get_tensor(name), tensors[name]), name
+            assert same_bits(f.get_tensor(name), tensors[name].contiguous()), name

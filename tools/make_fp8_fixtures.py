@@ -77,11 +77,9 @@ Run (from the repository root):
 """
 
 import argparse
-import hashlib
 import json
 import os
 import shutil
-import struct
 import sys
 import tempfile
 
@@ -92,6 +90,9 @@ import safetensors  # noqa: E402
 import transformers  # noqa: E402
 from safetensors import safe_open  # noqa: E402
 from safetensors.torch import save_file  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from fixture_safetensors import file_sha256, same_bits, write_safetensors  # noqa: E402
 
 torch.set_num_threads(1)
 
@@ -112,51 +113,6 @@ QUANTIZED_SUFFIXES = (
 ODD_SHAPE = (40, 72)
 ODD_SEED = 8301
 EXPERTS_IMPL = "grouped_mm"
-
-ST_DTYPES = {torch.float32: "F32", torch.int64: "I64", FP8: "F8_E4M3"}
-
-
-# ------------------------------------------------------------------------------------------
-# deterministic safetensors writer (the layout of tools/fixture_safetensors.py, plus F8_E4M3,
-# whose bytes are taken through a uint8 view)
-# ------------------------------------------------------------------------------------------
-def tensor_bytes(t):
-    if t.dtype == FP8:
-        return t.view(torch.uint8).numpy().tobytes()
-    a = t.numpy()
-    return a.astype(a.dtype.newbyteorder("<")).tobytes()
-
-
-def same_bits(a, b):
-    if a.dtype != b.dtype or a.shape != b.shape:
-        return False
-    if a.dtype == FP8:
-        return torch.equal(a.view(torch.uint8), b.view(torch.uint8))
-    if a.dtype == torch.float32:  # bit patterns: -0.0 != 0.0, NaN == NaN
-        return torch.equal(a.view(torch.int32), b.view(torch.int32))
-    return torch.equal(a, b)
-
-
-def write_safetensors(path, tensors, metadata):
-    header = {"__metadata__": {k: metadata[k] for k in sorted(metadata)}}
-    blobs, off = [], 0
-    for name in sorted(tensors):
-        t = tensors[name].detach().contiguous().cpu()
-        data = tensor_bytes(t)
-        header[name] = {"dtype": ST_DTYPES[t.dtype], "shape": list(t.shape),
-                        "data_offsets": [off, off + len(data)]}
-        blobs.append(data)
-        off += len(data)
-    hb = json.dumps(header, separators=(",", ":"), ensure_ascii=True).encode()
-    hb += b" " * (-len(hb) % 8)
-    with open(path + ".tmp", "wb") as f:
-        f.write(struct.pack("<Q", len(hb)) + hb + b"".join(blobs))
-    os.replace(path + ".tmp", path)
-    with safe_open(path, "pt") as f:
-        assert sorted(f.keys()) == sorted(tensors) and f.metadata() == header["__metadata__"]
-        for name in tensors:
-            assert same_bits(f.get_tensor(name), tensors[name].contiguous()), name
-
 
 def read_safetensors(path):
     with safe_open(path, "pt") as f:
@@ -376,11 +332,6 @@ class _FakeQuantizer:
 
 
 # ------------------------------------------------------------------------------------------
-def sha256(path):
-    with open(path, "rb") as f:
-        return hashlib.sha256(f.read()).hexdigest()
-
-
 def main():
     here = os.path.dirname(os.path.abspath(__file__))
     root = os.path.relpath(os.path.join(here, ".."))
@@ -430,7 +381,7 @@ def main():
     with open(os.path.join(out_dir, "config.json"), "w") as f:
         f.write(json.dumps(qconfig, indent=2, sort_keys=True) + "\n")
     shutil.copyfile(os.path.join(base, "generation_config.json"), os.path.join(out_dir, "generation_config.json"))
-    base_sha = sha256(os.path.join(base, "model.safetensors"))
+    base_sha = file_sha256(os.path.join(base, "model.safetensors"))
     write_safetensors(os.path.join(out_dir, "model.safetensors"), model_tensors, {"format": "pt"})
     write_safetensors(os.path.join(out_dir, "dequantized.safetensors"), deq, {
         "generator": "tools/make_fp8_fixtures.py",

@@ -80,7 +80,6 @@ Run (from the repository root):
 """
 
 import argparse
-import hashlib
 import json
 import math
 import os
@@ -99,7 +98,7 @@ from transformers.models.gpt_oss import modeling_gpt_oss  # noqa: E402
 from transformers.models.qwen3 import modeling_qwen3  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from fixture_safetensors import write_safetensors  # noqa: E402
+from fixture_safetensors import file_sha256, same_bits, write_safetensors  # noqa: E402
 
 torch.set_num_threads(1)
 
@@ -199,10 +198,6 @@ def own_yarn(dim, rope, max_position_embeddings):
             "interpolated_pairs (ramp 1: frequency / factor)": [i for i, r in enumerate(ramp.tolist()) if r == 1],
             "blended_pairs (0 < ramp < 1)": [i for i, r in enumerate(ramp.tolist()) if 0 < r < 1]}
     return inv_freq, af, info
-
-
-def same_bits(a, b):
-    return a.dtype == b.dtype and a.shape == b.shape and torch.equal(a.view(torch.int32), b.view(torch.int32))
 
 
 def make_config(spec, rope):
@@ -429,11 +424,6 @@ def make_reference(out_dir, base):
     return path, float(diff.max()), per_pos.tolist(), own_af, base_ref_diff
 
 
-def sha256(path):
-    with open(path, "rb") as f:
-        return hashlib.sha256(f.read()).hexdigest()
-
-
 def main():
     here = os.path.dirname(os.path.abspath(__file__))
     root = os.path.relpath(os.path.join(here, ".."))
@@ -458,7 +448,7 @@ def main():
     print(f"qwen3 tiny yarn: attention_factor {af!r}, yarn vs default max |logit diff| {max_diff:.6g}; "
           f"per position {[round(v, 4) for v in per_pos]}; base reference reproduced to {base_diff:.3g}")
     for p in (yarn_path, ref_path):
-        print(f"{p}: {os.path.getsize(p)} bytes, sha256 {sha256(p)}")
+        print(f"{p}: {os.path.getsize(p)} bytes, sha256 {file_sha256(p)}")
 
 
 if __name__ == "__main__":
