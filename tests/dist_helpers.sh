@@ -1,6 +1,9 @@
 # Helpers for the end-to-end tests that run real ranks (sourced; needs $tandem, $root).
 #   free_port, torchrun2 LOG ARGS..., compare A B TOL, same_losses A B,
-#   same_first_loss ONLINE OFFLINE, one_vs_sharded JOB CONFIG OVERRIDES... (needs $work)
+#   same_first_loss ONLINE OFFLINE, one_vs_sharded JOB CONFIG OVERRIDES... (needs $work);
+#   for a draft against $target (config $work/NAME.yaml, run dirs $work/NAME-online / -offline):
+#   offline_equals_online NAME SHARD_DOCUMENTS, losses_fall METRICS, eval_both DRAFT_EXPORT NAME
+#   (needs $work/docs.jsonl); random_documents OUT SEED COUNT MIN_LENGTH HIGH
 torch_python="$root/.venv/bin/python"
 
 free_port() {
@@ -120,4 +123,54 @@ one_vs_sharded() {
   last=$(cd "$work/$job-1" && ls -d step-* | tail -1)
   same_losses "$work/$job-1/metrics.jsonl" "$work/$job-shard/metrics.jsonl"
   compare "$work/$job-1/$last" "$work/$job-shard/$last" 1e-6
+}
+
+offline_equals_online() {  # NAME SHARD_DOCUMENTS: capture, train 1 step offline, compare
+  "$tandem" capture "$work/$1.yaml" --out "$work/capture-$1" --shard-documents "$2" > /dev/null
+  "$tandem" train "$work/$1.yaml" "data.capture=$work/capture-$1" \
+    "training.run_dir=$work/$1-offline" training.steps=1 > "$work/$1-offline.log" 2>&1 ||
+    { cat "$work/$1-offline.log" >&2; exit 1; }
+  same_first_loss "$work/$1-online/metrics.jsonl" "$work/$1-offline/metrics.jsonl"
+}
+losses_fall() {  # METRICS: the mean of the last 5 losses below the mean of the first 5
+  python3 - "$1" <<'PY'
+import json, sys
+losses = [r["loss"] for r in map(json.loads, open(sys.argv[1])) if "loss" in r]
+assert len(losses) == 20, len(losses)
+first, last = sum(losses[:5]) / 5, sum(losses[-5:]) / 5
+print(f"  20 steps: mean loss of steps 1-5 {first:.4f}, of steps 16-20 {last:.4f}")
+assert last < first, "the draft did not learn"
+PY
+}
+eval_both() {  # DRAFT_EXPORT NAME
+  for cache in "" --no-kv-cache; do
+    "$tandem" eval --target "$target" --draft "$1" --data "$work/docs.jsonl" \
+      --format pretokenized --num-prompts 6 --max-new-tokens 12 --cache-dir "$work/cache" \
+      --out "$work/eval-$2${cache:+-uncached}.json" $cache > /dev/null 2>&1 ||
+      { echo "eval $2 $cache failed" >&2; exit 1; }
+  done
+  python3 - "$work/eval-$2.json" "$work/eval-$2-uncached.json" "$2" <<'PY'
+import json, sys
+r, u = (json.load(open(p)) for p in sys.argv[1:3])
+assert r["greedy_identical"] == r["prompts"] == 6 and u["greedy_identical"] == 6, (r, u)
+assert r["kv_cache"] and not u["kv_cache"]
+assert [p["accepted"] for p in r["per_prompt"]] == [p["accepted"] for p in u["per_prompt"]]
+print(f"  {sys.argv[3]}: tau {r['tau']:.2f} with the cache = {u['tau']:.2f} without; "
+      f"accepted per step, prompt 0: {r['per_prompt'][0]['accepted']}")
+PY
+}
+
+# random_documents OUT SEED COUNT MIN_LENGTH HIGH: COUNT pretokenized documents of MIN_LENGTH..30
+# ids drawn from 3..HIGH-1, the first 4 tokens unmasked; the same lines for the same arguments.
+random_documents() {
+  python3 - "$@" <<'PY'
+import json, random, sys
+path, (seed, count, low, high) = sys.argv[1], map(int, sys.argv[2:6])
+random.seed(seed)
+with open(path, "w") as out:
+    for _ in range(count):
+        n = random.randint(low, 30)
+        out.write(json.dumps({"input_ids": [random.randrange(3, high) for _ in range(n)],
+                              "loss_mask": [0] * 4 + [1] * (n - 4)}) + "\n")
+PY
 }

@@ -18,15 +18,7 @@ export OMP_NUM_THREADS=1 TANDEM_THREADS=1
 source "$root/tests/dist_helpers.sh"  # one_vs_sharded, compare
 
 # 12 documents of random ids from the fixture's 512-token vocab, the first 4 tokens unmasked.
-python3 - "$work/docs.jsonl" <<'PY'
-import json, random, sys
-random.seed(0)
-with open(sys.argv[1], "w") as out:
-    for _ in range(12):
-        n = random.randint(16, 30)
-        out.write(json.dumps({"input_ids": [random.randrange(3, 511) for _ in range(n)],
-                              "loss_mask": [0] * 4 + [1] * (n - 4)}) + "\n")
-PY
+random_documents "$work/docs.jsonl" 0 12 16 511
 # The fixture target has 4 layers and no tokenizer: target layers and the mask token are given.
 cat > "$work/dflash.yaml" <<YAML
 target: {path: tests/fixtures/models/llama3, dtype: fp32}

@@ -77,15 +77,7 @@ rank0_loaded() {
 }
 
 # 24 documents of random ids from the fixture's 512-token vocab, the first 4 tokens unmasked.
-python3 - "$work/docs.jsonl" <<'PY'
-import json, random, sys
-random.seed(1)
-with open(sys.argv[1], "w") as out:
-    for _ in range(24):
-        n = random.randint(12, 30)
-        out.write(json.dumps({"input_ids": [random.randrange(3, 512) for _ in range(n)],
-                              "loss_mask": [0] * 4 + [1] * (n - 4)}) + "\n")
-PY
+random_documents "$work/docs.jsonl" 1 24 12 512
 data="data: {path: $work/docs.jsonl, format: pretokenized, seq_len: 32, micro_batch_rows: 2,
        cache_dir: $work/cache}"
 cat > "$work/sft.yaml" <<YAML

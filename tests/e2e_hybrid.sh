@@ -25,36 +25,11 @@ trap 'rm -rf "$work"' EXIT
 [ -n "${KEEP:-}" ] && trap - EXIT
 cd "$root"
 export OMP_NUM_THREADS=1 TANDEM_THREADS=1
-source "$root/tests/dist_helpers.sh"  # same_first_loss, one_vs_sharded
+source "$root/tests/dist_helpers.sh"  # offline_equals_online, losses_fall, eval_both, one_vs_sharded
 target=tests/fixtures/models/qwen3_5_moe
 
 # 16 documents of random text ids (below the vision tokens), the first 4 tokens unmasked.
-python3 - "$work/docs.jsonl" <<'PY'
-import json, random, sys
-random.seed(36)
-with open(sys.argv[1], "w") as out:
-    for _ in range(16):
-        n = random.randint(16, 30)
-        out.write(json.dumps({"input_ids": [random.randrange(3, 500) for _ in range(n)],
-                              "loss_mask": [0] * 4 + [1] * (n - 4)}) + "\n")
-PY
-offline_equals_online() {  # NAME SHARD_DOCUMENTS: capture, train 1 step offline, compare
-  "$tandem" capture "$work/$1.yaml" --out "$work/capture-$1" --shard-documents "$2" > /dev/null
-  "$tandem" train "$work/$1.yaml" "data.capture=$work/capture-$1" \
-    "training.run_dir=$work/$1-offline" training.steps=1 > "$work/$1-offline.log" 2>&1 ||
-    { cat "$work/$1-offline.log" >&2; exit 1; }
-  same_first_loss "$work/$1-online/metrics.jsonl" "$work/$1-offline/metrics.jsonl"
-}
-losses_fall() {  # METRICS: the mean of the last 5 losses below the mean of the first 5
-  python3 - "$1" <<'PY'
-import json, sys
-losses = [r["loss"] for r in map(json.loads, open(sys.argv[1])) if "loss" in r]
-assert len(losses) == 20, len(losses)
-first, last = sum(losses[:5]) / 5, sum(losses[-5:]) / 5
-print(f"  20 steps: mean loss of steps 1-5 {first:.4f}, of steps 16-20 {last:.4f}")
-assert last < first, "the draft did not learn"
-PY
-}
+random_documents "$work/docs.jsonl" 36 16 16 500
 
 echo "== 1. EAGLE-3 against the Qwen3.5-MoE target"
 cat > "$work/eagle3.yaml" <<YAML
@@ -95,23 +70,6 @@ python3 tools/check_dflash_export.py "$work/dflash-online/export"
 offline_equals_online dflash 6
 
 echo "== 3. tandem eval with the hybrid cache = without it"
-eval_both() {  # DRAFT_EXPORT NAME
-  for cache in "" --no-kv-cache; do
-    "$tandem" eval --target "$target" --draft "$1" --data "$work/docs.jsonl" \
-      --format pretokenized --num-prompts 6 --max-new-tokens 12 --cache-dir "$work/cache" \
-      --out "$work/eval-$2${cache:+-uncached}.json" $cache > /dev/null 2>&1 ||
-      { echo "eval $2 $cache failed" >&2; exit 1; }
-  done
-  python3 - "$work/eval-$2.json" "$work/eval-$2-uncached.json" "$2" <<'PY'
-import json, sys
-r, u = (json.load(open(p)) for p in sys.argv[1:3])
-assert r["greedy_identical"] == r["prompts"] == 6 and u["greedy_identical"] == 6, (r, u)
-assert r["kv_cache"] and not u["kv_cache"]
-assert [p["accepted"] for p in r["per_prompt"]] == [p["accepted"] for p in u["per_prompt"]]
-print(f"  {sys.argv[3]}: tau {r['tau']:.2f} with the cache = {u['tau']:.2f} without; "
-      f"accepted per step, prompt 0: {r['per_prompt'][0]['accepted']}")
-PY
-}
 eval_both "$work/eagle3-online/export" eagle3
 eval_both "$work/dflash-online/export" dflash
 

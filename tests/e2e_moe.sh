@@ -38,15 +38,7 @@ minimax=tests/fixtures/models/minimax_m2
 qwen=tests/fixtures/models/qwen3_moe
 
 # 16 documents of random ids below the fixtures' special tokens, the first 4 tokens unmasked.
-python3 - "$work/docs.jsonl" <<'PY'
-import json, random, sys
-random.seed(21)
-with open(sys.argv[1], "w") as out:
-    for _ in range(16):
-        n = random.randint(16, 30)
-        out.write(json.dumps({"input_ids": [random.randrange(3, 510) for _ in range(n)],
-                              "loss_mask": [0] * 4 + [1] * (n - 4)}) + "\n")
-PY
+random_documents "$work/docs.jsonl" 21 16 16 510
 
 echo "== 1. DFlash against the MiniMax-M2 target: one process, then sharded over 2 ranks"
 cat > "$work/dflash.yaml" <<YAML
