@@ -105,7 +105,8 @@ TEST(BlockFp8, CheckpointLoadsAsTransformersDequantizesIt) {
   const auto expected = read_file(dir + "/dequantized.safetensors");
   ASSERT_FALSE(expected.empty());
   for (const auto& [name, value] : expected) {
-    EXPECT_TRUE(checkpoint.stores_fp8(name)) << name;
+    EXPECT_EQ(checkpoint.info(name).dtype, tandem::safetensors::Dtype::F8_E4M3) << name;
+    EXPECT_TRUE(checkpoint.contains(tandem::fp8_scale_name(name))) << name;
     EXPECT_TRUE(at::equal(checkpoint.read_weight(name), value)) << name;
   }
   const auto reference = read_file(dir + "/reference.safetensors");

@@ -202,17 +202,12 @@ void HfCheckpoint::check_fp8(const std::string& name) const {
   check_block_fp8_shapes(info(name).shape, info(fp8_scale_name(name)).shape, fp8_, where);
 }
 
-bool HfCheckpoint::stores_fp8(const std::string& name) const {
-  return info(name).dtype == safetensors::Dtype::F8_E4M3 && contains(fp8_scale_name(name));
-}
-
 at::Tensor HfCheckpoint::read_weight(const std::string& name) const {
   const safetensors::Dtype dtype = info(name).dtype;
   using safetensors::Dtype;
   const std::string where = "[checkpoint] " + dir_ + ": tensor '" + name + "'";
   if (dtype == Dtype::F8_E4M3) {
-    check(contains(fp8_scale_name(name)), where, " is stored as F8_E4M3 without its scale '",
-          fp8_scale_name(name), "' (block-wise FP8 stores one beside each quantized weight)");
+    check_fp8(name);
     return dequantize_block_fp8(read(name), read(fp8_scale_name(name)), fp8_, where);
   }
   check(dtype == Dtype::F32 || dtype == Dtype::F16 || dtype == Dtype::BF16 || dtype == Dtype::F64,

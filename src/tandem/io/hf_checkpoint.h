@@ -60,8 +60,6 @@ class HfCheckpoint {
   at::Tensor read_weight(const std::string& name) const;
   /// The block of a block-wise FP8 checkpoint (config.json's quantization_config), or none.
   const BlockFp8& fp8() const { return fp8_; }
-  /// Whether `name` is stored as FP8 beside its scale (read_weight dequantizes it).
-  bool stores_fp8(const std::string& name) const;
   /// From the headers alone, for a weight stored as FP8: its scale is there with the shape its
   /// block implies, and config.json declares the block. An Error naming the tensor otherwise;
   /// nothing for a weight stored as a float.
