@@ -1,5 +1,5 @@
 // Parity with transformers: every fixture model under tests/fixtures/models was written by
-// tools/make_model_fixtures.py (glm4_moe among them; the hybrids qwen3_5, qwen3_5_moe, qwen3_next
+// tools/make_model_fixtures.py (glm4_moe and deepseek_v3 among them; the hybrids qwen3_5, qwen3_5_moe, qwen3_next
 // by tools/make_hybrid_fixtures.py) together with transformers' own logits and per-layer hidden
 // states for fixed ids. tandem loads the same checkpoint and must reproduce them, on the CPU and,
 // where a GPU is visible, on CUDA (skipped with the reason elsewhere; scripts/gpu_check.sh).
@@ -248,7 +248,8 @@ INSTANTIATE_TEST_SUITE_P(
     Fixtures, DecoderParity,
     ::testing::Combine(::testing::Values("llama3", "mistral", "qwen2", "qwen3", "qwen3_moe",
                                          "mixtral", "minimax_m2", "qwen3_5", "qwen3_5_moe",
-                                         "qwen3_next", "glm4_moe"),
+                                         "qwen3_next", "glm4_moe", "deepseek_v3",
+                                         "deepseek_v3_q_proj"),
                        ::testing::Values("cpu", "cuda")),
     [](const auto& info) { return std::get<0>(info.param) + "_" + std::get<1>(info.param); });
 

@@ -68,6 +68,15 @@ json small_config(const FamilyTraits& family) {
     config["linear_value_head_dim"] = 8;
     config["linear_conv_kernel_dim"] = 4;
   }
+  if (family.latent_attention) {  // heads of [8 | 8] query/key dims, values of 8, one per head
+    config["num_key_value_heads"] = 4;
+    config.erase("head_dim");
+    config["q_lora_rank"] = 12;
+    config["kv_lora_rank"] = 8;
+    config["qk_nope_head_dim"] = 8;
+    config["qk_rope_head_dim"] = 8;
+    config["v_head_dim"] = 8;
+  }
   if (family.partial_rope && family.rule("rotary_dim"))
     config["rotary_dim"] = 8;
   else if (family.partial_rope)  // hybrids' and GLM's configs have no rotary_dim
@@ -102,7 +111,7 @@ const std::vector<DecoderFamily> kFamilies = {
     DecoderFamily::Llama,     DecoderFamily::Mistral,  DecoderFamily::Qwen2,
     DecoderFamily::Qwen3,     DecoderFamily::Qwen3Moe, DecoderFamily::Mixtral,
     DecoderFamily::MiniMaxM2, DecoderFamily::Qwen3_5,  DecoderFamily::Qwen3_5Moe,
-    DecoderFamily::Qwen3Next, DecoderFamily::Glm4Moe};
+    DecoderFamily::Qwen3Next, DecoderFamily::Glm4Moe,  DecoderFamily::DeepseekV3};
 
 }  // namespace
 
@@ -124,7 +133,9 @@ TEST(FamilyTraits, EveryFamilyHasOneEntry) {
   EXPECT_EQ(tandem::find_family("gpt2"), nullptr);
   EXPECT_EQ(tandem::family_names(),
             "llama, mistral, qwen2, qwen3, qwen3_moe, mixtral, minimax_m2, qwen3_5, qwen3_5_moe, "
-            "qwen3_next or glm4_moe");
+            "qwen3_next, glm4_moe or deepseek_v3");
+  // Kimi-K2's checkpoints are DeepSeek-V3's architecture under their own model_type.
+  EXPECT_EQ(tandem::find_family("kimi_k2"), &tandem::family_traits(DecoderFamily::DeepseekV3));
 }
 
 TEST(FamilyTraits, EveryFamilyReadsAndWritesAsItsEntrySays) {
@@ -140,7 +151,8 @@ TEST(FamilyTraits, EveryFamilyReadsAndWritesAsItsEntrySays) {
     EXPECT_EQ(c.qk_norm,
               family.qk_norm != QkNorm::None && family.qk_norm != QkNorm::PerHeadWhenUseQkNorm);
     EXPECT_EQ(c.qk_norm_across_heads, family.qk_norm == QkNorm::AcrossHeads);
-    EXPECT_EQ(c.rotated_dims(), family.partial_rope ? 8 : 16);
+    EXPECT_EQ(c.rotated_dims(), family.partial_rope || family.latent_attention ? 8 : 16);
+    EXPECT_EQ(c.latent_attention.enabled(), family.latent_attention);
     EXPECT_EQ(c.sliding_window, std::vector<int64_t>(4, 0));
     EXPECT_EQ(c.moe.enabled(), family.moe.enabled);
     if (family.moe.enabled) {
@@ -244,8 +256,6 @@ TEST(FamilyTraits, NegativeSlidingWindowIsRefused) {
 // The families users draft for that are not loaded yet say what is missing.
 TEST(FamilyTraits, FamiliesNotYetImplementedSayWhatIsMissing) {
   for (const auto& [type, phrase] : std::vector<std::pair<std::string, std::string>>{
-           {"deepseek_v3", "multi-head latent attention is not implemented yet"},
-           {"kimi_k2", "DeepSeek-V3's architecture"},
            {"gpt_oss", "attention sinks"},
            {"gemma3", "Gemma 3's layers"},
            {"gemma3_text", "Gemma 3's layers"}}) {

@@ -2,8 +2,8 @@
 """Record transformers' greedy `generate` output for the model fixtures (reference for KV-cached decoding).
 
 Writes, for each fixture NAME of tests/fixtures/models/ (llama3, mistral, qwen2, qwen3, qwen3_moe,
-mixtral, minimax_m2, glm4_moe; the hybrids qwen3_5, qwen3_5_moe, qwen3_next of
-tools/make_hybrid_fixtures.py), tests/fixtures/generate/NAME.json:
+mixtral, minimax_m2, glm4_moe, deepseek_v3, deepseek_v3_q_proj; the hybrids qwen3_5, qwen3_5_moe,
+qwen3_next of tools/make_hybrid_fixtures.py), tests/fixtures/generate/NAME.json:
   generator             "tools/make_generate_fixtures.py"
   fixture               NAME (the checkpoint is tests/fixtures/models/NAME)
   transformers_version, torch_version
@@ -24,14 +24,15 @@ tools/make_hybrid_fixtures.py), tests/fixtures/generate/NAME.json:
                         position of the prompt + the first 11 generated tokens (all the tokens the
                         model reads) of the k-th minus (k+1)-th routing score (softmax of the
                         router logits; minimax_m2: sigmoid + e_score_correction_bias), from one
-                        uncached fp32 forward of that sequence; 6 significant digits.  glm4_moe
-                        (group-limited routing, make_model_fixtures.group_limited_routing): the
-                        smaller of the expert gap (k-th minus (k+1)-th sigmoid + bias score among
+                        uncached fp32 forward of that sequence; 6 significant digits.  glm4_moe,
+                        deepseek_v3 (group-limited routing, make_model_fixtures.group_limited_routing):
+                        the smaller of the expert gap (k-th minus (k+1)-th sigmoid + bias score among
                         the kept group's experts) and the group gap (kept group's score minus the
-                        next group's).  The MoE layers are those whose mlp has experts and a router
+                        next group's); deepseek_v3_q_proj (one group, n_group = topk_group = 1): the
+                        expert gap alone.  The MoE layers are those whose mlp has experts and a router
                         mlp.gate (hooked; its top-k asserted): every layer, except qwen3_next's
-                        dense layer 1 (mlp_only_layers [1]) and glm4_moe's dense layer 0
-                        (first_k_dense_replace 1), both asserted against the config.  For
+                        dense layer 1 (mlp_only_layers [1]) and the dense layer 0 of glm4_moe and
+                        deepseek_v3* (first_k_dense_replace 1), all asserted against the config.  For
                         qwen3_5_moe / qwen3_next (Qwen3_5MoeSparseMoeBlock /
                         Qwen3NextSparseMoeBlock: top-2 of the softmax, renormalised, plus a shared
                         expert that is not routed) the gap is taken on the softmax before
@@ -45,8 +46,13 @@ deterministic algorithms; per prompt, one call
                  max_new_tokens=12, min_new_tokens=12, pad_token_id=0, use_cache=True,
                  return_dict_in_generate=True, output_scores=True, output_logits=True)
 (no padding, no batching).  min_new_tokens=12 only keeps eos from ending a prompt early.
-glm4_moe: its model.safetensors also holds the MTP layer's model.layers.4.* tensors, which
-Glm4MoeForCausalLM does not read (asserted: they, and only they, are unexpected keys).
+glm4_moe, deepseek_v3: their model.safetensors also hold the MTP layer's model.layers.4.* tensors,
+which Glm4MoeForCausalLM / DeepseekV3ForCausalLM do not read (asserted: they, and only they, are
+unexpected keys).  deepseek_v3 / deepseek_v3_q_proj: multi-head latent attention; use_cache=True
+runs transformers' DynamicCache, which for DeepseekV3Attention holds the compressed latents
+(kv_a_layernorm(c) and the rotated k_rope, one head) and expands them through kv_b_proj at every
+step.  deepseek_v3's YaRN scaling (original_max_position_embeddings 32) is static: the sequences
+here (the model reads at most 9 + 11 = 20 positions) are scaled although shorter than 32.
 Hybrids (Gated DeltaNet + gated attention layers): use_cache=True runs transformers' hybrid cache
 (attention KV plus each linear-attention layer's conv window and recurrent state); use_cache=False
 recomputes the whole sequence every step.  qwen3_5 / qwen3_5_moe are vision-language checkpoints
@@ -93,14 +99,16 @@ torch.set_num_threads(1)
 torch.use_deterministic_algorithms(True)
 
 import transformers  # noqa: E402
-from make_model_fixtures import group_limited_routing  # noqa: E402  (GLM-4.5's router, written out)
+from make_model_fixtures import group_limited_routing  # noqa: E402  (GLM-4.5's / DeepSeek-V3's router)
 from transformers import AutoModelForCausalLM, AutoModelForImageTextToText  # noqa: E402
 
 GENERATOR = "tools/make_generate_fixtures.py"
 NAMES = ["llama3", "mistral", "qwen2", "qwen3", "qwen3_moe", "mixtral", "minimax_m2",
-         "qwen3_5", "qwen3_5_moe", "qwen3_next", "glm4_moe"]
-MOE = {"qwen3_moe", "mixtral", "minimax_m2", "qwen3_5_moe", "qwen3_next", "glm4_moe"}
-MTP_LAYER = {"glm4_moe"}  # checkpoints with model.layers.{num_hidden_layers}.* tensors (unexpected keys)
+         "qwen3_5", "qwen3_5_moe", "qwen3_next", "glm4_moe", "deepseek_v3", "deepseek_v3_q_proj"]
+MOE = {"qwen3_moe", "mixtral", "minimax_m2", "qwen3_5_moe", "qwen3_next", "glm4_moe", "deepseek_v3",
+       "deepseek_v3_q_proj"}
+# checkpoints with model.layers.{num_hidden_layers}.* tensors (unexpected keys)
+MTP_LAYER = {"glm4_moe", "deepseek_v3"}
 HYBRID = {"qwen3_5", "qwen3_5_moe", "qwen3_next"}
 # vision-language checkpoints: the text-only class AutoModelForCausalLM gives, the full model's class
 VLM = {"qwen3_5": ("Qwen3_5ForCausalLM", "Qwen3_5ForConditionalGeneration"),
@@ -118,7 +126,8 @@ EXPERTS_IMPL = "grouped_mm"  # transformers 5.x's default experts_implementation
 # min_routing_gap >= MIN_ROUTING_GAP (gaps down to 6e-5).  Hybrids: qwen3_5 1700 passes;
 # qwen3_5_moe 1800-1808 and qwen3_next 1900 fail only min_routing_gap (gaps down to 2e-5);
 # qwen3_next 1901 fails it and, on one prompt, MIN_MARGIN too (5.7e-4).  glm4_moe (appended to
-# NAMES last, base 2000): 2000 passes.
+# NAMES, base 2000): 2000 passes.  deepseek_v3 (base 2100): 2100 fails only min_routing_gap (3.0e-4);
+# deepseek_v3_q_proj (base 2200): 2200 passes.
 PROMPT_SEEDS = {
     "llama3": 1000,
     "mistral": 1100,
@@ -131,6 +140,8 @@ PROMPT_SEEDS = {
     "qwen3_5_moe": 1809,
     "qwen3_next": 1902,
     "glm4_moe": 2000,
+    "deepseek_v3": 2101,
+    "deepseek_v3_q_proj": 2200,
 }
 NOTES = ("greedy, fp32, eager attention, one prompt per call, no padding, use_cache=True "
          "(equal to use_cache=False)")
@@ -141,6 +152,7 @@ NOTES_EXTRA = {
                    "Qwen3_5MoeForConditionalGeneration); prompt ids 3..503",
     "qwen3_next": "; prompt ids 3..503",
     "glm4_moe": "; the checkpoint's MTP layer tensors (model.layers.4.*) are unexpected keys, unused",
+    "deepseek_v3": "; the checkpoint's MTP layer tensors (model.layers.4.*) are unexpected keys, unused",
 }
 COLUMN_LIMIT = 100  # .clang-format's ColumnLimit (write_json)
 
@@ -228,7 +240,7 @@ def min_routing_gap(model, seq):
     assert captured
     gap = float("inf")
     for i, (logits, index) in captured.items():
-        if getattr(model.config, "n_group", None) is not None:  # glm4_moe: group-limited top-k
+        if getattr(model.config, "n_group", None) is not None:  # glm4_moe, deepseek_v3*: group-limited
             bias = model.model.layers[i].mlp.gate.e_score_correction_bias
             r = group_limited_routing(model.config, logits, bias)
             assert torch.equal(r["index"].sort(-1).values, index.sort(-1).values), i
@@ -251,7 +263,7 @@ def moe_layers(model):
         expected = [i for i in range(cfg.num_hidden_layers)
                     if i not in cfg.mlp_only_layers and (i + 1) % step == 0]
         assert layers == expected, (layers, expected)
-    if hasattr(cfg, "first_k_dense_replace"):  # glm4_moe: the first layers are dense
+    if hasattr(cfg, "first_k_dense_replace"):  # glm4_moe, deepseek_v3*: the first layers are dense
         expected = list(range(cfg.first_k_dense_replace, cfg.num_hidden_layers))
         assert layers == expected, (layers, expected)
     return layers

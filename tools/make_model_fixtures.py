@@ -45,6 +45,40 @@ Mixture-of-experts fixtures (8 experts each; seeds chosen for robust routing, se
               [64], self_attn.q_proj.weight [128, 64], mlp.gate.weight [8, 64],
               mlp.gate.e_score_correction_bias [8], mlp.experts.0.gate_proj.weight [32, 64],
               mlp.shared_experts.down_proj.weight [64, 32]} (GLM4_MOE_MTP_TENSORS).
+  deepseek_v3 DeepseekV3ForCausalLM (DeepSeek-V3), fp32, one file; MLP and routing as glm4_moe (layer 0
+              dense, intermediate 128; layers 1-3 MoE: 8 routed experts of 32 + 1 shared expert of 32;
+              group-limited: 2 groups of 4, keep 1, top-2, weights renormalized (+1e-20) times 2.5;
+              the random e_score_correction_bias changes the chosen experts of 4-10 tokens per layer;
+              no aux_loss either: the stored one is load_balancing_loss_func's, as glm4_moe's).
+              Attention: multi-head latent attention (MLA), 4 heads, no biases: q = q_b_proj(
+              q_a_layernorm(q_a_proj(x))) (q_lora_rank 32), per head [qk_nope_head_dim 16 without
+              RoPE, qk_rope_head_dim 8 with] (qk_head_dim 24); kv_a_proj_with_mqa(x) = [c (kv_lora_rank
+              16), k_rope (8, one head shared by all)]; kv_b_proj(kv_a_layernorm(c)) per head = [k_nope
+              16, v 12] (v_head_dim 12 != qk_nope_head_dim 16 on purpose); o_proj [64, 4 * 12].
+              rope_interleave true (RoPE dims in pairs (2j, 2j+1)).  YaRN RoPE (rope_parameters:
+              rope_theta 10000, factor 4, original_max_position_embeddings 32, beta_fast 32, beta_slow
+              1, mscale = mscale_all_dim = 1; max_position_embeddings 128): inv_freq [1, 0.025, 0.0025,
+              0.00025] (the first frequency kept, the other three divided by 4), cos/sin unscaled
+              (attention_factor 1), softmax scale 24^-0.5 * m^2 with m = 0.1 * ln 4 + 1.  transformers'
+              yarn is static (the same inv_freq at every position), so the 16 reference positions are
+              all scaled although they stay below 32.  config.json also carries head_dim 8 (=
+              qk_rope_head_dim, set by DeepseekV3Config) and qk_head_dim 24.  model.safetensors also
+              holds 15 tensors of the MTP layer, as glm4_moe (layer 4, num_nextn_predict_layers 1,
+              unexpected keys, same outputs: asserted): model.layers.4.{embed_tokens.weight [512, 64],
+              enorm.weight, hnorm.weight [64], eh_proj.weight [64, 128], shared_head.norm.weight [64],
+              shared_head.head.weight [512, 64], input_layernorm.weight [64], self_attn.q_a_proj.weight
+              [32, 64], self_attn.q_a_layernorm.weight [32], self_attn.kv_a_proj_with_mqa.weight
+              [24, 64], self_attn.kv_b_proj.weight [112, 16], mlp.gate.weight [8, 64],
+              mlp.gate.e_score_correction_bias [8], mlp.experts.0.gate_proj.weight [32, 64],
+              mlp.shared_experts.down_proj.weight [64, 32]} (DEEPSEEK_V3_MTP_TENSORS).  Every layer's
+              attention is also written out in float64 (mla_reference) and matched (check_deepseek_v3).
+  deepseek_v3_q_proj  DeepseekV3ForCausalLM, fp32, one file, 2 layers (layer 0 dense, layer 1 MoE),
+              as deepseek_v3 except: no query low rank (q_lora_rank null: one self_attn.q_proj
+              [4 * 24, 64] instead of q_a_proj / q_a_layernorm / q_b_proj), rope_interleave false
+              (rotate_half: dims (j, j + 4)), default RoPE (rope_theta 10000, softmax scale 24^-0.5),
+              max_position_embeddings 512, n_group 1 = topk_group 1 (one group of 8: plain top-2 of
+              sigmoid + bias; the bias changes the experts of 4 tokens); no MTP layer
+              (num_nextn_predict_layers 0 in config.json, no model.layers.2.* tensors).
   On disk the experts are per-expert 2-D tensors, as transformers writes them:
     qwen3_moe:  model.layers.N.mlp.gate.weight [E, H]; model.layers.N.mlp.experts.J.{gate_proj,
                 up_proj}.weight [I, H], .down_proj.weight [H, I]
@@ -58,23 +92,31 @@ Mixture-of-experts fixtures (8 experts each; seeds chosen for robust routing, se
                 [32, H], .down_proj.weight [H, 32]; the dense layer 0: model.layers.0.mlp.{gate_proj,
                 up_proj}.weight [128, H], .down_proj.weight [H, 128]; attention
                 self_attn.{q,k,v}_proj.{weight,bias}, o_proj.weight, q_norm.weight / k_norm.weight [32]
+    deepseek_v3*: MLP, experts, gate (+ e_score_correction_bias) and shared expert as glm4_moe; attention
+                self_attn.{q_a_proj [32, H], q_a_layernorm [32], q_b_proj [96, 32] (deepseek_v3) |
+                q_proj [96, H] (deepseek_v3_q_proj), kv_a_proj_with_mqa [24, H], kv_a_layernorm [16],
+                kv_b_proj [112, 16], o_proj [H, 48]}.weight (rows of q_b_proj / q_proj: head-major,
+                24 per head = nope 16 then rope 8; of kv_b_proj: 28 per head = k_nope 16 then v 12;
+                of kv_a_proj_with_mqa: c 16 then k_rope 8)
   Their reference.safetensors adds, all F32:
     router_logits.{i}       [B*T, E]  router (gate) logits of MoE layer i, fp32 forward (rows b*T+t)
     router_logits_bf16.{i}  [B*T, E]  the same in the bf16 forward, upcast
     aux_loss                []        load_balancing_loss_func(router_logits of all MoE layers, E,
                                       top_k, attention_mask=None) of the fp32 forward, i.e.
                                       out.aux_loss with output_router_logits=True, NOT multiplied by
-                                      router_aux_loss_coef (glm4_moe, whose out.aux_loss is None:
-                                      that function called on out.router_logits, see run_forward)
+                                      router_aux_loss_coef (glm4_moe, deepseek_v3*, whose out.aux_loss
+                                      is None: that function called on out.router_logits, see
+                                      run_forward)
   and the metadata keys num_experts, top_k, moe_layers, moe_note, experts_implementation,
-  aux_loss, router_logits (+ routing for minimax_m2 and glm4_moe, mtp_tensors for glm4_moe). The
+  aux_loss, router_logits (+ routing for minimax_m2, glm4_moe and deepseek_v3*, mtp_tensors for
+  glm4_moe and deepseek_v3, attention (MLA and RoPE written out, mla_note) for deepseek_v3*). The
   references run the experts with transformers' default experts_implementation "grouped_mm"
   (requested explicitly): per token, the k products expert_output * routing_weight (in the bf16
   forward: bf16 for qwen3_moe, whose router casts its weights to the activation dtype; float32 for
-  mixtral / minimax_m2 / glm4_moe, whose weights stay float32) are summed with float32 accumulation
-  and cast once to the activation dtype (glm4_moe: then the shared expert's output is added in that
-  dtype).  In the bf16 load glm4_moe's e_score_correction_bias stays float32 (transformers'
-  _keep_in_fp32_modules_strict).
+  mixtral / minimax_m2 / glm4_moe / deepseek_v3*, whose weights stay float32) are summed with float32
+  accumulation and cast once to the activation dtype (glm4_moe, deepseek_v3*: then the shared
+  expert's output is added in that dtype).  In the bf16 load glm4_moe's and deepseek_v3*'s
+  e_score_correction_bias stays float32 (transformers' _keep_in_fp32_modules_strict).
 
 Deterministic: fixed seeds, CPU, single thread; running it twice gives byte-identical files.
 Run (from the repository root):
@@ -103,6 +145,8 @@ from fixture_safetensors import write_safetensors  # noqa: E402
 from transformers.models.qwen3_moe.modeling_qwen3_moe import load_balancing_loss_func  # noqa: E402
 from transformers import (  # noqa: E402
     AutoModelForCausalLM,
+    DeepseekV3Config,
+    DeepseekV3ForCausalLM,
     Glm4MoeConfig,
     Glm4MoeForCausalLM,
     LlamaConfig,
@@ -165,6 +209,60 @@ GLM4_MOE_MTP_TENSORS = {
     f"model.layers.{LAYERS}.shared_head.norm.weight": (HIDDEN,),
     f"model.layers.{LAYERS}.input_layernorm.weight": (HIDDEN,),
     f"model.layers.{LAYERS}.self_attn.q_proj.weight": (4 * 32, HIDDEN),
+    f"model.layers.{LAYERS}.mlp.gate.weight": (MOE_EXPERTS, HIDDEN),
+    f"model.layers.{LAYERS}.mlp.gate.e_score_correction_bias": (MOE_EXPERTS,),
+    f"model.layers.{LAYERS}.mlp.experts.0.gate_proj.weight": (MOE_INTER, HIDDEN),
+    f"model.layers.{LAYERS}.mlp.shared_experts.down_proj.weight": (HIDDEN, MOE_INTER),
+}
+# DeepSeek-V3: searched the same way, deepseek_v3 over 2600-2659: 12 of the 60 pass (2604 first),
+# most fail on a gap or on bf16 picking other experts than fp32; 2604 has the largest min gap (fp32
+# 1.2e-2, bf16 1.9e-2).  deepseek_v3_q_proj (one group, n_group 1 = topk_group: no group gap) over
+# 2700-2759: 23 pass (2703 first); 2704 has the largest min gap (fp32 3.2e-2, bf16 3.3e-2).
+SEED_DEEPSEEK_V3, SEED_DEEPSEEK_V3_Q_PROJ = 2604, 2704
+# The same std for DeepSeek-V3's e_score_correction_bias (its choice scores are sigmoids too), and its
+# MTP layer (released checkpoints: layer 61) as layer num_hidden_layers = 4: the MTP-only tensors
+# (embed_tokens and shared_head.head are vocabulary-sized [V, H], like model.embed_tokens / lm_head,
+# so a loader that matches on a name's tail would pick the wrong one) and a sample of the full
+# decoder layer's (MLA attention, router, one routed and the shared expert).  [shape]; all float32.
+DEEPSEEK_V3_SCORE_BIAS_STD = GLM4_MOE_SCORE_BIAS_STD
+DEEPSEEK_V3_Q_LORA, DEEPSEEK_V3_KV_LORA = 32, 16
+DEEPSEEK_V3_NOPE, DEEPSEEK_V3_ROPE, DEEPSEEK_V3_V = 16, 8, 12  # qk_nope / qk_rope / v head dims
+DEEPSEEK_V3_HEADS = 4
+# The DeepSeek-V3 fields both deepseek_v3 fixtures share (with COMMON): multi-head latent attention
+# of 4 heads, v_head_dim 12 != qk_nope_head_dim 16 on purpose; layer 0 dense, the rest MoE (8 routed
+# experts of intermediate 32, top-2, plus 1 shared expert); no biases, untied embeddings.
+DEEPSEEK_V3_COMMON = dict(
+    num_attention_heads=DEEPSEEK_V3_HEADS,
+    num_key_value_heads=DEEPSEEK_V3_HEADS,
+    kv_lora_rank=DEEPSEEK_V3_KV_LORA,
+    qk_nope_head_dim=DEEPSEEK_V3_NOPE,
+    qk_rope_head_dim=DEEPSEEK_V3_ROPE,
+    v_head_dim=DEEPSEEK_V3_V,
+    attention_bias=False,
+    tie_word_embeddings=False,
+    n_routed_experts=MOE_EXPERTS,
+    num_experts_per_tok=2,
+    moe_intermediate_size=MOE_INTER,
+    n_shared_experts=1,
+    routed_scaling_factor=2.5,
+    norm_topk_prob=True,
+    first_k_dense_replace=1,
+    output_router_logits=False,
+)
+DEEPSEEK_V3_MTP_TENSORS = {
+    f"model.layers.{LAYERS}.embed_tokens.weight": (VOCAB, HIDDEN),
+    f"model.layers.{LAYERS}.enorm.weight": (HIDDEN,),
+    f"model.layers.{LAYERS}.hnorm.weight": (HIDDEN,),
+    f"model.layers.{LAYERS}.eh_proj.weight": (HIDDEN, 2 * HIDDEN),
+    f"model.layers.{LAYERS}.shared_head.norm.weight": (HIDDEN,),
+    f"model.layers.{LAYERS}.shared_head.head.weight": (VOCAB, HIDDEN),
+    f"model.layers.{LAYERS}.input_layernorm.weight": (HIDDEN,),
+    f"model.layers.{LAYERS}.self_attn.q_a_proj.weight": (DEEPSEEK_V3_Q_LORA, HIDDEN),
+    f"model.layers.{LAYERS}.self_attn.q_a_layernorm.weight": (DEEPSEEK_V3_Q_LORA,),
+    f"model.layers.{LAYERS}.self_attn.kv_a_proj_with_mqa.weight": (DEEPSEEK_V3_KV_LORA + DEEPSEEK_V3_ROPE,
+                                                                   HIDDEN),
+    f"model.layers.{LAYERS}.self_attn.kv_b_proj.weight": (
+        DEEPSEEK_V3_HEADS * (DEEPSEEK_V3_NOPE + DEEPSEEK_V3_V), DEEPSEEK_V3_KV_LORA),
     f"model.layers.{LAYERS}.mlp.gate.weight": (MOE_EXPERTS, HIDDEN),
     f"model.layers.{LAYERS}.mlp.gate.e_score_correction_bias": (MOE_EXPERTS,),
     f"model.layers.{LAYERS}.mlp.experts.0.gate_proj.weight": (MOE_INTER, HIDDEN),
@@ -364,6 +462,49 @@ def fixture_specs():
             score_bias_std=GLM4_MOE_SCORE_BIAS_STD,
             mtp_tensors=GLM4_MOE_MTP_TENSORS,
         ),
+        "deepseek_v3": dict(
+            seed=SEED_DEEPSEEK_V3,
+            make_config=lambda: DeepseekV3Config(
+                **COMMON,  # intermediate_size 128: the dense MLP of layer 0
+                **DEEPSEEK_V3_COMMON,
+                q_lora_rank=DEEPSEEK_V3_Q_LORA,  # q_a_proj -> q_a_layernorm -> q_b_proj
+                n_group=2,
+                topk_group=1,
+                rope_interleave=True,  # the rope dims are pairs (x0, x1), (x2, x3), ...
+                # YaRN: sequences of any length are scaled (the inv_freq are fixed, not dynamic);
+                # factor 4 = max_position_embeddings / original_max_position_embeddings
+                max_position_embeddings=128,
+                rope_parameters=dict(rope_type="yarn", rope_theta=10000.0, factor=4.0,
+                                     original_max_position_embeddings=32, beta_fast=32.0, beta_slow=1.0,
+                                     mscale=1.0, mscale_all_dim=1.0),
+                num_nextn_predict_layers=1,  # the MTP layer: tensors only (DEEPSEEK_V3_MTP_TENSORS)
+            ),
+            cls=DeepseekV3ForCausalLM,
+            save_dtype=torch.float32,
+            max_shard_size=None,
+            moe=True,
+            score_bias_std=DEEPSEEK_V3_SCORE_BIAS_STD,
+            mtp_tensors=DEEPSEEK_V3_MTP_TENSORS,
+        ),
+        "deepseek_v3_q_proj": dict(
+            seed=SEED_DEEPSEEK_V3_Q_PROJ,
+            make_config=lambda: DeepseekV3Config(
+                **{**COMMON, "num_hidden_layers": 2},  # layer 0 dense (intermediate 128), layer 1 MoE
+                **DEEPSEEK_V3_COMMON,
+                q_lora_rank=None,  # one self_attn.q_proj [heads * qk_head_dim, H]
+                n_group=1,  # a single group of all 8 experts: plain top-2 of sigmoid + bias
+                topk_group=1,
+                rope_interleave=False,  # rotate_half over the rope dims (halves, not pairs)
+                max_position_embeddings=512,
+                rope_parameters=dict(rope_type="default", rope_theta=10000.0),
+                num_nextn_predict_layers=0,  # no MTP layer, no model.layers.2.* tensors
+            ),
+            cls=DeepseekV3ForCausalLM,
+            save_dtype=torch.float32,
+            max_shard_size=None,
+            moe=True,
+            score_bias_std=DEEPSEEK_V3_SCORE_BIAS_STD,
+        ),
     }
 
 
@@ -445,9 +586,9 @@ def run_forward(model, input_ids, moe=False):
     moe=True: the forward also gets output_router_logits=True, hooks capture each MoE router's
     outputs, and a third item is returned: dict(router_logits={i: [B*T, E] in the model dtype},
     topk_index={i: [B*T, k]}, topk_weights={i: [B*T, k]}, aux_loss=out.aux_loss).
-    Glm4MoeForCausalLM computes no aux_loss (out.aux_loss is None): for it, aux_loss is what the other
-    MoE models compute, transformers' load_balancing_loss_func(out.router_logits, num_experts, top_k,
-    None) (Qwen3-MoE's copy of it), called here.
+    Glm4MoeForCausalLM and DeepseekV3ForCausalLM compute no aux_loss (out.aux_loss is None): for them,
+    aux_loss is what the other MoE models compute, transformers' load_balancing_loss_func(
+    out.router_logits, num_experts, top_k, None) (Qwen3-MoE's copy of it), called here.
     """
     captured = {}
     handles = []
@@ -486,7 +627,7 @@ def run_forward(model, input_ids, moe=False):
                 topk_weights={i: routed[i][2] for i in layers},
                 aux_loss=out.aux_loss)
     if info["aux_loss"] is None:
-        assert isinstance(model, Glm4MoeForCausalLM), type(model).__name__
+        assert isinstance(model, (Glm4MoeForCausalLM, DeepseekV3ForCausalLM)), type(model).__name__
         info["aux_loss"] = load_balancing_loss_func(out.router_logits, num_experts_of(model.config),
                                                     top_k_of(model.config), None)
     info["aux_loss"] = info["aux_loss"].detach().clone()
@@ -545,7 +686,8 @@ def check_sliding_window(model, input_ids, window):
 
 
 def is_group_limited(model):
-    """GLM-4.5 (Glm4MoeTopkRouter): group-limited top-k, e_score_correction_bias on mlp.gate."""
+    """GLM-4.5 (Glm4MoeTopkRouter), DeepSeek-V3 (DeepseekV3TopkRouter, the same code): group-limited
+    top-k, e_score_correction_bias on mlp.gate."""
     return getattr(model.config, "n_group", None) is not None
 
 
@@ -554,8 +696,8 @@ def routing_scores(model, layer, router_logits):
 
     Qwen3-MoE / Mixtral: softmax(router_logits in float32).  MiniMax-M2: sigmoid(router_logits in
     float32) + e_score_correction_bias (the selection score; the expert weights are the plain
-    sigmoids of the chosen experts, renormalized).  GLM-4.5: sigmoid + mlp.gate.e_score_correction_bias,
-    the score before the group limit (group_limited_routing)."""
+    sigmoids of the chosen experts, renormalized).  GLM-4.5, DeepSeek-V3: sigmoid +
+    mlp.gate.e_score_correction_bias, the score before the group limit (group_limited_routing)."""
     mlp = model.model.layers[layer].mlp
     logits = router_logits.float()
     if is_group_limited(model):
@@ -566,18 +708,20 @@ def routing_scores(model, layer, router_logits):
 
 
 def group_limited_routing(config, router_logits, bias):
-    """GLM-4.5's router, written out (all float32), for rows of router logits [N, E]:
+    """GLM-4.5's router (DeepSeek-V3's is the same code), written out (all float32), for rows of
+    router logits [N, E]:
       s = sigmoid(logits); c = s + bias (the choice score); the E experts form n_group groups of
       E / n_group consecutive experts; group score = sum of the two largest c of the group; keep
       the topk_group best groups; chosen = the top-k of c over the kept groups' experts; weights =
       s of the chosen / (their sum + 1e-20) (norm_topk_prob) * routed_scaling_factor.
     Returns dict(index [N, k] (descending c), weights [N, k] (same order), expert_gap [N]: the k-th
     minus the (k+1)-th c among the kept groups' experts, group_gap [N]: the topk_group-th minus the
-    (topk_group+1)-th group score)."""
+    (topk_group+1)-th group score; +inf where every group is kept, topk_group = n_group: the group
+    limit never matters, as for deepseek_v3_q_proj's one group)."""
     n, e = router_logits.shape
     groups, keep, k = config.n_group, config.topk_group, config.num_experts_per_tok
     per_group = e // groups
-    assert per_group * groups == e and per_group >= 2 and keep < groups and k < keep * per_group
+    assert per_group * groups == e and per_group >= 2 and keep <= groups and k < keep * per_group
     s = torch.sigmoid(router_logits.float())
     c = s + bias.float()
     two_best = c.view(n, groups, per_group).sort(dim=-1, descending=True).values[..., :2]
@@ -593,16 +737,167 @@ def group_limited_routing(config, router_logits, bias):
     if config.norm_topk_prob:
         w = w / (w.sum(dim=-1, keepdim=True) + 1e-20)
     w = w * config.routed_scaling_factor
+    if keep == groups:
+        group_gap = torch.full((n,), float("inf"))
+    else:
+        group_gap = g_sorted.values[:, keep - 1] - g_sorted.values[:, keep]
     return dict(index=index, weights=w,
-                expert_gap=e_sorted.values[:, k - 1] - e_sorted.values[:, k],
-                group_gap=g_sorted.values[:, keep - 1] - g_sorted.values[:, keep])
+                expert_gap=e_sorted.values[:, k - 1] - e_sorted.values[:, k], group_gap=group_gap)
+
+
+def deepseek_v3_rope(config):
+    """DeepSeek-V3's RoPE written out (float64): (inv_freq [qk_rope_head_dim / 2], softmax scale).
+    default: inv_freq_j = theta^(-2j/d), d = qk_rope_head_dim; scale = qk_head_dim^-0.5.
+    yarn: with f = factor, L = original_max_position_embeddings, dim(r) = d * ln(L / (2 pi r)) /
+      (2 ln theta), low = max(floor(dim(beta_fast)), 0), high = min(ceil(dim(beta_slow)), d - 1),
+      ramp_j = clamp((j - low) / (high - low), 0, 1): inv_freq_j = theta^(-2j/d) * (1 - ramp_j + ramp_j / f)
+      (ramp 0: the original frequency, 1: divided by f); scale = qk_head_dim^-0.5 * m^2 with
+      m = 0.1 * mscale_all_dim * ln(f) + 1 (DeepseekV3Attention's yarn_apply_mscale); cos/sin are
+      multiplied by (0.1 mscale ln f + 1) / (0.1 mscale_all_dim ln f + 1) (1 here, asserted)."""
+    rp = config.rope_parameters
+    d, theta = config.qk_rope_head_dim, rp["rope_theta"]
+    inv_freq = theta ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
+    scale = (config.qk_nope_head_dim + config.qk_rope_head_dim) ** -0.5
+    if rp["rope_type"] == "yarn":
+        f, length = rp["factor"], rp["original_max_position_embeddings"]
+
+        def dim_of(rotations):
+            return d * math.log(length / (rotations * 2 * math.pi)) / (2 * math.log(theta))
+
+        low = max(math.floor(dim_of(rp["beta_fast"])), 0)
+        high = min(math.ceil(dim_of(rp["beta_slow"])), d - 1)
+        assert high > low, (low, high)
+        ramp = ((torch.arange(d // 2, dtype=torch.float64) - low) / (high - low)).clamp(0, 1)
+        inv_freq = inv_freq * (1 - ramp) + inv_freq / f * ramp
+        m = 0.1 * rp["mscale_all_dim"] * math.log(f) + 1
+        scale *= m * m
+    else:
+        assert rp["rope_type"] == "default", rp
+    return inv_freq, scale
+
+
+def mla_reference(attn, config, x, inv_freq, scale):
+    """One DeepseekV3Attention (multi-head latent attention) written out in float64, for its input x
+    [B, T, H] at positions 0..T-1, causal, no cache.  rope_interleave: the RoPE dims of q and k are
+    pairs (2j, 2j+1) rotated by inv_freq_j and kept in place (transformers writes them out
+    de-interleaved, [rotated evens, rotated odds], for q and k alike: the same q.k); else rotate_half
+    (dims j and j + d/2).  q_a_layernorm / kv_a_layernorm: their own eps (transformers' default 1e-6,
+    not rms_norm_eps).  Returns the attention output [B, T, H] (after o_proj)."""
+    b, t, _ = x.shape
+    heads, nope, rope, dv, rank = (config.num_attention_heads, config.qk_nope_head_dim,
+                                   config.qk_rope_head_dim, config.v_head_dim, config.kv_lora_rank)
+    w = {n: p.detach().double() for n, p in attn.named_parameters()}
+    x = x.double()
+
+    def rms(v, norm, weight):
+        return weight * v / torch.sqrt(v.pow(2).mean(-1, keepdim=True) + norm.variance_epsilon)
+
+    if attn.q_proj is not None:
+        q = x @ w["q_proj.weight"].T
+    else:
+        q_a = rms(x @ w["q_a_proj.weight"].T, attn.q_a_layernorm, w["q_a_layernorm.weight"])
+        q = q_a @ w["q_b_proj.weight"].T
+    q = q.view(b, t, heads, nope + rope)
+    ckv = x @ w["kv_a_proj_with_mqa.weight"].T
+    latent, k_rope = ckv[..., :rank], ckv[..., rank:]  # k_rope [B, T, rope]: one head, shared
+    kv = (rms(latent, attn.kv_a_layernorm, w["kv_a_layernorm.weight"]) @ w["kv_b_proj.weight"].T)
+    kv = kv.view(b, t, heads, nope + dv)
+    angle = torch.arange(t, dtype=torch.float64)[:, None] * inv_freq[None, :]  # [T, rope / 2]
+
+    def rotate(v, angle):  # v [B, T, ..., rope], angle broadcast over the dims between
+        cos, sin = angle.cos(), angle.sin()
+        if config.rope_interleave:
+            a, c = v[..., 0::2], v[..., 1::2]
+            return torch.stack((a * cos - c * sin, c * cos + a * sin), dim=-1).flatten(-2)
+        a, c = v[..., : rope // 2], v[..., rope // 2:]
+        return torch.cat((a * cos - c * sin, c * cos + a * sin), dim=-1)
+
+    q_rot = rotate(q[..., nope:], angle[:, None, :])
+    k_rot = rotate(k_rope, angle)[:, :, None, :].expand(b, t, heads, rope)
+    qk = torch.cat((q[..., :nope], q_rot), -1)
+    kk = torch.cat((kv[..., :nope], k_rot), -1)
+    scores = torch.einsum("bqhd,bkhd->bhqk", qk, kk) * scale
+    causal = torch.ones(t, t, dtype=torch.bool).tril()
+    probs = scores.masked_fill(~causal, float("-inf")).softmax(-1)
+    out = torch.einsum("bhqk,bkhd->bqhd", probs, kv[..., nope:]).reshape(b, t, heads * dv)
+    return out @ w["o_proj.weight"].T
+
+
+@torch.no_grad()
+def check_deepseek_v3(model, input_ids):
+    """deepseek_v3*: the attention transformers built is the one the config describes: q_proj xor the
+    q_a_proj / q_a_layernorm / q_b_proj path, inv_freq and softmax scale as deepseek_v3_rope writes
+    them, cos/sin factor 1, and every layer's attention output of the fp32 forward of input_ids equal
+    (to float32 rounding) to mla_reference.  Returns dict(inv_freq, scale, mla_max_abs, attention)."""
+    cfg = model.config
+    inv_freq, scale = deepseek_v3_rope(cfg)
+    emb = model.model.rotary_emb
+    assert emb.attention_scaling == 1.0, emb.attention_scaling
+    assert torch.allclose(emb.inv_freq.double(), inv_freq, rtol=1e-6, atol=0), (emb.inv_freq, inv_freq)
+    captured, handles = {}, []
+    for i, layer in enumerate(model.model.layers):
+        attn = layer.self_attn
+        assert math.isclose(attn.scaling, scale, rel_tol=1e-12), (attn.scaling, scale)
+        assert (attn.q_proj is None) == (cfg.q_lora_rank is not None)
+        assert (attn.q_a_proj is None) == (attn.q_b_proj is None) == (cfg.q_lora_rank is None)
+
+        def hook(_mod, _args, kwargs, out, i=i):
+            captured[i] = (kwargs["hidden_states"].detach().clone(), out[0].detach().clone())
+        handles.append(attn.register_forward_hook(hook, with_kwargs=True))
+    try:
+        model(input_ids=input_ids, use_cache=False)
+    finally:
+        for h in handles:
+            h.remove()
+    assert sorted(captured) == list(range(cfg.num_hidden_layers))
+    diff = max((mla_reference(model.model.layers[i].self_attn, cfg, x, inv_freq, scale) - y.double())
+               .abs().max().item() for i, (x, y) in captured.items())
+    assert diff < 1e-4, f"written-out MLA differs from transformers' by {diff}"
+    return dict(inv_freq=inv_freq.tolist(), scale=scale, mla_max_abs=diff)
+
+
+def mla_note(cfg, mla):
+    """The reference.safetensors metadata "attention" of the deepseek_v3* fixtures."""
+    nope, rope, dv = cfg.qk_nope_head_dim, cfg.qk_rope_head_dim, cfg.v_head_dim
+    heads = cfg.num_attention_heads
+    rp = cfg.rope_parameters
+    if cfg.q_lora_rank is None:
+        q = "q = self_attn.q_proj(x)"
+    else:
+        q = (f"q = q_b_proj(q_a_layernorm(q_a_proj(x))) (q_lora_rank {cfg.q_lora_rank}; q_a_layernorm "
+             f"eps 1e-6, transformers' default, not rms_norm_eps)")
+    if rp["rope_type"] == "yarn":
+        freqs = (f"yarn (rope_theta {rp['rope_theta']}, factor {rp['factor']}, "
+                 f"original_max_position_embeddings {rp['original_max_position_embeddings']}, beta_fast "
+                 f"{rp['beta_fast']}, beta_slow {rp['beta_slow']}; static: every position is scaled, none "
+                 f"is compared with the length)")
+        scale = (f"{nope + rope}^-0.5 * m^2, m = 0.1 * mscale_all_dim {rp['mscale_all_dim']} * ln(factor) "
+                 f"+ 1; cos/sin times (0.1 mscale ln f + 1) / (0.1 mscale_all_dim ln f + 1) = 1")
+    else:
+        freqs = f"default (rope_theta {rp['rope_theta']})"
+        scale = f"{nope + rope}^-0.5"
+    if cfg.rope_interleave:
+        pairs = ("rope_interleave: dims (2j, 2j+1) of the RoPE part rotated by inv_freq[j] (transformers "
+                 "returns them de-interleaved, [rotated even dims, rotated odd dims], for q and k alike)")
+    else:
+        pairs = f"rope_interleave false: rotate_half, dims (j, j + {rope // 2}) rotated by inv_freq[j]"
+    inv_freq = [float(f"{v:.9g}") for v in mla["inv_freq"]]
+    return (f"multi-head latent attention, {heads} heads, no biases: {q}, viewed "
+            f"[T, {heads}, {nope} + {rope}]: the first qk_nope_head_dim {nope} without, the last "
+            f"qk_rope_head_dim {rope} with RoPE; kv_a_proj_with_mqa(x) = [c (kv_lora_rank "
+            f"{cfg.kv_lora_rank}), k_rope ({rope})]: kv_b_proj(kv_a_layernorm(c)) (eps 1e-6) viewed "
+            f"[T, {heads}, {nope} + {dv}] = [k_nope, v], k_rope one head shared by all, with RoPE; scores "
+            f"over [nope, rope] ({nope + rope} dims), softmax scale {mla['scale']!r} = {scale}; output "
+            f"[T, {heads} * v_head_dim {dv}] -> o_proj.  RoPE {freqs}: inv_freq {inv_freq}; {pairs}.  "
+            f"Checked: written out in float64 (tools/make_model_fixtures.py mla_reference), every layer's "
+            f"attention output matches the fp32 forward within {mla['mla_max_abs']:.1e}")
 
 
 def routing_report(model, info, top_k, details=None):
     """Checks our reading of the router against the experts the model picked; returns
     (min over tokens and MoE layers of score[k-th] - score[(k+1)-th], {layer: that minimum}).
 
-    GLM-4.5 (group-limited): the gap is min(expert gap, group gap) of group_limited_routing (the
+    GLM-4.5, DeepSeek-V3 (group-limited): the gap is min(expert gap, group gap) of group_limited_routing (the
     k-th vs (k+1)-th choice score within the kept groups, and the topk_group-th vs next group score),
     the routing weights are checked too (equal), and `details` (a dict, if given) gets
     {layer: (min expert gap, min group gap)}."""
@@ -649,8 +944,9 @@ def reference_aux_loss(router_logits, num_experts, top_k):
 
 
 def bias_changes_selection(model, info, top_k):
-    """MiniMax-M2, GLM-4.5: {layer: number of tokens whose top-k with e_score_correction_bias differs
-    from the top-k of the plain sigmoid scores} (fp32 forward; GLM-4.5: both group-limited)."""
+    """MiniMax-M2, GLM-4.5, DeepSeek-V3: {layer: number of tokens whose top-k with
+    e_score_correction_bias differs from the top-k of the plain sigmoid scores} (fp32 forward; GLM-4.5,
+    DeepSeek-V3: both group-limited)."""
     out = {}
     for i, logits in info["router_logits"].items():
         if is_group_limited(model):
@@ -890,11 +1186,14 @@ def build_fixture(name, spec, out_root):
             assert max(changed.values()) >= 3, f"e_score_correction_bias barely matters: {changed}"
             assert model.model.rotary_emb.inv_freq.numel() == 8  # rotary_dim 16 of head_dim 32
             extra["score_bias_dtype"] = {"fp32": str(model.model.layers[0].mlp.e_score_correction_bias.dtype)}
-        if name == "glm4_moe":
+        if is_group_limited(model):  # glm4_moe, deepseek_v3*
             changed = bias_changes_selection(model, info, top_k)
             extra["bias_changes_selection"] = changed
             assert max(changed.values()) >= 3, f"e_score_correction_bias barely matters: {changed}"
-            assert model.model.rotary_emb.inv_freq.numel() == 8  # partial_rotary_factor 0.5 of head_dim 32
+            if name == "glm4_moe":
+                assert model.model.rotary_emb.inv_freq.numel() == 8  # partial_rotary_factor 0.5 of head_dim 32
+            else:
+                extra["mla"] = check_deepseek_v3(model, input_ids)
             assert moe_layers == list(range(config.first_k_dense_replace, config.num_hidden_layers))
             first_moe = model.model.layers[moe_layers[0]].mlp
             extra["score_bias_dtype"] = {"fp32": str(first_moe.gate.e_score_correction_bias.dtype)}
@@ -915,7 +1214,7 @@ def build_fixture(name, spec, out_root):
         if name == "minimax_m2":
             bias = model_bf16.model.layers[0].mlp.e_score_correction_bias
             extra["score_bias_dtype"]["bf16"] = str(bias.dtype)
-        if name == "glm4_moe":
+        if is_group_limited(model_bf16):
             bias = model_bf16.model.layers[moe_layers[0]].mlp.gate.e_score_correction_bias
             extra["score_bias_dtype"]["bf16"] = str(bias.dtype)
             assert bias.dtype == torch.float32  # _keep_in_fp32_modules_strict
@@ -926,12 +1225,12 @@ def build_fixture(name, spec, out_root):
     # Cross-check: identical to the fp32 model after model.to(torch.bfloat16) with inv_freq
     # restored to fp32.  A plain model.to(torch.bfloat16) also rounds the non-persistent
     # inv_freq buffer to bf16 (RoPE angles off by up to ~pos * 2^-9 rad); that variant is only
-    # measured, not stored.  GLM-4.5: the cast also rounds the routers' e_score_correction_bias,
-    # which the bf16 load keeps float32 (_keep_in_fp32_modules_strict): restored for the cross-check
-    # too (the plain variant keeps it bf16).
+    # measured, not stored.  GLM-4.5, DeepSeek-V3: the cast also rounds the routers'
+    # e_score_correction_bias, which the bf16 load keeps float32 (_keep_in_fp32_modules_strict):
+    # restored for the cross-check too (the plain variant keeps it bf16).
     inv_freq = model.model.rotary_emb.inv_freq.clone()
     fp32_gate_bias = {}
-    if name == "glm4_moe":
+    if moe and is_group_limited(model):
         fp32_gate_bias = {i: model.model.layers[i].mlp.gate.e_score_correction_bias.clone()
                           for i in moe_layers}
     model = model.to(torch.bfloat16)
@@ -1013,11 +1312,11 @@ def build_fixture(name, spec, out_root):
         if name == "minimax_m2":
             metadata["routing"] = ("sigmoid(router_logits.float()) + e_score_correction_bias -> top-k "
                                    "experts; weights = sigmoid of the chosen, divided by their sum (float32)")
-        if name == "glm4_moe":
-            cfg = model.config
-            metadata["reference"] += ("; glm4_moe: the bf16 load (and so the cast it equals) also keeps "
+        if is_group_limited(model):  # glm4_moe, deepseek_v3, deepseek_v3_q_proj
+            cfg, arch = model.config, type(model).__name__
+            metadata["reference"] += (f"; {name}: the bf16 load (and so the cast it equals) also keeps "
                                       "every mlp.gate.e_score_correction_bias float32")
-            metadata["aux_loss"] = ("Glm4MoeForCausalLM computes no aux_loss (out.aux_loss is None); this is "
+            metadata["aux_loss"] = (f"{arch} computes no aux_loss (out.aux_loss is None); this is "
                                     "what the other MoE models' out.aux_loss is: transformers' "
                                     "load_balancing_loss_func (Qwen3-MoE's) called on the fp32 forward's "
                                     "out.router_logits (all MoE layers), num_experts, top_k, "
@@ -1030,21 +1329,29 @@ def build_fixture(name, spec, out_root):
                                      f"input to the routed experts' sum; layer 0 (< first_k_dense_replace "
                                      f"{cfg.first_k_dense_replace}) is a dense MLP (intermediate "
                                      f"{cfg.intermediate_size})")
+            if cfg.topk_group < cfg.n_group:
+                gaps = (f"both the expert gap (k-th vs (k+1)-th c within the kept groups) and the group gap "
+                        f"(topk_group-th vs next group score) are >= {MIN_ROUTING_GAP}")
+            else:  # every group kept: the group limit never matters
+                gaps = (f"the expert gap (k-th vs (k+1)-th c) is >= {MIN_ROUTING_GAP} (topk_group = "
+                        f"n_group: every group is kept, no group gap)")
             metadata["routing"] = (
                 f"group-limited (float32): s = sigmoid(router_logits); c = s + "
                 f"mlp.gate.e_score_correction_bias; experts in n_group {cfg.n_group} groups of "
                 f"{n_exp // cfg.n_group} consecutive ids; group score = sum of the group's two largest c; "
                 f"keep the topk_group {cfg.topk_group} best groups; top-{top_k} of c over the kept groups' "
                 f"experts; weights = s of the chosen / (their sum + 1e-20) * routed_scaling_factor "
-                f"{cfg.routed_scaling_factor}.  Seed chosen so that both the expert gap (k-th vs (k+1)-th c "
-                f"within the kept groups) and the group gap (topk_group-th vs next group score) are >= "
-                f"{MIN_ROUTING_GAP} for every token and MoE layer, in the fp32 and the bf16 forward")
-            metadata["mtp_tensors"] = (
-                "model.safetensors also holds " + ", ".join(extra["mtp_tensors"]) + " (float32, random, "
-                f"named like the released checkpoints' multi-token-prediction layer, stored as layer "
-                f"num_hidden_layers = {cfg.num_hidden_layers}; config num_nextn_predict_layers "
-                f"{cfg.num_nextn_predict_layers}); transformers' Glm4MoeForCausalLM does not read them "
-                f"(unexpected keys) and the references do not depend on them")
+                f"{cfg.routed_scaling_factor}.  Seed chosen so that {gaps} for every token and MoE layer, "
+                f"in the fp32 and the bf16 forward")
+            if extra.get("mtp_tensors"):
+                metadata["mtp_tensors"] = (
+                    "model.safetensors also holds " + ", ".join(extra["mtp_tensors"]) + " (float32, random, "
+                    f"named like the released checkpoints' multi-token-prediction layer, stored as layer "
+                    f"num_hidden_layers = {cfg.num_hidden_layers}; config num_nextn_predict_layers "
+                    f"{cfg.num_nextn_predict_layers}); transformers' {arch} does not read them "
+                    f"(unexpected keys) and the references do not depend on them")
+            if "mla" in extra:
+                metadata["attention"] = mla_note(cfg, extra["mla"])
     write_safetensors(os.path.join(out_dir, "reference.safetensors"), tensors, metadata)
 
     stats = dict(
@@ -1133,6 +1440,11 @@ def main():
             if "mtp_tensors" in st:
                 print(f"    MTP tensors added to model.safetensors (transformers: unexpected keys "
                       f"{st['mtp_unexpected_keys']}): {st['mtp_tensors']}")
+            if "mla" in st:
+                mla = st["mla"]
+                print(f"    MLA: inv_freq {[float(f'{v:.6g}') for v in mla['inv_freq']]}, softmax scale "
+                      f"{mla['scale']:.9g}; written-out attention (mla_reference) vs transformers, "
+                      f"every layer: max|diff| {mla['mla_max_abs']:.2e}")
             if "experts_split_layers" in st:
                 print(f"    shards: layers with expert tensors in both files: {st['experts_split_layers']}")
             if "bias_changes_selection" in st:

@@ -83,13 +83,13 @@ void log_backend_once(const at::Tensor& q, const SdpaOperands& operands, const a
 }  // namespace
 
 at::Tensor sdpa(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                const at::Tensor& mask) {
+                const at::Tensor& mask, double scale) {
   const SdpaOperands operands = sdpa_operands(q, k, v, mask);
   if (q.is_cuda()) log_backend_once(q, operands, mask);
   return at::scaled_dot_product_attention(
       q, operands.k, operands.v, mask.defined() ? std::optional<at::Tensor>(mask) : std::nullopt,
-      /*dropout_p=*/0.0, /*is_causal=*/!mask.defined(), /*scale=*/std::nullopt,
-      operands.enable_gqa);
+      /*dropout_p=*/0.0, /*is_causal=*/!mask.defined(),
+      /*scale=*/scale > 0 ? std::optional<double>(scale) : std::nullopt, operands.enable_gqa);
 }
 
 at::Tensor attention_mask(const AttentionLayout& layout, int64_t sliding_window) {

@@ -75,8 +75,9 @@ std::string sdpa_backend(const at::Tensor& q, const SdpaOperands& operands, cons
 
 /// SDPA with grouped-query attention: q (B, heads, Tq, d), k/v (B, kv_heads, Tk, d), mask
 /// (B or 1, 1, Tq, Tk) bool (true: may attend), or undefined for causal attention (Tq = Tk).
+/// `scale` multiplies the scores (0: d^-0.5); v may be narrower than d (latent attention).
 at::Tensor sdpa(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                const at::Tensor& mask);
+                const at::Tensor& mask, double scale = 0.0);
 
 /// q (B, heads, T, d), k/v (B, kv_heads, T, d) -> (B, heads, T, d) as the plan says.
 at::Tensor causal_attention(const QueryKeyValue& qkv, const CausalAttentionPlan& plan);

@@ -178,6 +178,8 @@ DecoderLayerImpl::DecoderLayerImpl(const DecoderConfig& config, int64_t layer_in
   const bool centered = config.zero_centered_norms;
   if (config.linear_attention.at(layer_index))
     linear_attn = register_module("linear_attn", GatedDeltaNet(config, options));
+  else if (config.latent_attention.enabled())
+    latent_attn = register_module("self_attn", LatentAttention(config, options));
   else
     self_attn =
         register_module("self_attn", Attention(config, layer_index, options, attention_input));
@@ -222,8 +224,22 @@ at::Tensor DecoderLayerImpl::feed_forward(const at::Tensor& x, RouterLoad* load)
 at::Tensor DecoderLayerImpl::run(const at::Tensor& residual, const at::Tensor& attention_input,
                                  const RopeTables& rope, const AttendFn& attend,
                                  RouterLoad* load) const {
+  if (latent_attn)
+    return add_feed_forward(
+        *this, residual + latent_attn->output(attend(latent_attn->project(attention_input, rope))),
+        load);
   const QueryKeyValue qkv = self_attn->project(attention_input, rope);
   return add_feed_forward(*this, residual + self_attn->output(attend(qkv), qkv.gate), load);
+}
+
+at::Tensor DecoderLayerImpl::forward_latent_cached(const at::Tensor& hidden,
+                                                   const RopeTables& rope, const at::Tensor& mask,
+                                                   KvCache& cache, int64_t layer) const {
+  return add_feed_forward(
+      *this,
+      hidden + latent_attn->forward_cached(input_layernorm->forward(hidden), rope, mask, cache,
+                                           layer),
+      nullptr);
 }
 
 at::Tensor DecoderLayerImpl::forward_linear(const at::Tensor& hidden,
@@ -334,6 +350,8 @@ at::Tensor CausalLMImpl::forward_cached(const at::Tensor& ids, const at::Tensor&
     if (layer.linear_attn)
       hidden = layer.forward_linear_cached(hidden, valid_slots, cache.linear_state(i),
                                            attention_options.linear_chunk);
+    else if (layer.latent_attn)
+      hidden = layer.forward_latent_cached(hidden, rope, mask_for(layer.sliding_window), cache, i);
     else
       hidden = layer.forward(hidden, rope, [&](const QueryKeyValue& qkv) {
         const auto [keys, values] = cache.append(i, qkv.k, qkv.v);

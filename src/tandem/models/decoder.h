@@ -1,7 +1,7 @@
 #pragma once
 // Llama-family causal LM (Llama 2/3/3.x, Mistral, Qwen2, Qwen3) and the mixture-of-experts
-// decoders built from the same parts (Qwen3-MoE, Mixtral, MiniMax-M2; the sparse MLP is
-// models/moe.h): embeddings, RMSNorm, RoPE (full or partial), grouped-query attention with
+// decoders built from the same parts (Qwen3-MoE, Mixtral, MiniMax-M2, GLM-4.5, DeepSeek-V3
+// with its latent attention, models/latent_attention.h; the sparse MLP is models/moe.h): embeddings, RMSNorm, RoPE (full or partial), grouped-query attention with
 // optional q/k norms, a SwiGLU MLP or experts, tied or untied lm_head. The hybrids (Qwen3.5/3.6,
 // Qwen3-Next) mix in Gated DeltaNet layers (models/gated_deltanet.h) and gate their attention.
 // Module names are transformers', so `named_parameters()` yields its keys
@@ -20,6 +20,7 @@
 #include "tandem/models/decoder_config.h"
 #include "tandem/models/gated_deltanet.h"
 #include "tandem/models/kv_cache.h"
+#include "tandem/models/latent_attention.h"
 #include "tandem/models/layers.h"
 #include "tandem/models/moe.h"
 #include "tandem/models/rope.h"
@@ -138,12 +139,17 @@ class DecoderLayerImpl : public torch::nn::Module {
   at::Tensor forward_linear(const at::Tensor& hidden,
                             const std::vector<std::vector<int64_t>>& bounds, int64_t chunk_size,
                             RouterLoad* load = nullptr) const;
+  /// A latent attention layer on n new slots of a cache: hidden (B, n, H), `mask` (B, 1, n,
+  /// slots) -> (B, n, H) (LatentAttentionImpl::forward_cached).
+  at::Tensor forward_latent_cached(const at::Tensor& hidden, const RopeTables& rope,
+                                   const at::Tensor& mask, KvCache& cache, int64_t layer) const;
   /// The same on n new slots of a cache (GatedDeltaNetImpl::step).
   at::Tensor forward_linear_cached(const at::Tensor& hidden, const at::Tensor& valid,
                                    GatedDeltaNetState& state, int64_t chunk_size) const;
   /// The MLP part: the dense MLP, or the experts. (B, T, H) -> (B, T, H).
   at::Tensor feed_forward(const at::Tensor& x, RouterLoad* load = nullptr) const;
-  Attention self_attn{nullptr};        // null in a linear-attention layer
+  Attention self_attn{nullptr};        // null in a linear-attention or latent attention layer
+  LatentAttention latent_attn{nullptr};  // DeepSeek-V3: registered as "self_attn"
   GatedDeltaNet linear_attn{nullptr};  // a hybrid's linear-attention layer only
   Mlp mlp{nullptr};                    // a dense layer (null in a sparse one)
   SparseMoe experts{nullptr};          // a sparse layer: registered as "mlp" (null in a dense one)

@@ -87,7 +87,8 @@ const FamilyTraits& parse_family(const json& config, const std::string& path) {
                 " (tandem supports ", family_names(), ")");
   check(family != nullptr, "[config] ", path, ": unsupported model_type '", type,
         "' (tandem supports ", family_names(), ")");
-  const bool text_alone = type != family->model_type;
+  const bool text_alone =
+      family->hybrid.text_model_type != nullptr && type == family->hybrid.text_model_type;
   const std::string expected = text_alone ? family->hybrid.text_architecture : family->architecture;
   if (config.contains("architectures") && config["architectures"].is_array()) {
     for (const json& arch : config["architectures"]) {
@@ -464,6 +465,55 @@ void parse_hybrid(const json& config, const std::string& path, const HybridTrait
   out.zero_centered_norms = true;
 }
 
+// DeepSeek-V3's multi-head latent attention. Defaults transformers' families disagree on, or
+// that decide the layer's shapes, must be stated; rope_interleave defaults to true, the layout of
+// every published DeepSeek-V3 / Kimi-K2 checkpoint. head_dim becomes qk_head_dim (what the
+// attention kernels see) and rotary_dim qk_rope_head_dim (the RoPE tables' width).
+void parse_latent_attention(const json& config, const std::string& path, DecoderConfig& out) {
+  Reader reader(config, path);
+  LatentAttentionConfig& mla = out.latent_attention;
+  // Null is "no low-rank query" (q_proj); absent would be transformers' default 1536.
+  check(config.contains("q_lora_rank"), "[config] ", path,
+        ": missing required field 'q_lora_rank' (null for a q_proj query)");
+  mla.q_lora_rank = reader.integer_or("q_lora_rank", 0);
+  mla.kv_lora_rank = reader.integer("kv_lora_rank");
+  mla.qk_nope_head_dim = reader.integer("qk_nope_head_dim");
+  mla.qk_rope_head_dim = reader.integer("qk_rope_head_dim");
+  mla.v_head_dim = reader.integer("v_head_dim");
+  mla.rope_interleave = reader.boolean_or("rope_interleave", true);
+  auto in_range = [&](int64_t value, const char* name, int64_t low, int64_t bound) {
+    check(value >= low && value <= bound, "[config] ", path, ": ", name, " must be in ", low,
+          "..", bound, ", got ", value);
+  };
+  in_range(mla.q_lora_rank, "q_lora_rank", 0, 1 << 16);
+  in_range(mla.kv_lora_rank, "kv_lora_rank", 1, 1 << 16);
+  in_range(mla.qk_nope_head_dim, "qk_nope_head_dim", 1, 1024);
+  in_range(mla.qk_rope_head_dim, "qk_rope_head_dim", 2, 1024);
+  in_range(mla.v_head_dim, "v_head_dim", 1, 1024);
+  // transformers sets head_dim to qk_rope_head_dim; a config.json that says so agrees.
+  if (reader.has("head_dim"))
+    check(reader.integer("head_dim") == mla.qk_rope_head_dim, "[config] ", path, ": head_dim ",
+          reader.integer("head_dim"), " must equal qk_rope_head_dim (", mla.qk_rope_head_dim,
+          ") in a latent attention model, or be absent");
+  if (reader.has("qk_head_dim"))  // transformers writes it: the sum of the two
+    check(reader.integer("qk_head_dim") == mla.qk_head_dim(), "[config] ", path,
+          ": qk_head_dim ", reader.integer("qk_head_dim"),
+          " must equal qk_nope_head_dim + qk_rope_head_dim (", mla.qk_head_dim(), ")");
+  check(out.num_key_value_heads == out.num_attention_heads, "[config] ", path,
+        ": num_key_value_heads (", out.num_key_value_heads,
+        ") must equal num_attention_heads (", out.num_attention_heads,
+        "): latent attention expands its keys and values to every query head");
+  out.head_dim = mla.qk_head_dim();
+  out.rotary_dim = mla.qk_rope_head_dim;
+  // transformers (yarn_apply_mscale): under any RoPE scaling with mscale_all_dim, the softmax
+  // scale is multiplied by m^2, m = 0.1 mscale_all_dim ln(factor) + 1 (1 when factor <= 1).
+  const RopeScaling& r = out.rope_scaling;
+  if (r.type != "default" && r.mscale_all_dim != 0 && r.factor > 1) {
+    const double m = 0.1 * r.mscale_all_dim * std::log(r.factor) + 1.0;
+    mla.softmax_scale_factor = m * m;
+  }
+}
+
 }  // namespace
 
 DecoderConfig DecoderConfig::from_json(const json& config, const std::string& path) {
@@ -509,6 +559,7 @@ DecoderConfig DecoderConfig::from_json(const json& config, const std::string& pa
                     : family.qk_norm != QkNorm::None;
   out.qk_norm_across_heads = family.qk_norm == QkNorm::AcrossHeads;
   if (family.moe.enabled) parse_moe(config, path, family.moe, out);
+  if (family.latent_attention) parse_latent_attention(config, path, out);
   if (family.partial_rope) parse_partial_rope(config, path, family, out);
   if (family.mtp_layers_after_decoder) {
     out.mtp_layers =
@@ -640,6 +691,19 @@ void DecoderConfig::validate(const std::string& where) const {
     check(static_cast<int64_t>(l.layers.size()) == num_hidden_layers, "[config] ", where,
           ": one layer type per layer expected");
   }
+  if (latent_attention.enabled()) {
+    const LatentAttentionConfig& mla = latent_attention;
+    check(head_dim == mla.qk_head_dim() && rotated_dims() == mla.qk_rope_head_dim &&
+              mla.v_head_dim <= head_dim && num_key_value_heads == num_attention_heads &&
+              mla.qk_rope_head_dim % 2 == 0 && !qk_norm && !gated_attention && !hybrid(),
+          "[config] ", where,
+          ": latent attention needs head_dim = qk_nope_head_dim + qk_rope_head_dim (", head_dim,
+          " vs ", mla.qk_head_dim(), "), an even qk_rope_head_dim as the RoPE width (",
+          mla.qk_rope_head_dim, "), v_head_dim <= that head_dim (", mla.v_head_dim,
+          ") and one key/value head per query head, without q/k norms or gates");
+    check(std::isfinite(mla.softmax_scale_factor) && mla.softmax_scale_factor > 0, "[config] ",
+          where, ": the latent attention's softmax scale factor must be finite and > 0");
+  }
   if (moe.enabled()) {
     check(moe.experts_per_token >= 1 && moe.experts_per_token <= moe.num_experts, "[config] ",
           where, ": num_experts_per_tok must be in 1..", moe.num_experts);
@@ -667,6 +731,11 @@ DecoderConfig DecoderConfig::draft_layers(DecoderFamily draft_family, int64_t nu
   draft.gated_attention = draft.zero_centered_norms = draft.language_model_wrapped = false;
   draft.linear_attention = LinearAttentionConfig();
   draft.mtp_layers = 0;
+  if (latent_attention.enabled()) {  // plain heads as wide as the target's values
+    draft.head_dim = latent_attention.v_head_dim;
+    draft.num_key_value_heads = num_attention_heads;
+    draft.latent_attention = LatentAttentionConfig();
+  }
   return draft;
 }
 

@@ -26,11 +26,13 @@ enum class DecoderFamily {
   Qwen3_5,     // Qwen3.5 / Qwen3.6 dense: hybrid layers, SwiGLU MLP
   Qwen3_5Moe,  // Qwen3.5 / Qwen3.6 MoE: hybrid layers, experts and a gated shared expert
   Qwen3Next,   // Qwen3-Next: hybrid layers with fused projections, experts and a shared expert
-  Glm4Moe      // GLM-4.5/4.6: partial RoPE, q/k/v biases, group-routed experts and shared experts
+  Glm4Moe,     // GLM-4.5/4.6: partial RoPE, q/k/v biases, group-routed experts and shared experts
+  DeepseekV3   // DeepSeek-V3/R1, Kimi-K2: multi-head latent attention, GLM-4.5's experts
 };
 
 /// The config.json `model_type` from the family table: "llama", "mistral", "qwen2", "qwen3",
-/// "qwen3_moe", "mixtral", "minimax_m2", "qwen3_5", "qwen3_5_moe", "qwen3_next" or "glm4_moe".
+/// "qwen3_moe", "mixtral", "minimax_m2", "qwen3_5", "qwen3_5_moe", "qwen3_next", "glm4_moe" or
+/// "deepseek_v3".
 const char* family_name(DecoderFamily family);
 
 /// How a mixture-of-experts router turns its logits (tokens, experts) into the chosen experts
@@ -84,6 +86,27 @@ struct LinearAttentionConfig {
   bool at(int64_t layer) const { return enabled() && layers.at(static_cast<size_t>(layer)); }
 };
 
+/// DeepSeek-V3's multi-head latent attention (models/latent_attention.h). Each query head is
+/// [nope | rope] (qk_nope_head_dim + qk_rope_head_dim); keys and values come from one latent of
+/// kv_lora_rank values per token (normed), expanded per head by kv_b_proj to [k_nope | v], and
+/// one RoPE key of qk_rope_head_dim shared by every head. `kv_lora_rank == 0`: none.
+struct LatentAttentionConfig {
+  int64_t q_lora_rank = 0;  // the query through q_a_proj, q_a_layernorm, q_b_proj; 0: q_proj
+  int64_t kv_lora_rank = 0;
+  int64_t qk_nope_head_dim = 0;
+  int64_t qk_rope_head_dim = 0;
+  int64_t v_head_dim = 0;
+  // The RoPE dims stored as interleaved pairs (x0, x1), (x2, x3), ...: de-interleaved (evens,
+  // then odds) before the rotate-half rotation, as transformers does (DeepSeek-V3's default).
+  bool rope_interleave = true;
+  // The softmax scale qk_head_dim^-0.5 times this: m^2 with m = 0.1 mscale_all_dim ln(factor) + 1
+  // under YaRN with mscale_all_dim (DeepSeek-V3: 1.1352...), else 1.
+  double softmax_scale_factor = 1.0;
+
+  bool enabled() const { return kv_lora_rank > 0; }
+  int64_t qk_head_dim() const { return qk_nope_head_dim + qk_rope_head_dim; }
+};
+
 /// RoPE frequency scaling: Llama 3's, or YaRN (Qwen3's long-context setting, DeepSeek-V3,
 /// gpt-oss); models/rope.h computes both.
 struct RopeScaling {
@@ -132,11 +155,14 @@ struct DecoderConfig {
   // back (the weights are stored centred on 0). The gated norm inside Gated DeltaNet is plain.
   bool zero_centered_norms = false;
   LinearAttentionConfig linear_attention;
+  // DeepSeek-V3: every layer's attention is latent; head_dim is then qk_head_dim() (what the
+  // attention kernels see, values zero-padded to it) and rotary_dim qk_rope_head_dim.
+  LatentAttentionConfig latent_attention;
   // The checkpoint is a vision-language wrapper (Qwen3_5ForConditionalGeneration): config.json
   // holds the decoder in `text_config` and the weights live under `model.language_model.`; the
   // vision tower's tensors (`model.visual.`) are not read.
   bool language_model_wrapped = false;
-  // GLM-4.5: the multi-token-prediction layers its checkpoints store after the decoder's
+  // GLM-4.5, DeepSeek-V3: the multi-token-prediction layers its checkpoints store after the decoder's
   // (num_nextn_predict_layers, default 1), skipped by name; 0 elsewhere.
   int64_t mtp_layers = 0;
   MoeConfig moe;
@@ -163,8 +189,9 @@ struct DecoderConfig {
   /// A draft's `num_layers` decoder layers of `family` built from this target's config: its
   /// hidden size, heads, head_dim, intermediate size, vocab, RoPE and eps, with the family's
   /// own q/k norm (per head when it has one), full RoPE, a dense MLP, no biases, no sliding
-  /// window, no tied embeddings, plain attention and norms (none of a hybrid's layers). The draft
-  /// then sets what it sizes differently.
+  /// window, no tied embeddings, plain attention and norms (none of a hybrid's layers). A latent
+  /// attention target's draft attends with plain heads of v_head_dim, one key/value head per
+  /// query head. The draft then sets what it sizes differently.
   DecoderConfig draft_layers(DecoderFamily family, int64_t num_layers) const;
   /// The sizes alone (vocab, widths, layers, heads) within their stated bounds; validate()
   /// includes it. Parsing calls it before the layer count sizes anything.

@@ -256,6 +256,33 @@ const std::vector<FamilyTraits>& family_table() {
                .deepseek_layout = true},
        .fields = rules(
            {deepseek_moe_fields(), {accepted("partial_rotary_factor"), accepted("use_qk_norm")}})},
+
+      // DeepSeek-V3/R1 and Kimi-K2 (model_type kimi_k2, the same architecture): multi-head latent
+      // attention on every layer (models/latent_attention.h), GLM-4.5's sparse MLP. The
+      // checkpoints' MTP layer (model.layers.{num_hidden_layers}) is not read.
+      {.family = DecoderFamily::DeepseekV3,
+       .model_type = "deepseek_v3",
+       .architecture = "DeepseekV3ForCausalLM",
+       .alias_model_type = "kimi_k2",
+       .mtp_layers_after_decoder = true,
+       .latent_attention = true,
+       .windows = WindowReading::Ignored,
+       .moe = {.enabled = true,
+               .scoring = RouterScoring::GroupedSigmoid,
+               .own_expert_width = true,
+               .reads_norm_topk_prob = true,
+               .deepseek_layout = true},
+       .fields = rules({deepseek_moe_fields(),
+                        {accepted("q_lora_rank"), accepted("kv_lora_rank"),
+                         accepted("qk_nope_head_dim"), accepted("qk_rope_head_dim"),
+                         accepted("v_head_dim"), accepted("rope_interleave"),
+                         accepted("qk_head_dim"),
+                         only("attention_bias", false, "its attention projections have no bias"),
+                         only("moe_layer_freq", 1,
+                              "experts on every layer after the first first_k_dense_replace"),
+                         // Expert parallelism and the training-time auxiliary loss of the
+                         // published configs: they change nothing in a forward.
+                         accepted("ep_size"), accepted("aux_loss_alpha"), accepted("seq_aux")}})},
   };
   return table;
 }
@@ -275,6 +302,7 @@ const FamilyTraits& family_traits(DecoderFamily family) {
 const FamilyTraits* find_family(const std::string& model_type) {
   for (const FamilyTraits& traits : family_table())
     if (model_type == traits.model_type ||
+        (traits.alias_model_type && model_type == traits.alias_model_type) ||
         (traits.hybrid.text_model_type && model_type == traits.hybrid.text_model_type))
       return &traits;
   return nullptr;
@@ -282,12 +310,6 @@ const FamilyTraits* find_family(const std::string& model_type) {
 
 const char* not_implemented_yet(const std::string& model_type) {
   static const std::map<std::string, const char*> missing = {
-      {"deepseek_v3",
-       "DeepSeek-V3's multi-head latent attention is not implemented yet (its group-limited "
-       "routing, block-wise FP8 weights and YaRN RoPE are)"},
-      {"kimi_k2",
-       "Kimi-K2 is DeepSeek-V3's architecture, whose multi-head latent attention is not "
-       "implemented yet"},
       {"gpt_oss",
        "gpt-oss's attention sinks, clamped SwiGLU experts with biases and MXFP4 expert weights "
        "are not implemented yet (its YaRN RoPE is)"},

@@ -97,6 +97,9 @@ struct FamilyTraits {
   DecoderFamily family;
   const char* model_type;    // config.json model_type, family_name()
   const char* architecture;  // the architectures entry accepted on read and written on export
+  // Another model_type whose checkpoints are this family's, read as it (Kimi-K2's "kimi_k2":
+  // DeepseekV3ForCausalLM). nullptr: none.
+  const char* alias_model_type = nullptr;
 
   // The layers, whatever config.json says.
   bool qkv_bias_always = false;  // q/k/v biased and o not; attention_bias is not read (Qwen2)
@@ -105,6 +108,9 @@ struct FamilyTraits {
   // the decoder's, as model.layers.{num_hidden_layers + i}.*: not part of the decoder, not read
   // (GLM-4.5; DecoderConfig::mtp_layers).
   bool mtp_layers_after_decoder = false;
+  // DeepSeek-V3's multi-head latent attention on every layer (LatentAttentionConfig: q_lora_rank,
+  // kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim, v_head_dim, rope_interleave are read).
+  bool latent_attention = false;
   QkNorm qk_norm = QkNorm::None;
   bool partial_rope = false;  // rotary_dim / partial_rotary_factor are read (else full RoPE)
   // transformers' partial_rotary_factor when config.json gives none (0: full RoPE).
@@ -126,11 +132,11 @@ struct FamilyTraits {
 const std::vector<FamilyTraits>& family_table();
 /// The entry of `family` (an Error for a value the table does not hold).
 const FamilyTraits& family_traits(DecoderFamily family);
-/// The entry whose model_type (or, for a wrapped family, text_model_type) is `model_type`, or
-/// nullptr.
+/// The entry whose model_type (or alias_model_type, or for a wrapped family text_model_type) is
+/// `model_type`, or nullptr.
 const FamilyTraits* find_family(const std::string& model_type);
-/// For a model_type users train drafts against that tandem does not load yet (deepseek_v3,
-/// kimi_k2, gpt_oss, gemma3, gemma3_text): what is missing, for the error; nullptr otherwise.
+/// For a model_type users train drafts against that tandem does not load yet (gpt_oss, gemma3,
+/// gemma3_text): what is missing, for the error; nullptr otherwise.
 const char* not_implemented_yet(const std::string& model_type);
 /// "llama, mistral, ... or minimax_m2": the model_types of the entries `include` keeps.
 std::string family_names(bool (*include)(const FamilyTraits&) = nullptr);

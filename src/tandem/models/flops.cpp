@@ -31,8 +31,23 @@ double decoder_forward_flops(const DecoderConfig& c, double tokens, double atten
   const double attention_width = static_cast<double>(c.num_attention_heads) * c.head_dim;
   const double kv_width = static_cast<double>(c.num_key_value_heads) * c.head_dim;
   // q (and its gate, in gated attention), o, k, v.
-  const double attention_params =
+  double attention_params =
       hidden * ((c.gated_attention ? 3 : 2) * attention_width + 2 * kv_width);
+  double attention_pair_width = attention_width;  // QK^T over head_dim, PV over head_dim
+  if (c.latent_attention.enabled()) {
+    // q (q_a_proj and q_b_proj, or q_proj), kv_a_proj_with_mqa, kv_b_proj, o_proj; QK^T over
+    // qk dims and PV over v dims (the padding of the values is not model work).
+    const LatentAttentionConfig& m = c.latent_attention;
+    const double heads = static_cast<double>(c.num_attention_heads);
+    const double qk = static_cast<double>(m.qk_head_dim()), v = static_cast<double>(m.v_head_dim);
+    const double rank = static_cast<double>(m.kv_lora_rank), q_rank = static_cast<double>(m.q_lora_rank);
+    const double q_params = m.q_lora_rank > 0 ? hidden * q_rank + q_rank * heads * qk
+                                              : hidden * heads * qk;
+    attention_params = q_params + hidden * (rank + static_cast<double>(m.qk_rope_head_dim)) +
+                       rank * heads * (static_cast<double>(m.qk_nope_head_dim) + v) +
+                       heads * v * hidden;
+    attention_pair_width = heads * (qk + v) / 2.0;
+  }
   // A sparse layer's active MLP: the router (E x H), k experts of 3 x H x I each, the shared
   // expert (3 x H x I_shared) and its gate (1 x H) where it has one.
   const double dense_mlp = 3.0 * hidden * static_cast<double>(c.intermediate_size);
@@ -50,7 +65,7 @@ double decoder_forward_flops(const DecoderConfig& c, double tokens, double atten
     if (c.linear_attention.at(layer))
       body += gated_deltanet_flops_per_token(c) * tokens;
     else
-      body += 2.0 * attention_params * tokens + 2.0 * attention_pairs * attention_width;
+      body += 2.0 * attention_params * tokens + 2.0 * attention_pairs * attention_pair_width;
   }
   return body + (with_lm_head ? lm_head_flops(c, tokens) : 0.0);
 }

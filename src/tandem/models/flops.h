@@ -3,7 +3,8 @@
 // (MFU = model FLOPs / time / the matmul peak measured on the same device). Counted the way the
 // benchmarks have always counted them: 2 x (matmul parameters) per token, plus causal attention
 // 2 * pairs * (heads * head_dim) per layer, where `pairs` sums len^2 over the sequences (QK^T
-// and PV over the causal half of the square); backward = 2 x forward. Mixture-of-experts layers
+// and PV over the causal half of the square); backward = 2 x forward. Latent attention
+// (DeepSeek-V3) counts its five projections and pairs * heads * (qk + v) for QK^T and PV. Mixture-of-experts layers
 // count their active parameters: the router (E x H) and top-k experts (3 x H x I each), plus a
 // shared expert (3 x H x I_shared + its 1 x H gate) where there is one. A hybrid's Gated
 // DeltaNet layer counts its projections and conv as matmul parameters and, in place of attention,

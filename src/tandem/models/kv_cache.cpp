@@ -23,9 +23,16 @@ KvCache::KvCache(const DecoderConfig& config, int64_t batch, int64_t capacity,
           GatedDeltaNetState::zeros(batch, linear_shape, linear.conv_kernel, options));
       continue;
     }
+    linear_.emplace_back();
+    if (config.latent_attention.enabled()) {  // the latent alone
+      const LatentAttentionConfig& mla = config.latent_attention;
+      keys_.push_back(
+          at::zeros({batch, 1, capacity, mla.kv_lora_rank + mla.qk_rope_head_dim}, options));
+      values_.emplace_back();
+      continue;
+    }
     keys_.push_back(at::zeros(shape, options));
     values_.push_back(at::zeros(shape, options));
-    linear_.emplace_back();
   }
   valid_ = at::zeros({batch, capacity}, options.dtype(at::kBool));
 }
@@ -33,7 +40,8 @@ KvCache::KvCache(const DecoderConfig& config, int64_t batch, int64_t capacity,
 int64_t KvCache::bytes() const {
   int64_t total = valid_.nbytes();
   for (size_t i = 0; i < keys_.size(); ++i)
-    total += linear_[i] ? linear_[i]->bytes() : keys_[i].nbytes() + values_[i].nbytes();
+    total += linear_[i] ? linear_[i]->bytes()
+                        : keys_[i].nbytes() + (values_[i].defined() ? values_[i].nbytes() : 0);
   return total;
 }
 
@@ -75,12 +83,26 @@ void KvCache::begin(const at::Tensor& valid) {
 std::pair<at::Tensor, at::Tensor> KvCache::append(int64_t layer, const at::Tensor& keys,
                                                   const at::Tensor& values) {
   check(layer >= 0 && layer < static_cast<int64_t>(keys_.size()), "[kv_cache] no layer ", layer);
+  check(values_[layer].defined(), "[kv_cache] layer ", layer,
+        " holds a latent: append_latent, not append");
   check(keys.size(2) == pending_ && values.size(2) == pending_, "[kv_cache] layer ", layer,
         " appends ", keys.size(2), " slots, the forward began with ", pending_);
   keys_[layer].narrow(2, length_, pending_).copy_(keys);
   values_[layer].narrow(2, length_, pending_).copy_(values);
   return {keys_[layer].narrow(2, 0, length_ + pending_),
           values_[layer].narrow(2, 0, length_ + pending_)};
+}
+
+at::Tensor KvCache::append_latent(int64_t layer, const at::Tensor& latent) {
+  check(layer >= 0 && layer < static_cast<int64_t>(keys_.size()) && keys_[layer].defined() &&
+            !values_[layer].defined(),
+        "[kv_cache] layer ", layer, " holds no latent");
+  check(latent.dim() == 4 && latent.size(0) == batch_ && latent.size(1) == 1 &&
+            latent.size(2) == pending_ && latent.size(3) == keys_[layer].size(3),
+        "[kv_cache] layer ", layer, " appends a latent of ", latent.sizes(), ", expected [",
+        batch_, ", 1, ", pending_, ", ", keys_[layer].size(3), "]");
+  keys_[layer].narrow(2, length_, pending_).copy_(latent);
+  return keys_[layer].narrow(2, 0, length_ + pending_);
 }
 
 void KvCache::commit() {

@@ -6,7 +6,9 @@
 // holds either a real token or padding (`valid`); a prompt shorter than the longest one starts
 // with padding slots, and RoPE positions count real tokens only. Memory is fixed at construction:
 // 2 (keys, values) x layers x batch x kv_heads x capacity x head_dim elements of the model's
-// dtype (`bytes()`), and appending past `capacity` is an error.
+// dtype (`bytes()`), and appending past `capacity` is an error. A latent attention layer
+// (DeepSeek-V3, models/latent_attention.h) keeps its latent instead: batch x capacity x
+// (kv_lora_rank + qk_rope_head_dim) elements per layer.
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
@@ -44,6 +46,9 @@ class KvCache {
   /// layer's keys and values over all slots [0, length + n) (views).
   std::pair<at::Tensor, at::Tensor> append(int64_t layer, const at::Tensor& keys,
                                            const at::Tensor& values);
+  /// A latent attention layer's append: stores `latent` (B, 1, n, kv_lora_rank + qk_rope) of the
+  /// new slots and returns the layer's latents over all slots [0, length + n) (a view).
+  at::Tensor append_latent(int64_t layer, const at::Tensor& latent);
   /// Ends the forward begun by begin(): length grows by n.
   void commit();
 
@@ -55,7 +60,9 @@ class KvCache {
  private:
   int64_t batch_, capacity_, length_ = 0, pending_ = 0;
   int64_t last_begin_ = 0;                 // length when the last forward began
-  std::vector<at::Tensor> keys_, values_;  // per layer (B, kv_heads, capacity, head_dim)
+  // Per layer (B, kv_heads, capacity, head_dim); a latent attention layer's latents are its
+  // keys_ (B, 1, capacity, kv_lora_rank + qk_rope) and its values_ undefined.
+  std::vector<at::Tensor> keys_, values_;
   std::vector<std::optional<GatedDeltaNetState>> linear_;  // per layer: Gated DeltaNet only
   at::Tensor valid_;                                       // (B, capacity) bool
 };
