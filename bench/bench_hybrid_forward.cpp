@@ -18,11 +18,8 @@
 #include <nlohmann/json.hpp>
 
 #include "bench_common.h"
-#include "tandem/core/dtype.h"
+#include "bench_frozen_forward.h"
 #include "tandem/core/threads.h"
-#include "tandem/models/decoder.h"
-#include "tandem/models/flops.h"
-#include "tandem/models/layers.h"
 
 using namespace tandem;
 using nlohmann::json;
@@ -64,40 +61,6 @@ json hybrid_config(const Shape& s) {
   return config;
 }
 
-void run(const char* label, const json& config_json, const Shape& s, int64_t seq,
-         c10::ScalarType dtype, const std::string& dtype_name, double peak, int repeats,
-         int64_t chunk) {
-  const DecoderConfig config = DecoderConfig::from_json(config_json, label);
-  CausalLM model(config, at::TensorOptions().dtype(dtype));
-  init_normal_(*model, 0.02, 0);
-  model->attention_options.linear_chunk = chunk;
-  int64_t parameters = 0;
-  for (const at::Tensor& p : model->parameters()) parameters += p.numel();
-  const at::Tensor ids = at::randint(s.vocab, {1, seq}, at::kLong);
-  const AttentionLayout layout = AttentionLayout::causal(1, seq, at::kCPU);
-  std::vector<int64_t> every_layer;
-  for (int64_t i = 0; i < config.num_hidden_layers; ++i) every_layer.push_back(i);
-  const double before = bench::proc_field_mib("/proc/self/status", "VmRSS");
-  bench::reset_peak_rss();
-  const double seconds = bench::best_seconds(
-      [&] {
-        at::NoGradGuard no_grad;
-        std::map<int64_t, at::Tensor> captured;
-        const at::Tensor hidden = model->forward_hidden(ids, layout, every_layer, &captured);
-        model->logits(hidden);
-      },
-      repeats);
-  const double memory = bench::proc_field_mib("/proc/self/status", "VmHWM") - before;
-  const double flops =
-      decoder_forward_flops(config, static_cast<double>(seq), static_cast<double>(seq * seq), true);
-  std::printf(
-      "  %-7s %s: %.1fM parameters | forward %.3f s, %.0f tokens/s, %.1f GFLOP/s, MFU %.1f%% of "
-      "the %s matmul peak | forward peak memory +%.0f MiB\n",
-      label, dtype_name.c_str(), static_cast<double>(parameters) / 1e6, seconds,
-      static_cast<double>(seq) / seconds, flops / seconds / 1e9, 100.0 * flops / seconds / peak,
-      dtype_name.c_str(), memory);
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -126,14 +89,8 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"hybrid", "dense", "both"}))
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
-  if (model_kind == "both") {
-    std::string command;
-    for (int i = 0; i < argc; ++i) command += std::string(i ? " '" : "'") + argv[i] + "'";
-    int status = 0;
-    for (const char* kind : {"hybrid", "dense"})
-      status |= std::system((command + " --model " + kind).c_str());
-    return status == 0 ? 0 : 1;
-  }
+  if (model_kind == "both")
+    return bench::run_each_model_in_own_process(argc, argv, {"hybrid", "dense"});
   const int used_threads = configure_threads(threads);
   if (model_kind == "hybrid")
     std::printf(
@@ -142,13 +99,8 @@ int main(int argc, char** argv) {
         "chunk %ld, %d threads\n",
         s.hidden, s.layers, s.linear_key_heads, s.linear_value_heads, s.linear_dim, s.heads,
         s.kv_heads, s.head_dim, s.intermediate, s.vocab, seq, chunk, used_threads);
-  for (const std::string name : {"fp32", "bf16"}) {
-    if (dtypes.find(name) == std::string::npos) continue;
-    const c10::ScalarType dtype = parse_compute_dtype(name, "--dtypes");
-    const double peak = bench::matmul_peak_flops(dtype);
-    std::printf("  %s matmul peak %.1f GFLOP/s\n", name.c_str(), peak / 1e9);
-    run(model_kind.c_str(), model_kind == "hybrid" ? hybrid_config(s) : dense_config(s), s, seq,
-        dtype, name, peak, repeats, chunk);
-  }
+  bench::print_frozen_forward_in(dtypes, model_kind,
+                                 model_kind == "hybrid" ? hybrid_config(s) : dense_config(s), seq,
+                                 repeats, chunk);
   return 0;
 }

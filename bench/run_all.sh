@@ -2,8 +2,8 @@
 # Runs every benchmark with its documented defaults, one after the other, after printing the date
 # and the machine (CPU model, cores, GPUs) the figures belong to: what docs/benchmarks.md quotes.
 # Usage: bench/run_all.sh BUILD_DIR OUT_DIR [NAMES...]
-#   NAMES: forward sft eagle3 dflash long_context gated_delta hybrid_forward moe distill dpo
-#   tokenizer generate distributed
+#   NAMES: forward sft eagle3 dflash long_context gated_delta hybrid_forward family_forward moe
+#   distill dpo tokenizer generate distributed
 #   (default: all; long_context alone takes about 14 minutes on 2 cores)
 #   distributed needs the demo target (scripts/demo.sh); tokenizer and generate need
 #   scripts/setup.sh --tools (generate also uses the demo target when present).
@@ -13,7 +13,7 @@ build=$(cd "${1:?usage: bench/run_all.sh BUILD_DIR OUT_DIR [NAMES...]}" && pwd)
 out=${2:?usage: bench/run_all.sh BUILD_DIR OUT_DIR [NAMES...]}
 shift 2
 names=("$@")
-((${#names[@]})) || names=(forward sft eagle3 dflash long_context gated_delta hybrid_forward moe distill dpo tokenizer generate distributed)
+((${#names[@]})) || names=(forward sft eagle3 dflash long_context gated_delta hybrid_forward family_forward moe distill dpo tokenizer generate distributed)
 mkdir -p "$out"
 cd "$root" || exit 2
 {

@@ -1,8 +1,9 @@
 // Parity with transformers: every fixture model under tests/fixtures/models was written by
-// tools/make_model_fixtures.py (glm4_moe and deepseek_v3 among them; the hybrids qwen3_5, qwen3_5_moe, qwen3_next
-// by tools/make_hybrid_fixtures.py) together with transformers' own logits and per-layer hidden
-// states for fixed ids. tandem loads the same checkpoint and must reproduce them, on the CPU and,
-// where a GPU is visible, on CUDA (skipped with the reason elsewhere; scripts/gpu_check.sh).
+// tools/make_model_fixtures.py (glm4_moe and deepseek_v3 among them; the hybrids qwen3_5,
+// qwen3_5_moe, qwen3_next by tools/make_hybrid_fixtures.py) together with transformers' own logits
+// and per-layer hidden states for fixed ids. tandem loads the same checkpoint and must reproduce
+// them, on the CPU and, where a GPU is visible, on CUDA (skipped with the reason elsewhere;
+// scripts/gpu_check.sh).
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 

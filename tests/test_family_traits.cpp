@@ -255,10 +255,10 @@ TEST(FamilyTraits, NegativeSlidingWindowIsRefused) {
 
 // The families users draft for that are not loaded yet say what is missing.
 TEST(FamilyTraits, FamiliesNotYetImplementedSayWhatIsMissing) {
-  for (const auto& [type, phrase] : std::vector<std::pair<std::string, std::string>>{
-           {"gpt_oss", "attention sinks"},
-           {"gemma3", "Gemma 3's layers"},
-           {"gemma3_text", "Gemma 3's layers"}}) {
+  for (const auto& [type, phrase] :
+       std::vector<std::pair<std::string, std::string>>{{"gpt_oss", "attention sinks"},
+                                                        {"gemma3", "Gemma 3's layers"},
+                                                        {"gemma3_text", "Gemma 3's layers"}}) {
     json config = small_config(DecoderFamily::Llama);
     config["model_type"] = type;
     expect_error(config, "model_type '" + type + "' is not supported yet: ");

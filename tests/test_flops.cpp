@@ -49,6 +49,31 @@ TEST(ModelFlops, AMixtureOfExpertsLayerCountsTheActiveExperts) {
   EXPECT_DOUBLE_EQ(tandem::decoder_forward_flops(config, 3, 9, /*with_lm_head=*/false), 2016.0);
 }
 
+// Latent attention (DeepSeek-V3) counts its five projections, and QK^T over qk dims and PV over
+// the values' own dims.
+TEST(ModelFlops, LatentAttentionCountsItsProjections) {
+  tandem::DecoderConfig config;
+  config.hidden_size = 4;
+  config.num_attention_heads = 2;
+  config.num_key_value_heads = 2;
+  config.head_dim = 4;  // qk_nope 2 + qk_rope 2
+  config.intermediate_size = 8;
+  config.num_hidden_layers = 1;
+  config.vocab_size = 10;
+  tandem::LatentAttentionConfig& m = config.latent_attention;
+  m.q_lora_rank = 3;
+  m.kv_lora_rank = 2;
+  m.qk_nope_head_dim = 2;
+  m.qk_rope_head_dim = 2;
+  m.v_head_dim = 1;
+  // q_a_proj 4 x 3 + q_b_proj 3 x (2 x 4) = 36, kv_a_proj_with_mqa 4 x (2 + 2) = 16, kv_b_proj
+  // 2 x 2 x (2 + 1) = 12, o_proj 2 x 1 x 4 = 8: 72; MLP 96. 3 tokens: 2 x 168 x 3 = 1008;
+  // attention over 9 / 2 causal pairs: QK^T 2 x 4.5 x 2 heads x 4 = 72, PV 2 x 4.5 x 2 x 1 = 18.
+  EXPECT_DOUBLE_EQ(tandem::decoder_forward_flops(config, 3, 9, /*with_lm_head=*/false), 1098.0);
+  m.q_lora_rank = 0;  // q_proj 4 x 8 = 32 in place of 36: 2 x 4 x 3 = 24 less
+  EXPECT_DOUBLE_EQ(tandem::decoder_forward_flops(config, 3, 9, /*with_lm_head=*/false), 1074.0);
+}
+
 // A hybrid: a Gated DeltaNet layer counts its projections, conv and out_proj, and the chunked
 // rule at chunks of 64 in place of attention; a gated attention layer's q_proj is twice as wide.
 TEST(ModelFlops, AHybridCountsItsLinearAttentionLayers) {

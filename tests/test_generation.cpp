@@ -19,10 +19,19 @@ namespace {
 
 using tandem::FrozenModel;
 
-const std::vector<std::string> kFixtures = {"llama3",      "mistral",    "qwen2",      "qwen3",
-                                            "qwen3_moe",   "mixtral",    "minimax_m2", "qwen3_5",
-                                            "qwen3_5_moe", "qwen3_next", "glm4_moe",
-                                            "deepseek_v3", "deepseek_v3_q_proj"};
+const std::vector<std::string> kFixtures = {"llama3",
+                                            "mistral",
+                                            "qwen2",
+                                            "qwen3",
+                                            "qwen3_moe",
+                                            "mixtral",
+                                            "minimax_m2",
+                                            "qwen3_5",
+                                            "qwen3_5_moe",
+                                            "qwen3_next",
+                                            "glm4_moe",
+                                            "deepseek_v3",
+                                            "deepseek_v3_q_proj"};
 
 std::vector<std::vector<int64_t>> prompts_for(int64_t vocab, uint64_t seed) {
   at::Generator generator = at::make_generator<at::CPUGeneratorImpl>(seed);
@@ -190,8 +199,8 @@ class OracleProposer : public tandem::DraftProposer {
 
 // Speculative decoding accepts every length 0..k in turn: with the cache (a hybrid's Gated
 // DeltaNet states rolled back past each rejected token, GLM-4.5's group-routed experts run on
-// each verification, DeepSeek-V3's latent cache truncated) the tokens and the accepted lengths equal the uncached decoder's, and the
-// output is the greedy decode.
+// each verification, DeepSeek-V3's latent cache truncated) the tokens and the accepted lengths
+// equal the uncached decoder's, and the output is the greedy decode.
 TEST(KvCache, SpeculativeDecodingEqualsUncached) {
   for (const std::string name : {"qwen3_5", "qwen3_next", "glm4_moe", "deepseek_v3"}) {
     const FrozenModel model =

@@ -14,6 +14,8 @@
 #include "tandem/core/json_file.h"
 #include "tandem/models/causal_attention.h"
 #include "tandem/models/decoder.h"
+#include "tandem/models/dflash.h"
+#include "tandem/models/eagle3.h"
 #include "tandem/models/load.h"
 #include "test_util.h"
 
@@ -70,6 +72,21 @@ TEST(LatentAttentionConfig, ReadsTheFixtures) {
   EXPECT_EQ(draft.head_dim, 12);
   EXPECT_EQ(draft.num_key_value_heads, 4);
   EXPECT_EQ(draft.rotated_dims(), 12);
+  // draft.num_attention_heads / num_key_value_heads / head_dim where a config sets them
+  // (SpecForge's DeepSeek-V3 draft: 56 heads of 128, 8 key/value heads).
+  const DecoderConfig set = yarn.draft_layers(tandem::DecoderFamily::Llama, 1, {2, 1, 16});
+  EXPECT_EQ(set.num_attention_heads, 2);
+  EXPECT_EQ(set.num_key_value_heads, 1);
+  EXPECT_EQ(set.head_dim, 16);
+  const tandem::Eagle3Config eagle3 = tandem::Eagle3Config::for_target(yarn, {}, 64, 0, {2, 1, 0});
+  EXPECT_EQ(eagle3.layer.num_attention_heads, 2);
+  EXPECT_EQ(eagle3.layer.num_key_value_heads, 1);
+  EXPECT_EQ(eagle3.layer.head_dim, 12);
+  tandem::DFlashDims dims;
+  dims.num_layers = 1;
+  const tandem::DFlashConfig dflash = tandem::DFlashConfig::for_target(yarn, dims, {}, 4, 511);
+  EXPECT_EQ(dflash.layer.head_dim, 12);
+  EXPECT_EQ(dflash.layer.num_key_value_heads, 4);
 }
 
 TEST(LatentAttentionConfig, KimiK2ReadsAsDeepSeekV3) {
@@ -116,8 +133,8 @@ TEST(LatentAttention, CachedPathsEqualTheUncachedForward) {
   const int64_t rows = 2, length = 7;
   const at::Tensor x = at::randn({rows, length, config.hidden_size});
   const at::Tensor positions = at::arange(length, at::kLong).unsqueeze(0).expand({rows, length});
-  const auto frequencies = tandem::RopeFrequencies::of(config.rotated_dims(), config.rope_theta,
-                                                       config.rope_scaling);
+  const auto frequencies =
+      tandem::RopeFrequencies::of(config.rotated_dims(), config.rope_theta, config.rope_scaling);
   const auto rope = [&](int64_t start, int64_t n) {
     return tandem::rope_tables(frequencies, positions.narrow(1, start, n), at::kFloat);
   };
@@ -127,14 +144,14 @@ TEST(LatentAttention, CachedPathsEqualTheUncachedForward) {
   for (const LatentCachePath path : {LatentCachePath::Expanded, LatentCachePath::Absorbed}) {
     tandem::KvCache cache(config, rows, length, at::TensorOptions().dtype(at::kFloat));
     std::vector<at::Tensor> outputs;
-    for (const auto& [start, n] : std::vector<std::pair<int64_t, int64_t>>{{0, 4}, {4, 1}, {5, 1},
-                                                                           {6, 1}}) {
+    for (const auto& [start, n] :
+         std::vector<std::pair<int64_t, int64_t>>{{0, 4}, {4, 1}, {5, 1}, {6, 1}}) {
       cache.begin(at::ones({rows, n}, at::kBool));
       const at::Tensor query_slot = at::arange(start, start + n, at::kLong).view({1, 1, n, 1});
       const at::Tensor key_slot = at::arange(start + n, at::kLong).view({1, 1, 1, start + n});
       const at::Tensor mask = (key_slot <= query_slot).expand({rows, 1, n, start + n});
-      outputs.push_back(attention.forward_cached(x.narrow(1, start, n), rope(start, n), mask,
-                                                 cache, 0, path));
+      outputs.push_back(
+          attention.forward_cached(x.narrow(1, start, n), rope(start, n), mask, cache, 0, path));
       cache.commit();
     }
     const double error = (at::cat(outputs, 1) - expected).abs().max().item<double>();

@@ -151,6 +151,9 @@ namespace draft {  // what every draft shares
 extern KeyGroup group;
 extern const DtypeKey dtype;
 extern const IntKey intermediate_size;
+extern const IntKey num_attention_heads;
+extern const IntKey num_key_value_heads;
+extern const IntKey head_dim;
 extern const NumberKey init_std;
 }  // namespace draft
 
@@ -169,9 +172,6 @@ extern const IntKey num_layers;
 extern const IntListKey target_layer_ids;
 extern const IntKey block_size;
 extern const IntKey mask_token_id;
-extern const IntKey num_attention_heads;
-extern const IntKey num_key_value_heads;
-extern const IntKey head_dim;
 extern const NumberKey rope_theta;
 }  // namespace dflash_draft
 

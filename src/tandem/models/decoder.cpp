@@ -232,14 +232,13 @@ at::Tensor DecoderLayerImpl::run(const at::Tensor& residual, const at::Tensor& a
   return add_feed_forward(*this, residual + self_attn->output(attend(qkv), qkv.gate), load);
 }
 
-at::Tensor DecoderLayerImpl::forward_latent_cached(const at::Tensor& hidden,
-                                                   const RopeTables& rope, const at::Tensor& mask,
-                                                   KvCache& cache, int64_t layer) const {
-  return add_feed_forward(
-      *this,
-      hidden + latent_attn->forward_cached(input_layernorm->forward(hidden), rope, mask, cache,
-                                           layer),
-      nullptr);
+at::Tensor DecoderLayerImpl::forward_latent_cached(const at::Tensor& hidden, const RopeTables& rope,
+                                                   const at::Tensor& mask, KvCache& cache,
+                                                   int64_t layer) const {
+  return add_feed_forward(*this,
+                          hidden + latent_attn->forward_cached(input_layernorm->forward(hidden),
+                                                               rope, mask, cache, layer),
+                          nullptr);
 }
 
 at::Tensor DecoderLayerImpl::forward_linear(const at::Tensor& hidden,

@@ -1,10 +1,11 @@
 #pragma once
 // Llama-family causal LM (Llama 2/3/3.x, Mistral, Qwen2, Qwen3) and the mixture-of-experts
 // decoders built from the same parts (Qwen3-MoE, Mixtral, MiniMax-M2, GLM-4.5, DeepSeek-V3
-// with its latent attention, models/latent_attention.h; the sparse MLP is models/moe.h): embeddings, RMSNorm, RoPE (full or partial), grouped-query attention with
-// optional q/k norms, a SwiGLU MLP or experts, tied or untied lm_head. The hybrids (Qwen3.5/3.6,
-// Qwen3-Next) mix in Gated DeltaNet layers (models/gated_deltanet.h) and gate their attention.
-// Module names are transformers', so `named_parameters()` yields its keys
+// with its latent attention, models/latent_attention.h; the sparse MLP is models/moe.h):
+// embeddings, RMSNorm, RoPE (full or partial), grouped-query attention with optional q/k norms, a
+// SwiGLU MLP or experts, tied or untied lm_head. The hybrids (Qwen3.5/3.6, Qwen3-Next) mix in Gated
+// DeltaNet layers (models/gated_deltanet.h) and gate their attention. Module names are
+// transformers', so `named_parameters()` yields its keys
 // (`model.layers.0.self_attn.q_proj.weight`, `model.layers.0.mlp.experts.gate_up_proj`, ...;
 // models/stored_weights.h maps the expert ones to what checkpoints store).
 #include <torch/nn/module.h>
@@ -148,11 +149,11 @@ class DecoderLayerImpl : public torch::nn::Module {
                                    GatedDeltaNetState& state, int64_t chunk_size) const;
   /// The MLP part: the dense MLP, or the experts. (B, T, H) -> (B, T, H).
   at::Tensor feed_forward(const at::Tensor& x, RouterLoad* load = nullptr) const;
-  Attention self_attn{nullptr};        // null in a linear-attention or latent attention layer
+  Attention self_attn{nullptr};          // null in a linear-attention or latent attention layer
   LatentAttention latent_attn{nullptr};  // DeepSeek-V3: registered as "self_attn"
-  GatedDeltaNet linear_attn{nullptr};  // a hybrid's linear-attention layer only
-  Mlp mlp{nullptr};                    // a dense layer (null in a sparse one)
-  SparseMoe experts{nullptr};          // a sparse layer: registered as "mlp" (null in a dense one)
+  GatedDeltaNet linear_attn{nullptr};    // a hybrid's linear-attention layer only
+  Mlp mlp{nullptr};                      // a dense layer (null in a sparse one)
+  SparseMoe experts{nullptr};  // a sparse layer: registered as "mlp" (null in a dense one)
   RMSNorm input_layernorm{nullptr}, post_attention_layernorm{nullptr};
   RMSNorm hidden_norm{nullptr};  // LayerInput::EmbeddingAndHidden only
   int64_t sliding_window;        // 0: full causal attention

@@ -482,8 +482,8 @@ void parse_latent_attention(const json& config, const std::string& path, Decoder
   mla.v_head_dim = reader.integer("v_head_dim");
   mla.rope_interleave = reader.boolean_or("rope_interleave", true);
   auto in_range = [&](int64_t value, const char* name, int64_t low, int64_t bound) {
-    check(value >= low && value <= bound, "[config] ", path, ": ", name, " must be in ", low,
-          "..", bound, ", got ", value);
+    check(value >= low && value <= bound, "[config] ", path, ": ", name, " must be in ", low, "..",
+          bound, ", got ", value);
   };
   in_range(mla.q_lora_rank, "q_lora_rank", 0, 1 << 16);
   in_range(mla.kv_lora_rank, "kv_lora_rank", 1, 1 << 16);
@@ -496,12 +496,12 @@ void parse_latent_attention(const json& config, const std::string& path, Decoder
           reader.integer("head_dim"), " must equal qk_rope_head_dim (", mla.qk_rope_head_dim,
           ") in a latent attention model, or be absent");
   if (reader.has("qk_head_dim"))  // transformers writes it: the sum of the two
-    check(reader.integer("qk_head_dim") == mla.qk_head_dim(), "[config] ", path,
-          ": qk_head_dim ", reader.integer("qk_head_dim"),
-          " must equal qk_nope_head_dim + qk_rope_head_dim (", mla.qk_head_dim(), ")");
+    check(reader.integer("qk_head_dim") == mla.qk_head_dim(), "[config] ", path, ": qk_head_dim ",
+          reader.integer("qk_head_dim"), " must equal qk_nope_head_dim + qk_rope_head_dim (",
+          mla.qk_head_dim(), ")");
   check(out.num_key_value_heads == out.num_attention_heads, "[config] ", path,
-        ": num_key_value_heads (", out.num_key_value_heads,
-        ") must equal num_attention_heads (", out.num_attention_heads,
+        ": num_key_value_heads (", out.num_key_value_heads, ") must equal num_attention_heads (",
+        out.num_attention_heads,
         "): latent attention expands its keys and values to every query head");
   out.head_dim = mla.qk_head_dim();
   out.rotary_dim = mla.qk_rope_head_dim;
@@ -717,7 +717,8 @@ void DecoderConfig::validate(const std::string& where) const {
   }
 }
 
-DecoderConfig DecoderConfig::draft_layers(DecoderFamily draft_family, int64_t num_layers) const {
+DecoderConfig DecoderConfig::draft_layers(DecoderFamily draft_family, int64_t num_layers,
+                                          const DraftHeads& heads) const {
   DecoderConfig draft = *this;
   draft.family = draft_family;
   draft.num_hidden_layers = num_layers;
@@ -736,6 +737,9 @@ DecoderConfig DecoderConfig::draft_layers(DecoderFamily draft_family, int64_t nu
     draft.num_key_value_heads = num_attention_heads;
     draft.latent_attention = LatentAttentionConfig();
   }
+  if (heads.num_attention_heads > 0) draft.num_attention_heads = heads.num_attention_heads;
+  if (heads.num_key_value_heads > 0) draft.num_key_value_heads = heads.num_key_value_heads;
+  if (heads.head_dim > 0) draft.head_dim = heads.head_dim;
   return draft;
 }
 

@@ -100,7 +100,7 @@ struct LatentAttentionConfig {
   // then odds) before the rotate-half rotation, as transformers does (DeepSeek-V3's default).
   bool rope_interleave = true;
   // The softmax scale qk_head_dim^-0.5 times this: m^2 with m = 0.1 mscale_all_dim ln(factor) + 1
-  // under YaRN with mscale_all_dim (DeepSeek-V3: 1.1352...), else 1.
+  // under YaRN with mscale_all_dim (DeepSeek-V3: 1.874, a scale of 0.1352), else 1.
   double softmax_scale_factor = 1.0;
 
   bool enabled() const { return kv_lora_rank > 0; }
@@ -125,6 +125,14 @@ struct RopeScaling {
   double mscale = 0.0;
   double mscale_all_dim = 0.0;
   double attention_factor = 0.0;
+};
+
+/// A draft's attention heads where its config sets them (draft.num_attention_heads,
+/// draft.num_key_value_heads, draft.head_dim); 0: DecoderConfig::draft_layers' default.
+struct DraftHeads {
+  int64_t num_attention_heads = 0;
+  int64_t num_key_value_heads = 0;
+  int64_t head_dim = 0;
 };
 
 struct DecoderConfig {
@@ -162,8 +170,8 @@ struct DecoderConfig {
   // holds the decoder in `text_config` and the weights live under `model.language_model.`; the
   // vision tower's tensors (`model.visual.`) are not read.
   bool language_model_wrapped = false;
-  // GLM-4.5, DeepSeek-V3: the multi-token-prediction layers its checkpoints store after the decoder's
-  // (num_nextn_predict_layers, default 1), skipped by name; 0 elsewhere.
+  // GLM-4.5, DeepSeek-V3: the multi-token-prediction layers its checkpoints store after the
+  // decoder's (num_nextn_predict_layers, default 1), skipped by name; 0 elsewhere.
   int64_t mtp_layers = 0;
   MoeConfig moe;
   // Per decoder layer: the sliding attention window in tokens, or 0 for full causal attention.
@@ -191,8 +199,10 @@ struct DecoderConfig {
   /// own q/k norm (per head when it has one), full RoPE, a dense MLP, no biases, no sliding
   /// window, no tied embeddings, plain attention and norms (none of a hybrid's layers). A latent
   /// attention target's draft attends with plain heads of v_head_dim, one key/value head per
-  /// query head. The draft then sets what it sizes differently.
-  DecoderConfig draft_layers(DecoderFamily family, int64_t num_layers) const;
+  /// query head. `heads` replaces the heads and their width where set; the draft then sets what
+  /// else it sizes differently.
+  DecoderConfig draft_layers(DecoderFamily family, int64_t num_layers,
+                             const DraftHeads& heads = {}) const;
   /// The sizes alone (vocab, widths, layers, heads) within their stated bounds; validate()
   /// includes it. Parsing calls it before the layer count sizes anything.
   void validate_sizes(const std::string& where) const;

@@ -34,16 +34,13 @@ DFlashConfig DFlashConfig::for_target(const DecoderConfig& target, const DFlashD
   };
   DFlashConfig config;
   // z-lab drafts are Qwen3 layers (per-head q/k norm) for every target.
-  config.layer = target.draft_layers(DecoderFamily::Qwen3, dims.num_layers);
+  config.layer =
+      target.draft_layers(DecoderFamily::Qwen3, dims.num_layers,
+                          {dims.num_attention_heads, dims.num_key_value_heads, dims.head_dim});
   config.layer.intermediate_size = or_target(dims.intermediate_size, target.intermediate_size);
   check(config.layer.intermediate_size > 0, "[dflash] the ", family_name(target.family),
         " target has no dense MLP width (intermediate_size: every layer has experts); set "
         "draft.intermediate_size");
-  config.layer.num_attention_heads =
-      or_target(dims.num_attention_heads, target.num_attention_heads);
-  config.layer.num_key_value_heads =
-      or_target(dims.num_key_value_heads, target.num_key_value_heads);
-  config.layer.head_dim = or_target(dims.head_dim, target.head_dim);
   config.target_hidden_size = target.hidden_size;
   config.target_layer_ids = target_layer_ids.empty()
                                 ? default_target_layers(target.num_hidden_layers, dims.num_layers)

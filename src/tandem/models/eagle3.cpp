@@ -15,10 +15,10 @@ std::vector<int64_t> Eagle3Config::default_aux_layers(int64_t num_layers) {
 
 Eagle3Config Eagle3Config::for_target(const DecoderConfig& target,
                                       std::vector<int64_t> aux_layer_ids, int64_t draft_vocab_size,
-                                      int64_t intermediate_size) {
+                                      int64_t intermediate_size, const DraftHeads& heads) {
   Eagle3Config config;
   // The draft layer is a Llama layer in every engine.
-  config.layer = target.draft_layers(DecoderFamily::Llama, 1);
+  config.layer = target.draft_layers(DecoderFamily::Llama, 1, heads);
   if (intermediate_size > 0) config.layer.intermediate_size = intermediate_size;
   check(config.layer.intermediate_size > 0, "[eagle3] the ", family_name(target.family),
         " target has no dense MLP width (intermediate_size: every layer has experts); set "

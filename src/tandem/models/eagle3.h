@@ -33,9 +33,11 @@ struct Eagle3Config {
   /// The default (docs/eagle3.md) for a target of `num_layers` layers: outputs of [1, N/2 - 1, N -
   /// 4].
   static std::vector<int64_t> default_aux_layers(int64_t num_layers);
-  /// Draft config for `target`: hidden size, heads, RoPE and eps copied from it.
+  /// Draft config for `target`: hidden size, heads, RoPE and eps copied from it (the heads as
+  /// DecoderConfig::draft_layers gives them, or `heads` where set).
   static Eagle3Config for_target(const DecoderConfig& target, std::vector<int64_t> aux_layer_ids,
-                                 int64_t draft_vocab_size, int64_t intermediate_size);
+                                 int64_t draft_vocab_size, int64_t intermediate_size,
+                                 const DraftHeads& heads = {});
   void validate(const std::string& where) const;
 };
 

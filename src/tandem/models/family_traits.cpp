@@ -272,17 +272,17 @@ const std::vector<FamilyTraits>& family_table() {
                .own_expert_width = true,
                .reads_norm_topk_prob = true,
                .deepseek_layout = true},
-       .fields = rules({deepseek_moe_fields(),
-                        {accepted("q_lora_rank"), accepted("kv_lora_rank"),
-                         accepted("qk_nope_head_dim"), accepted("qk_rope_head_dim"),
-                         accepted("v_head_dim"), accepted("rope_interleave"),
-                         accepted("qk_head_dim"),
-                         only("attention_bias", false, "its attention projections have no bias"),
-                         only("moe_layer_freq", 1,
-                              "experts on every layer after the first first_k_dense_replace"),
-                         // Expert parallelism and the training-time auxiliary loss of the
-                         // published configs: they change nothing in a forward.
-                         accepted("ep_size"), accepted("aux_loss_alpha"), accepted("seq_aux")}})},
+       .fields =
+           rules({deepseek_moe_fields(),
+                  {accepted("q_lora_rank"), accepted("kv_lora_rank"), accepted("qk_nope_head_dim"),
+                   accepted("qk_rope_head_dim"), accepted("v_head_dim"),
+                   accepted("rope_interleave"), accepted("qk_head_dim"),
+                   only("attention_bias", false, "its attention projections have no bias"),
+                   only("moe_layer_freq", 1,
+                        "experts on every layer after the first first_k_dense_replace"),
+                   // Expert parallelism and the training-time auxiliary loss of the
+                   // published configs: they change nothing in a forward.
+                   accepted("ep_size"), accepted("aux_loss_alpha"), accepted("seq_aux")}})},
   };
   return table;
 }

@@ -31,8 +31,7 @@ double decoder_forward_flops(const DecoderConfig& c, double tokens, double atten
   const double attention_width = static_cast<double>(c.num_attention_heads) * c.head_dim;
   const double kv_width = static_cast<double>(c.num_key_value_heads) * c.head_dim;
   // q (and its gate, in gated attention), o, k, v.
-  double attention_params =
-      hidden * ((c.gated_attention ? 3 : 2) * attention_width + 2 * kv_width);
+  double attention_params = hidden * ((c.gated_attention ? 3 : 2) * attention_width + 2 * kv_width);
   double attention_pair_width = attention_width;  // QK^T over head_dim, PV over head_dim
   if (c.latent_attention.enabled()) {
     // q (q_a_proj and q_b_proj, or q_proj), kv_a_proj_with_mqa, kv_b_proj, o_proj; QK^T over
@@ -40,9 +39,10 @@ double decoder_forward_flops(const DecoderConfig& c, double tokens, double atten
     const LatentAttentionConfig& m = c.latent_attention;
     const double heads = static_cast<double>(c.num_attention_heads);
     const double qk = static_cast<double>(m.qk_head_dim()), v = static_cast<double>(m.v_head_dim);
-    const double rank = static_cast<double>(m.kv_lora_rank), q_rank = static_cast<double>(m.q_lora_rank);
-    const double q_params = m.q_lora_rank > 0 ? hidden * q_rank + q_rank * heads * qk
-                                              : hidden * heads * qk;
+    const double rank = static_cast<double>(m.kv_lora_rank),
+                 q_rank = static_cast<double>(m.q_lora_rank);
+    const double q_params =
+        m.q_lora_rank > 0 ? hidden * q_rank + q_rank * heads * qk : hidden * heads * qk;
     attention_params = q_params + hidden * (rank + static_cast<double>(m.qk_rope_head_dim)) +
                        rank * heads * (static_cast<double>(m.qk_nope_head_dim) + v) +
                        heads * v * hidden;

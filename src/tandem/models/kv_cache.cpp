@@ -99,8 +99,8 @@ at::Tensor KvCache::append_latent(int64_t layer, const at::Tensor& latent) {
         "[kv_cache] layer ", layer, " holds no latent");
   check(latent.dim() == 4 && latent.size(0) == batch_ && latent.size(1) == 1 &&
             latent.size(2) == pending_ && latent.size(3) == keys_[layer].size(3),
-        "[kv_cache] layer ", layer, " appends a latent of ", latent.sizes(), ", expected [",
-        batch_, ", 1, ", pending_, ", ", keys_[layer].size(3), "]");
+        "[kv_cache] layer ", layer, " appends a latent of ", latent.sizes(), ", expected [", batch_,
+        ", 1, ", pending_, ", ", keys_[layer].size(3), "]");
   keys_[layer].narrow(2, length_, pending_).copy_(latent);
   return keys_[layer].narrow(2, 0, length_ + pending_);
 }

@@ -59,7 +59,7 @@ class KvCache {
 
  private:
   int64_t batch_, capacity_, length_ = 0, pending_ = 0;
-  int64_t last_begin_ = 0;                 // length when the last forward began
+  int64_t last_begin_ = 0;  // length when the last forward began
   // Per layer (B, kv_heads, capacity, head_dim); a latent attention layer's latents are its
   // keys_ (B, 1, capacity, kv_lora_rank + qk_rope) and its values_ undefined.
   std::vector<at::Tensor> keys_, values_;

@@ -35,19 +35,19 @@ LatentAttentionImpl::LatentAttentionImpl(const DecoderConfig& config,
     q_proj = register_module("q_proj", Linear(hidden, num_heads * qk, false, options));
   } else {
     q_a_proj = register_module("q_a_proj", Linear(hidden, shape.q_lora_rank, false, options));
-    q_a_layernorm = register_module(
-        "q_a_layernorm", RMSNorm(shape.q_lora_rank, kLatentNormEps, options));
-    q_b_proj = register_module("q_b_proj", Linear(shape.q_lora_rank, num_heads * qk, false, options));
+    q_a_layernorm =
+        register_module("q_a_layernorm", RMSNorm(shape.q_lora_rank, kLatentNormEps, options));
+    q_b_proj =
+        register_module("q_b_proj", Linear(shape.q_lora_rank, num_heads * qk, false, options));
   }
-  kv_a_proj_with_mqa = register_module(
-      "kv_a_proj_with_mqa",
-      Linear(hidden, shape.kv_lora_rank + shape.qk_rope_head_dim, false, options));
-  kv_a_layernorm = register_module("kv_a_layernorm",
-                                   RMSNorm(shape.kv_lora_rank, kLatentNormEps, options));
+  kv_a_proj_with_mqa =
+      register_module("kv_a_proj_with_mqa",
+                      Linear(hidden, shape.kv_lora_rank + shape.qk_rope_head_dim, false, options));
+  kv_a_layernorm =
+      register_module("kv_a_layernorm", RMSNorm(shape.kv_lora_rank, kLatentNormEps, options));
   kv_b_proj = register_module(
-      "kv_b_proj",
-      Linear(shape.kv_lora_rank, num_heads * (shape.qk_nope_head_dim + shape.v_head_dim), false,
-             options));
+      "kv_b_proj", Linear(shape.kv_lora_rank,
+                          num_heads * (shape.qk_nope_head_dim + shape.v_head_dim), false, options));
   o_proj = register_module("o_proj", Linear(num_heads * shape.v_head_dim, hidden, false, options));
 }
 
@@ -61,8 +61,8 @@ at::Tensor LatentAttentionImpl::rotate(const at::Tensor& x, const RopeTables& ro
 std::pair<at::Tensor, at::Tensor> LatentAttentionImpl::query(const at::Tensor& x,
                                                              const RopeTables& rope) const {
   const int64_t batch = x.size(0), length = x.size(1);
-  const at::Tensor q = q_proj ? q_proj->forward(x)
-                              : q_b_proj->forward(q_a_layernorm->forward(q_a_proj->forward(x)));
+  const at::Tensor q =
+      q_proj ? q_proj->forward(x) : q_b_proj->forward(q_a_layernorm->forward(q_a_proj->forward(x)));
   const at::Tensor heads =
       q.view({batch, length, num_heads, shape.qk_head_dim()}).transpose(1, 2);  // (B, h, T, qk)
   return {heads.narrow(-1, 0, shape.qk_nope_head_dim),
@@ -115,9 +115,9 @@ at::Tensor LatentAttentionImpl::forward_cached(const at::Tensor& x, const RopeTa
   const int64_t slots = latents.size(2), rank = shape.kv_lora_rank;
   const double scale =
       shape.softmax_scale_factor / std::sqrt(static_cast<double>(shape.qk_head_dim()));
-  const bool absorb = path == LatentCachePath::Absorbed ||
-                      (path == LatentCachePath::Auto &&
-                       latent_attention_absorbs(shape, num_heads, n, slots));
+  const bool absorb =
+      path == LatentCachePath::Absorbed ||
+      (path == LatentCachePath::Auto && latent_attention_absorbs(shape, num_heads, n, slots));
   if (!absorb) {
     auto [k, v] = expand(latents);
     return output(sdpa(at::cat({q_nope, q_rope}, -1), k, v, mask, scale));

@@ -63,9 +63,9 @@ DFlashOptions dflash_options(const Config& config, const RunContext& run) {
   options.draft_dtype = keys::draft::dtype.read(config, keys::default_dtype(run.device));
   options.dims.num_layers = keys::dflash_draft::num_layers.read(config);
   options.dims.intermediate_size = keys::draft::intermediate_size.read(config);
-  options.dims.num_attention_heads = keys::dflash_draft::num_attention_heads.read(config);
-  options.dims.num_key_value_heads = keys::dflash_draft::num_key_value_heads.read(config);
-  options.dims.head_dim = keys::dflash_draft::head_dim.read(config);
+  options.dims.num_attention_heads = keys::draft::num_attention_heads.read(config);
+  options.dims.num_key_value_heads = keys::draft::num_key_value_heads.read(config);
+  options.dims.head_dim = keys::draft::head_dim.read(config);
   options.target_layer_ids =
       keys::dflash_draft::target_layer_ids.find(config).value_or(std::vector<int64_t>{});
   options.block_size = keys::dflash_draft::block_size.read(config);

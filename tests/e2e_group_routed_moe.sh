@@ -1,32 +1,37 @@
 #!/usr/bin/env bash
-# A GLM-4.5-shaped target (DeepSeek-V3's group-routed experts and shared experts after a dense
-# first layer, q/k/v biases, partial RoPE, an MTP layer in the checkpoint that is not read) end
-# to end through the binary, on the tiny fixture of tools/make_model_fixtures.py:
+# The targets with DeepSeek-V3's group-routed experts and shared experts after dense first
+# layers, and an MTP layer in the checkpoint that is not read, end to end through the binary on
+# the tiny fixtures of tools/make_model_fixtures.py: glm4_moe (GLM-4.5: q/k/v biases, partial
+# RoPE) or deepseek_v3 (DeepSeek-V3 / Kimi-K2: multi-head latent attention, YaRN, a latent KV
+# cache):
 #  1. EAGLE-3: 20 steps online, exported and checked against what SGLang / vLLM / speculators
 #     read; `tandem capture` + offline training has the online first-step loss.
 #  1b. The same draft with the target sharded over 2 ranks (distributed.mode: shard, real
 #     processes on 127.0.0.1): losses and weights equal one process's.
-#  2. DFlash: the same, the export checked as SGLang / vLLM read z-lab drafts.
+#  2. DFlash: the same, the export checked as SGLang / vLLM read z-lab drafts; 2b sharded too.
 #  3. `tandem eval` of both drafts with the KV cache = without it, prompt by prompt.
-#  4. A GLM-4.5 teacher (distillation of the Qwen3-MoE fixture), a dry run that plans the target;
-#     training a GLM-4.5 model itself is refused by name.
-# Usage: tests/e2e_glm4_moe.sh BUILD_DIR   (run by ctest; needs scripts/setup.sh --tools, and
+#  4. The target as a teacher (distillation of the Qwen3-MoE fixture), a dry run that plans it;
+#     training one itself is refused by name.
+# Usage: tests/e2e_group_routed_moe.sh BUILD_DIR FIXTURE   (FIXTURE: glm4_moe or deepseek_v3;
+# run by ctest as e2e_glm4_moe and e2e_deepseek_v3; needs scripts/setup.sh --tools, and
 # torchrun from .venv)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 tandem="$1/tandem"
-work=$(mktemp -d "${TMPDIR:-/tmp}/tandem-e2e-glm-XXXXXX")
+family=$2
+case "$family" in glm4_moe | deepseek_v3) ;; *) echo "unknown fixture '$family'" >&2; exit 2 ;; esac
+work=$(mktemp -d "${TMPDIR:-/tmp}/tandem-e2e-$family-XXXXXX")
 trap 'rm -rf "$work"' EXIT
 [ -n "${KEEP:-}" ] && trap - EXIT
 cd "$root"
 export OMP_NUM_THREADS=1 TANDEM_THREADS=1
 source "$root/tests/dist_helpers.sh"  # offline_equals_online, losses_fall, eval_both, one_vs_sharded
-target=tests/fixtures/models/glm4_moe
+target=tests/fixtures/models/$family
 
 # 16 documents of random ids, the first 4 tokens unmasked.
 random_documents "$work/docs.jsonl" 45 16 16 500
 
-echo "== 1. EAGLE-3 against the GLM-4.5-shaped target"
+echo "== 1. EAGLE-3 against the $family target"
 cat > "$work/eagle3.yaml" <<YAML
 target: {path: $target, dtype: fp32}
 draft: {aux_layer_ids: [0, 1, 2], ttt_length: 3, draft_vocab_size: 128}
@@ -48,7 +53,7 @@ echo "== 1b. EAGLE-3 with the target sharded over 2 ranks = one process"
 one_vs_sharded eagle3 "$work/eagle3.yaml" training.steps=3 training.save_every=3 \
   training.micro_batches=2
 
-echo "== 2. DFlash against the GLM-4.5-shaped target"
+echo "== 2. DFlash against the $family target"
 cat > "$work/dflash.yaml" <<YAML
 target: {path: $target, dtype: fp32}
 draft: {num_layers: 2, target_layer_ids: [0, 2], block_size: 4, mask_token_id: 511}
@@ -64,11 +69,15 @@ losses_fall "$work/dflash-online/metrics.jsonl"
 python3 tools/check_dflash_export.py "$work/dflash-online/export"
 offline_equals_online dflash 6
 
+echo "== 2b. DFlash with the target sharded over 2 ranks = one process"
+one_vs_sharded dflash "$work/dflash.yaml" training.steps=3 training.save_every=3 \
+  training.micro_batches=2
+
 echo "== 3. tandem eval with the KV cache = without it"
 eval_both "$work/eagle3-online/export" eagle3
 eval_both "$work/dflash-online/export" dflash
 
-echo "== 4. a GLM-4.5 teacher; a dry run; training one is refused"
+echo "== 4. a $family teacher; a dry run; training one is refused"
 "$tandem" train /dev/stdin > "$work/distill.log" 2>&1 <<YAML || { cat "$work/distill.log" >&2; exit 1; }
 model: {path: tests/fixtures/models/qwen3_moe, dtype: fp32}
 teacher: {path: $target, dtype: fp32}
@@ -80,7 +89,7 @@ python3 - "$work/distill/metrics.jsonl" <<'PY'
 import json, math, sys
 losses = [r["loss"] for r in map(json.loads, open(sys.argv[1])) if "loss" in r]
 assert len(losses) == 3 and all(math.isfinite(x) and x > 0 for x in losses), losses
-print("  distillation from the GLM-4.5 teacher, losses", [round(x, 4) for x in losses])
+print("  distillation from the teacher, losses", [round(x, 4) for x in losses])
 PY
 "$tandem" train "$work/eagle3.yaml" --dry-run > "$work/dry.log" 2>&1 || { cat "$work/dry.log" >&2; exit 1; }
 grep "frozen: target" "$work/dry.log"
@@ -107,6 +116,6 @@ data: {path: $work/docs.jsonl, format: pretokenized, seq_len: 32, micro_batch_ro
        cache_dir: $work/cache}
 training: {objective: sft, run_dir: $work/sft, steps: 1, lr: 1.0e-3}
 YAML
-grep -F "glm4_moe is read as a frozen target, teacher or reference only" "$work/refused.log" |
+grep -F "$family is read as a frozen target, teacher or reference only" "$work/refused.log" |
   cut -c1-150
-echo "e2e_glm4_moe: OK"
+echo "e2e $family: OK"
