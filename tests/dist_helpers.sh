@@ -132,14 +132,17 @@ offline_equals_online() {  # NAME SHARD_DOCUMENTS: capture, train 1 step offline
     { cat "$work/$1-offline.log" >&2; exit 1; }
   same_first_loss "$work/$1-online/metrics.jsonl" "$work/$1-offline/metrics.jsonl"
 }
-losses_fall() {  # METRICS: the mean of the last 5 losses below the mean of the first 5
-  python3 - "$1" <<'PY'
+# METRICS [METRIC]: the mean of the last 5 losses below the mean of the first 5, or with METRIC
+# an accuracy (acc_0, ...) whose last 5 mean is above its first 5 mean.
+losses_fall() {
+  python3 - "$1" "${2:-loss}" <<'PY'
 import json, sys
-losses = [r["loss"] for r in map(json.loads, open(sys.argv[1])) if "loss" in r]
-assert len(losses) == 20, len(losses)
-first, last = sum(losses[:5]) / 5, sum(losses[-5:]) / 5
-print(f"  20 steps: mean loss of steps 1-5 {first:.4f}, of steps 16-20 {last:.4f}")
-assert last < first, "the draft did not learn"
+name = sys.argv[2]
+values = [r[name] for r in map(json.loads, open(sys.argv[1])) if name in r]
+assert len(values) == 20, len(values)
+first, last = sum(values[:5]) / 5, sum(values[-5:]) / 5
+print(f"  20 steps: mean {name} of steps 1-5 {first:.4f}, of steps 16-20 {last:.4f}")
+assert (last > first) if name.startswith("acc") else (last < first), "the draft did not learn"
 PY
 }
 eval_both() {  # DRAFT_EXPORT NAME

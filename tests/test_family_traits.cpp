@@ -77,6 +77,7 @@ json small_config(const FamilyTraits& family) {
     config["qk_rope_head_dim"] = 8;
     config["v_head_dim"] = 8;
   }
+  if (family.gemma_layers) config["sliding_window"] = 8;  // every layer: the pattern is 6
   if (family.partial_rope && family.rule("rotary_dim"))
     config["rotary_dim"] = 8;
   else if (family.partial_rope)  // hybrids' and GLM's configs have no rotary_dim
@@ -111,7 +112,8 @@ const std::vector<DecoderFamily> kFamilies = {
     DecoderFamily::Llama,     DecoderFamily::Mistral,  DecoderFamily::Qwen2,
     DecoderFamily::Qwen3,     DecoderFamily::Qwen3Moe, DecoderFamily::Mixtral,
     DecoderFamily::MiniMaxM2, DecoderFamily::Qwen3_5,  DecoderFamily::Qwen3_5Moe,
-    DecoderFamily::Qwen3Next, DecoderFamily::Glm4Moe,  DecoderFamily::DeepseekV3};
+    DecoderFamily::Qwen3Next, DecoderFamily::Glm4Moe,  DecoderFamily::DeepseekV3,
+    DecoderFamily::Gemma3};
 
 }  // namespace
 
@@ -133,7 +135,7 @@ TEST(FamilyTraits, EveryFamilyHasOneEntry) {
   EXPECT_EQ(tandem::find_family("gpt2"), nullptr);
   EXPECT_EQ(tandem::family_names(),
             "llama, mistral, qwen2, qwen3, qwen3_moe, mixtral, minimax_m2, qwen3_5, qwen3_5_moe, "
-            "qwen3_next, glm4_moe or deepseek_v3");
+            "qwen3_next, glm4_moe, deepseek_v3 or gemma3_text");
   // Kimi-K2's checkpoints are DeepSeek-V3's architecture under their own model_type.
   EXPECT_EQ(tandem::find_family("kimi_k2"), &tandem::family_traits(DecoderFamily::DeepseekV3));
 }
@@ -153,7 +155,7 @@ TEST(FamilyTraits, EveryFamilyReadsAndWritesAsItsEntrySays) {
     EXPECT_EQ(c.qk_norm_across_heads, family.qk_norm == QkNorm::AcrossHeads);
     EXPECT_EQ(c.rotated_dims(), family.partial_rope || family.latent_attention ? 8 : 16);
     EXPECT_EQ(c.latent_attention.enabled(), family.latent_attention);
-    EXPECT_EQ(c.sliding_window, std::vector<int64_t>(4, 0));
+    EXPECT_EQ(c.sliding_window, std::vector<int64_t>(4, family.gemma_layers ? 8 : 0));
     EXPECT_EQ(c.moe.enabled(), family.moe.enabled);
     if (family.moe.enabled) {
       EXPECT_EQ(c.moe.num_experts, 4);
@@ -169,14 +171,15 @@ TEST(FamilyTraits, EveryFamilyReadsAndWritesAsItsEntrySays) {
     }
     EXPECT_EQ(c.hybrid(), family.hybrid.enabled);
     EXPECT_EQ(c.gated_attention, family.hybrid.enabled);
-    EXPECT_EQ(c.zero_centered_norms, family.hybrid.enabled);
+    EXPECT_EQ(c.zero_centered_norms, family.hybrid.enabled || family.gemma_layers);
+    EXPECT_EQ(c.gemma.sandwich_norms, family.gemma_layers);
     if (family.hybrid.enabled) {
       // No layer_types: every 4th layer attends (transformers' full_attention_interval 4).
       EXPECT_EQ(c.linear_attention.layers, std::vector<bool>({true, true, true, false}));
       EXPECT_EQ(c.linear_attention.fused_projections, family.hybrid.fused_projections);
       EXPECT_EQ(c.linear_attention.value_heads, 4);
     }
-    if (family.hybrid.enabled || family.moe.deepseek_layout) {
+    if (family.hybrid.enabled || family.moe.deepseek_layout || family.gemma_layers) {
       // Read, never written: tandem does not train these families.
       EXPECT_NE(error_of([&] { c.to_json(); }).find("read as frozen targets only"),
                 std::string::npos);
@@ -215,7 +218,8 @@ TEST(FamilyTraits, EveryFamilyReadsAndWritesAsItsEntrySays) {
 TEST(FamilyTraits, SlidingWindowsReadAsTheFamilySpellsThem) {
   for (const FamilyTraits& family : tandem::family_table()) {
     SCOPED_TRACE(family.model_type);
-    if (family.hybrid.enabled) continue;  // no windows: HybridLayers below
+    // No windows: HybridLayers below; Gemma 3's by layer type: test_gemma3.cpp.
+    if (family.hybrid.enabled || family.gemma_layers) continue;
     json config = small_config(family);
     config["sliding_window"] = 8;
     config["use_sliding_window"] = true;
@@ -244,7 +248,8 @@ TEST(FamilyTraits, NegativeSlidingWindowIsRefused) {
     json config = small_config(family);
     config["sliding_window"] = -3;
     expect_error(config, "sliding_window must be in 0..1073741824 (0 or null: no window), got -3");
-    if (family.hybrid.enabled) continue;  // use_sliding_window: only false (HybridLayers)
+    // use_sliding_window: only false (HybridLayers), not a Gemma 3 field
+    if (family.hybrid.enabled || family.gemma_layers) continue;
     config["use_sliding_window"] = true;
     expect_error(config, "sliding_window must be in 0..1073741824");
   }
@@ -256,9 +261,7 @@ TEST(FamilyTraits, NegativeSlidingWindowIsRefused) {
 // The families users draft for that are not loaded yet say what is missing.
 TEST(FamilyTraits, FamiliesNotYetImplementedSayWhatIsMissing) {
   for (const auto& [type, phrase] :
-       std::vector<std::pair<std::string, std::string>>{{"gpt_oss", "attention sinks"},
-                                                        {"gemma3", "Gemma 3's layers"},
-                                                        {"gemma3_text", "Gemma 3's layers"}}) {
+       std::vector<std::pair<std::string, std::string>>{{"gpt_oss", "attention sinks"}}) {
     json config = small_config(DecoderFamily::Llama);
     config["model_type"] = type;
     expect_error(config, "model_type '" + type + "' is not supported yet: ");

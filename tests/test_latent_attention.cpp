@@ -11,36 +11,25 @@
 #include <cmath>
 #include <nlohmann/json.hpp>
 
-#include "tandem/core/json_file.h"
+#include "config_test_util.h"
 #include "tandem/models/causal_attention.h"
 #include "tandem/models/decoder.h"
 #include "tandem/models/dflash.h"
 #include "tandem/models/eagle3.h"
 #include "tandem/models/load.h"
-#include "test_util.h"
 
 namespace {
 
 using nlohmann::json;
 using tandem::DecoderConfig;
 using tandem::LatentCachePath;
-using tandem::testing::error_of;
+using tandem::testing::expect_config_error;
+using tandem::testing::fixture_config;
 using tandem::testing::model_fixture;
-
-json fixture_config(const std::string& name) {
-  return tandem::read_json_file(model_fixture(name) + "/config.json", "test");
-}
-
-DecoderConfig parse(const json& config) { return DecoderConfig::from_json(config, "config.json"); }
-
-void expect_error(const json& config, const std::string& phrase) {
-  const std::string message = error_of([&] { parse(config); });
-  EXPECT_NE(message.find("config.json"), std::string::npos) << message;
-  EXPECT_NE(message.find(phrase), std::string::npos) << "wanted '" << phrase << "' in: " << message;
-}
+using tandem::testing::parse_config;
 
 TEST(LatentAttentionConfig, ReadsTheFixtures) {
-  const DecoderConfig yarn = parse(fixture_config("deepseek_v3"));
+  const DecoderConfig yarn = parse_config(fixture_config("deepseek_v3"));
   EXPECT_EQ(yarn.family, tandem::DecoderFamily::DeepseekV3);
   const tandem::LatentAttentionConfig& m = yarn.latent_attention;
   EXPECT_EQ(m.q_lora_rank, 32);
@@ -60,7 +49,7 @@ TEST(LatentAttentionConfig, ReadsTheFixtures) {
   EXPECT_EQ(yarn.moe.groups, 2);
   EXPECT_EQ(yarn.moe.sparse_layers, std::vector<bool>({false, true, true, true}));
 
-  const DecoderConfig plain = parse(fixture_config("deepseek_v3_q_proj"));
+  const DecoderConfig plain = parse_config(fixture_config("deepseek_v3_q_proj"));
   EXPECT_EQ(plain.latent_attention.q_lora_rank, 0);  // null: q_proj
   EXPECT_FALSE(plain.latent_attention.rope_interleave);
   EXPECT_EQ(plain.latent_attention.softmax_scale_factor, 1.0);
@@ -92,9 +81,9 @@ TEST(LatentAttentionConfig, ReadsTheFixtures) {
 TEST(LatentAttentionConfig, KimiK2ReadsAsDeepSeekV3) {
   json config = fixture_config("deepseek_v3");
   config["model_type"] = "kimi_k2";
-  EXPECT_EQ(parse(config).family, tandem::DecoderFamily::DeepseekV3);
+  EXPECT_EQ(parse_config(config).family, tandem::DecoderFamily::DeepseekV3);
   config["architectures"] = {"KimiK2ForCausalLM"};
-  expect_error(config, "unsupported architecture \"KimiK2ForCausalLM\"");
+  expect_config_error(config, "unsupported architecture \"KimiK2ForCausalLM\"");
 }
 
 TEST(LatentAttentionConfig, RefusesWhatItDoesNotRun) {
@@ -108,16 +97,16 @@ TEST(LatentAttentionConfig, RefusesWhatItDoesNotRun) {
     return config;
   };
   const json erase = json(json::value_t::discarded);
-  expect_error(with("q_lora_rank", erase), "missing required field 'q_lora_rank'");
-  expect_error(with("kv_lora_rank", erase), "missing required field 'kv_lora_rank'");
-  expect_error(with("num_key_value_heads", 2), "must equal num_attention_heads");
-  expect_error(with("head_dim", 24), "head_dim 24 must equal qk_rope_head_dim (8)");
-  expect_error(with("qk_head_dim", 25), "qk_head_dim 25 must equal");
-  expect_error(with("v_head_dim", 40), "v_head_dim <= that head_dim");
-  expect_error(with("kv_lora_rank", 0), "kv_lora_rank must be in 1..");
-  expect_error(with("attention_bias", true), "unsupported attention_bias true");
-  expect_error(with("moe_layer_freq", 2), "unsupported moe_layer_freq 2");
-  expect_error(with("scoring_func", "softmax"), "unsupported scoring_func");
+  expect_config_error(with("q_lora_rank", erase), "missing required field 'q_lora_rank'");
+  expect_config_error(with("kv_lora_rank", erase), "missing required field 'kv_lora_rank'");
+  expect_config_error(with("num_key_value_heads", 2), "must equal num_attention_heads");
+  expect_config_error(with("head_dim", 24), "head_dim 24 must equal qk_rope_head_dim (8)");
+  expect_config_error(with("qk_head_dim", 25), "qk_head_dim 25 must equal");
+  expect_config_error(with("v_head_dim", 40), "v_head_dim <= that head_dim");
+  expect_config_error(with("kv_lora_rank", 0), "kv_lora_rank must be in 1..");
+  expect_config_error(with("attention_bias", true), "unsupported attention_bias true");
+  expect_config_error(with("moe_layer_freq", 2), "unsupported moe_layer_freq 2");
+  expect_config_error(with("scoring_func", "softmax"), "unsupported scoring_func");
 }
 
 // Layer 0 of the fixture on 7 tokens of 2 rows: the uncached forward (the kernels' causal
@@ -188,11 +177,11 @@ TEST(LatentAttention, CacheHoldsTheLatentPerToken) {
   config["qk_rope_head_dim"] = 64;
   config["head_dim"] = 64;
   config["qk_head_dim"] = 80;
-  const DecoderConfig v3 = parse(config);
+  const DecoderConfig v3 = parse_config(config);
   const tandem::KvCache cache(v3, 1, 1, at::TensorOptions().dtype(at::kBFloat16));
   EXPECT_EQ(cache.bytes(), 61 * 576 * 2 + 1);
 
-  const DecoderConfig fixture = parse(fixture_config("deepseek_v3"));
+  const DecoderConfig fixture = parse_config(fixture_config("deepseek_v3"));
   const tandem::KvCache small(fixture, 2, 5, at::TensorOptions().dtype(at::kFloat));
   EXPECT_EQ(small.bytes(), 4 * 2 * 5 * (16 + 8) * 4 + 2 * 5);
 }

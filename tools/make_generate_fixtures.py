@@ -2,8 +2,8 @@
 """Record transformers' greedy `generate` output for the model fixtures (reference for KV-cached decoding).
 
 Writes, for each fixture NAME of tests/fixtures/models/ (llama3, mistral, qwen2, qwen3, qwen3_moe,
-mixtral, minimax_m2, glm4_moe, deepseek_v3, deepseek_v3_q_proj; the hybrids qwen3_5, qwen3_5_moe,
-qwen3_next of tools/make_hybrid_fixtures.py), tests/fixtures/generate/NAME.json:
+mixtral, minimax_m2, glm4_moe, deepseek_v3, deepseek_v3_q_proj, gemma3_text, gemma3; the hybrids
+qwen3_5, qwen3_5_moe, qwen3_next of tools/make_hybrid_fixtures.py), tests/fixtures/generate/NAME.json:
   generator             "tools/make_generate_fixtures.py"
   fixture               NAME (the checkpoint is tests/fixtures/models/NAME)
   transformers_version, torch_version
@@ -15,7 +15,10 @@ qwen3_next of tools/make_hybrid_fixtures.py), tests/fixtures/generate/NAME.json:
                         text range of tools/make_hybrid_fixtures.py), below the Qwen3.5 vision
                         special tokens 504 (vision_start), 505 (vision_end), 507 (image), 508
                         (video) that sit inside the vocabulary of 512 (qwen3_next has none, but
-                        keeps the same range)
+                        keeps the same range); gemma3_text and gemma3: torch.randint(3, 508), ids
+                        3..507, below gemma3's image 508, boi 509 and eoi 510 tokens (gemma3_text
+                        has none but keeps the same range; the two get the same prompts); Gemma's
+                        pad / eos / bos are 0 / 1 / 2
   generated             per prompt, the 12 new token ids (prompt not repeated)
   min_margin            per prompt, the minimum over the 12 steps of top-1 minus top-2 of the fp32
                         next-token logits (output_logits, before any logits processor), rounded
@@ -74,9 +77,18 @@ Checked (asserted) for every prompt, so the recorded ids do not depend on genera
     generated ids gives exactly the text-only model's logits (for text the three mRoPE position
     rows are equal, so mRoPE is plain RoPE);
   * mistral: with sliding_window=None every prompt generates other ids (the window of 6 is
-    exercised: the model reads 16, 20 and 14 positions).
+    exercised: the model reads 16, 20 and 14 positions); gemma3_text, gemma3: likewise with the
+    window of the sliding_attention layers widened to 128 (= max_position_embeddings: no window;
+    their config cannot say None), which changes the ids of every prompt;
+  * gemma3 (Gemma3ForConditionalGeneration: AutoModelForCausalLM gives the full vision-language
+    model for model_type gemma3, asserted; its language model is gemma3_text's): gemma3_text's
+    Gemma3ForCausalLM on the same prompts generates the same ids, its generate logits within 1e-5
+    (float32 rounding of the last-position-only lm_head product: ~2e-6, not bit for bit) and exactly
+    the same uncached forward of the prompt + the 12 generated ids (torch.equal), so gemma3.json
+    records what gemma3_text.json records (same prompt seed).
 The seeds in PROMPT_SEEDS were found with --search (first seed from the base value 1000 + 100*i
-upward passing all the checks).  Deterministic: running it twice gives byte-identical files.
+upward passing all the checks, the sliding-window one of mistral and gemma3* included).
+Deterministic: running it twice gives byte-identical files.
 Layout: what clang-format 14 with the repository's .clang-format makes of json.dumps(indent=2) (the
 committed files went through it): one value per line; a top-level "key": value line over 100 columns
 is broken after the colon, the value on the next line indented by 6 (write_json).
@@ -104,7 +116,8 @@ from transformers import AutoModelForCausalLM, AutoModelForImageTextToText  # no
 
 GENERATOR = "tools/make_generate_fixtures.py"
 NAMES = ["llama3", "mistral", "qwen2", "qwen3", "qwen3_moe", "mixtral", "minimax_m2",
-         "qwen3_5", "qwen3_5_moe", "qwen3_next", "glm4_moe", "deepseek_v3", "deepseek_v3_q_proj"]
+         "qwen3_5", "qwen3_5_moe", "qwen3_next", "glm4_moe", "deepseek_v3", "deepseek_v3_q_proj",
+         "gemma3_text", "gemma3"]
 MOE = {"qwen3_moe", "mixtral", "minimax_m2", "qwen3_5_moe", "qwen3_next", "glm4_moe", "deepseek_v3",
        "deepseek_v3_q_proj"}
 # checkpoints with model.layers.{num_hidden_layers}.* tensors (unexpected keys)
@@ -114,6 +127,14 @@ HYBRID = {"qwen3_5", "qwen3_5_moe", "qwen3_next"}
 VLM = {"qwen3_5": ("Qwen3_5ForCausalLM", "Qwen3_5ForConditionalGeneration"),
        "qwen3_5_moe": ("Qwen3_5MoeForCausalLM", "Qwen3_5MoeForConditionalGeneration")}
 HYBRID_ID_HIGH = 504  # hybrids: prompt ids 3..503, below the vision special tokens 504..508
+GEMMA3 = {"gemma3_text", "gemma3"}
+GEMMA3_ID_HIGH = 508  # gemma3*: prompt ids 3..507, below gemma3's image 508, boi 509, eoi 510
+GEMMA3_IMAGE_KEYS = ("image_token_id", "boi_token_id", "eoi_token_id")
+# vision-language checkpoints whose language model is another fixture's: that fixture (the same
+# prompts and ids, logits within TWIN_LOGITS_TOL: twin_check)
+TWIN = {"gemma3": "gemma3_text"}
+SLIDING = {"mistral", "gemma3_text", "gemma3"}  # window_matters
+TWIN_LOGITS_TOL = 1e-5  # twin_check
 VISION_TOKEN_KEYS = ("vision_start_token_id", "vision_end_token_id", "image_token_id", "video_token_id")
 PROMPT_LENGTHS = (5, 9, 3)
 MAX_NEW_TOKENS = 12
@@ -127,7 +148,8 @@ EXPERTS_IMPL = "grouped_mm"  # transformers 5.x's default experts_implementation
 # qwen3_5_moe 1800-1808 and qwen3_next 1900 fail only min_routing_gap (gaps down to 2e-5);
 # qwen3_next 1901 fails it and, on one prompt, MIN_MARGIN too (5.7e-4).  glm4_moe (appended to
 # NAMES, base 2000): 2000 passes.  deepseek_v3 (base 2100): 2100 fails only min_routing_gap (3.0e-4);
-# deepseek_v3_q_proj (base 2200): 2200 passes.
+# deepseek_v3_q_proj (base 2200): 2200 passes.  gemma3_text (base 2300): 2300 passes; gemma3 takes
+# gemma3_text's seed (the same language model: the same prompts and ids, asserted).
 PROMPT_SEEDS = {
     "llama3": 1000,
     "mistral": 1100,
@@ -142,6 +164,8 @@ PROMPT_SEEDS = {
     "glm4_moe": 2000,
     "deepseek_v3": 2101,
     "deepseek_v3_q_proj": 2200,
+    "gemma3_text": 2300,
+    "gemma3": 2300,
 }
 NOTES = ("greedy, fp32, eager attention, one prompt per call, no padding, use_cache=True "
          "(equal to use_cache=False)")
@@ -153,6 +177,9 @@ NOTES_EXTRA = {
     "qwen3_next": "; prompt ids 3..503",
     "glm4_moe": "; the checkpoint's MTP layer tensors (model.layers.4.*) are unexpected keys, unused",
     "deepseek_v3": "; the checkpoint's MTP layer tensors (model.layers.4.*) are unexpected keys, unused",
+    "gemma3_text": "; prompt ids 3..507",
+    "gemma3": "; AutoModelForCausalLM: Gemma3ForConditionalGeneration, text only (same ids as gemma3_text's "
+              "Gemma3ForCausalLM, logits within 1e-5); prompt ids 3..507",
 }
 COLUMN_LIMIT = 100  # .clang-format's ColumnLimit (write_json)
 
@@ -288,11 +315,44 @@ def vlm_check(model, full, prompt, new, logits):
 
 
 @torch.no_grad()
+def twin_check(model, twin, prompt, new, logits):
+    """gemma3: its text-only twin (gemma3_text's Gemma3ForCausalLM) on the same prompt -> problems
+    (list of str), line.  Same ids; generate's logits within TWIN_LOGITS_TOL (not bit for bit: both
+    run lm_head on the last position only (logits_to_keep=1), a [1, 64] x [64, 512] product whose
+    float32 rounding depends on the two classes' tensor layouts: ~1e-6); the uncached forward of the
+    whole sequence exactly equal (torch.equal), as the references of make_model_fixtures.py."""
+    problems = []
+    new_t, logits_t = greedy(twin, prompt, use_cache=True)
+    diff = (logits_t - logits).abs().max().item()
+    if new_t != new or diff > TWIN_LOGITS_TOL:
+        problems.append(f"{type(twin).__name__} generates {new_t} (max|logits diff| {diff:.2e}), "
+                        f"{type(model).__name__} {new}")
+    seq = torch.tensor([prompt + new])
+    a = model(input_ids=seq, use_cache=False).logits
+    b = twin(input_ids=seq, use_cache=False).logits
+    if not torch.equal(a, b):
+        problems.append(f"uncached forward: {type(twin).__name__} != {type(model).__name__}, "
+                        f"max|diff| {(a - b).abs().max().item():.2e}")
+    return problems, f", {type(twin).__name__} max|logits diff| {diff:.1e}"
+
+
+@torch.no_grad()
 def window_matters(model, prompts, generated):
-    """Mistral: per prompt, whether generate with sliding_window=None picks other ids than `generated`."""
+    """Mistral: per prompt, whether generate with sliding_window=None picks other ids than `generated`.
+    gemma3*: the same with sliding_window = max_position_embeddings (Gemma 3's masks and cache need a
+    number), set on every config object of the copy (gemma3: its text_config)."""
     import copy
 
     full = copy.deepcopy(model)
+    if type(model).__name__.startswith("Gemma3"):
+        text = full.config.get_text_config()
+        wide = text.max_position_embeddings
+        configs = {id(c): c for c in [full.config, text] + [m.config for m in full.modules()
+                                                             if hasattr(m, "config")]}
+        for c in configs.values():
+            if getattr(c, "sliding_window", None) is not None:
+                c.sliding_window = wide
+        return [greedy(full, p, use_cache=True)[0] != g for p, g in zip(prompts, generated)]
     full.config.sliding_window = None
     for layer in full.model.layers:
         layer.self_attn.config.sliding_window = None
@@ -303,17 +363,24 @@ def sig6(x):
     return float(f"{x:.6g}")
 
 
-def evaluate(name, model, seed, moe_eager=None, full=None):
+def evaluate(name, model, seed, moe_eager=None, full=None, twin=None):
     """Runs every check for one prompt seed; returns (record, problems, report lines).
-    full: the vision-language model of a VLM fixture (vlm_check)."""
-    vocab = model.config.vocab_size
-    prompts = make_prompts(seed, vocab, HYBRID_ID_HIGH if name in HYBRID else None)
-    specials = {PAD_ID, model.config.bos_token_id, model.config.eos_token_id,
+    full: the vision-language model of a VLM fixture (vlm_check); twin: gemma3's text-only twin, the
+    gemma3_text model (twin_check)."""
+    text = model.config.get_text_config()
+    vocab = text.vocab_size
+    high = HYBRID_ID_HIGH if name in HYBRID else GEMMA3_ID_HIGH if name in GEMMA3 else None
+    prompts = make_prompts(seed, vocab, high)
+    specials = {PAD_ID, text.bos_token_id, text.eos_token_id,
                 model.generation_config.bos_token_id, model.generation_config.eos_token_id}
     if full is not None:
         vision = [getattr(full.config, key) for key in VISION_TOKEN_KEYS]
         assert min(vision) == HYBRID_ID_HIGH, vision
         specials |= set(vision)
+    if name == "gemma3":
+        image = [getattr(model.config, key) for key in GEMMA3_IMAGE_KEYS]
+        assert min(image) == GEMMA3_ID_HIGH, image
+        specials |= set(image)
     assert not specials & {t for p in prompts for t in p}, (prompts, specials)
     rec = dict(prompts=prompts, generated=[], min_margin=[])
     if name in MOE:
@@ -355,6 +422,10 @@ def evaluate(name, model, seed, moe_eager=None, full=None):
             vlm_problems, vlm_line = vlm_check(model, full, prompt, new_c, logits_c)
             problems += [f"prompt {p}: {x}" for x in vlm_problems]
             line += vlm_line
+        if twin is not None:
+            twin_problems, twin_line = twin_check(model, twin, prompt, new_c, logits_c)
+            problems += [f"prompt {p}: {x}" for x in twin_problems]
+            line += twin_line
         lines.append(line)
     return rec, problems, lines
 
@@ -403,7 +474,12 @@ def main():
         if moe:
             print(f"  MoE layers {moe_layers(model)}")
         moe_eager = load_model(path, "eager", mtp_layer=name in MTP_LAYER) if moe else None
-        full = None
+        full = twin = None
+        if name == "gemma3":
+            assert type(model).__name__ == "Gemma3ForConditionalGeneration", type(model).__name__
+        if name in TWIN:
+            twin = load_model(os.path.normpath(os.path.join(args.models, TWIN[name])))
+            assert type(twin).__name__ == "Gemma3ForCausalLM", type(twin).__name__
         if name in VLM:
             assert type(model).__name__ == VLM[name][0], type(model).__name__
             full = load_model(path, EXPERTS_IMPL if moe else None, AutoModelForImageTextToText)
@@ -411,19 +487,21 @@ def main():
             assert not moe or full.config.get_text_config()._experts_implementation == EXPERTS_IMPL
         if args.search:
             for seed in range(PROMPT_SEEDS[name], PROMPT_SEEDS[name] + 100):
-                _, problems, lines = evaluate(name, model, seed, moe_eager, full)
+                rec, problems, lines = evaluate(name, model, seed, moe_eager, full, twin)
+                if name in SLIDING and not all(window_matters(model, rec["prompts"], rec["generated"])):
+                    problems.append("sliding_window does not change the ids of every prompt")
                 print(f"  seed {seed}: " + ("ok" if not problems else "; ".join(problems)))
                 if not problems:
                     print("\n".join(lines))
                     break
             continue
         seed = PROMPT_SEEDS[name]
-        rec, problems, lines = evaluate(name, model, seed, moe_eager, full)
+        rec, problems, lines = evaluate(name, model, seed, moe_eager, full, twin)
         print("\n".join(lines))
-        if name == "mistral":
+        if name in SLIDING:
             differs = window_matters(model, rec["prompts"], rec["generated"])
-            print(f"  sliding_window {model.config.sliding_window}: generation with sliding_window=None "
-                  f"differs for prompts {[p for p, d in enumerate(differs) if d]}")
+            print(f"  sliding_window {model.config.get_text_config().sliding_window}: generation without "
+                  f"the window differs for prompts {[p for p, d in enumerate(differs) if d]}")
             if not all(differs):
                 problems.append(f"sliding_window does not change the ids of every prompt: {differs}")
         for p in problems:

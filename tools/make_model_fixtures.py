@@ -14,6 +14,39 @@ Writes, for each fixture NAME, tests/fixtures/models/NAME/:
 Dense fixtures: llama3 (fp32, llama3 RoPE scaling), mistral (fp32, sliding_window 6),
 qwen2 (bf16, two shards, qkv bias), qwen3 (fp32, q/k norm, tied embeddings).
 
+Gemma 3 fixtures (fp32, one file each, seed 1005 for both: the same input_ids):
+  gemma3_text Gemma3ForCausalLM (model_type gemma3_text), 6 layers, layer_types [sliding, sliding, full,
+              sliding, sliding, full] (Gemma 3 4B's pattern, shortened), sliding_window 6 < 16 positions;
+              4 heads, 2 kv heads, head_dim 32 (!= 64 / 4 on purpose), query_pre_attn_scalar 24 (softmax
+              scale 24^-0.5, != head_dim^-0.5 on purpose); per-head q_norm / k_norm [32] before RoPE; four
+              norms per layer (input, post_attention, pre_feedforward, post_feedforward), all Gemma3RMSNorm
+              x * (1 + w), w = 0.2 * randn (transformers initialises w at 0); embeddings scaled by sqrt(64)
+              = 8 and tied to lm_head (no lm_head.weight on disk; embed_std 0.1, see fixture_specs); MLP
+              down(gelu_tanh(gate(x)) * up(x)), intermediate 128; config.json rope_parameters per layer
+              type: full_attention {rope_type linear, factor 8, rope_theta 1e6}, sliding_attention
+              {rope_type default, rope_theta 10000}; no softcapping; pad / eos / bos 0 / 1 / 2.  Tensors:
+              model.embed_tokens.weight [512, 64], model.norm.weight [64], model.layers.N.{input_layernorm,
+              post_attention_layernorm, pre_feedforward_layernorm, post_feedforward_layernorm}.weight [64],
+              .self_attn.{q_proj [128, 64], k_proj [64, 64], v_proj [64, 64], o_proj [64, 128]}.weight,
+              .self_attn.{q_norm, k_norm}.weight [32], .mlp.{gate_proj, up_proj}.weight [128, 64],
+              .mlp.down_proj.weight [64, 128].  Checked: the model written out in float64
+              (gemma3_reference) matches the fp32 logits and every hidden.{i} to float32 rounding, while the
+              usual mistakes (norm x * w, scale head_dim^-0.5, RoPE of the other layer type, no linear
+              factor, no embedding scale) move the logits by 0.5 .. 3.3 (check_gemma3); the window's
+              receptive fields per layer (check_gemma3_window).  Metadata keys gemma3 (every numeric
+              detail, written out) and sliding_window.
+  gemma3      Gemma3ForConditionalGeneration (model_type gemma3): gemma3_text's language model (its
+              model.safetensors copied bit for bit: build gemma3_text first, into the same --out) with
+              the same text_config, plus a tiny SigLIP vision tower (1 layer, hidden 32, 28x28 images,
+              14x14 patches, vision_use_head false) and projector (mm_tokens_per_image 1; image / boi /
+              eoi tokens 508 / 509 / 510), drawn at random, unused by the references.  save_pretrained
+              writes the released checkpoints' layout: language_model.model.* (not the module names
+              model.language_model.*), vision_tower.* (released: vision_tower.vision_model.*),
+              multi_modal_projector.{mm_input_projection_weight [32, 64], mm_soft_emb_norm.weight [32]}, no
+              lm_head.weight; both other spellings load as well (check_gemma3_vlm).  reference.safetensors:
+              the language model on the same input_ids, text only: every tensor equal to gemma3_text's
+              (asserted); metadata checkpoint says what is on disk.
+
 Mixture-of-experts fixtures (8 experts each; seeds chosen for robust routing, see SEED_*):
   qwen3_moe   Qwen3MoeForCausalLM, bf16, two shards with layer 2's experts split across them;
               top-2 of softmax(router logits), renormalized; layers 0, 2, 3 MoE (expert
@@ -147,6 +180,10 @@ from transformers import (  # noqa: E402
     AutoModelForCausalLM,
     DeepseekV3Config,
     DeepseekV3ForCausalLM,
+    Gemma3Config,
+    Gemma3ForCausalLM,
+    Gemma3ForConditionalGeneration,
+    Gemma3TextConfig,
     Glm4MoeConfig,
     Glm4MoeForCausalLM,
     LlamaConfig,
@@ -163,6 +200,7 @@ from transformers import (  # noqa: E402
     Qwen3ForCausalLM,
     Qwen3MoeConfig,
     Qwen3MoeForCausalLM,
+    SiglipVisionConfig,
 )
 
 GENERATOR = "tools/make_model_fixtures.py"
@@ -271,6 +309,53 @@ DEEPSEEK_V3_MTP_TENSORS = {
 # MiniMax-M2 fixture tokenizer: 510 byte-level BPE tokens, then <s>, </s> as the last two ids
 # (MiniMax keeps its specials at the top of the vocabulary); no mask, no reserved tokens.
 MINIMAX_BOS, MINIMAX_EOS = VOCAB - 2, VOCAB - 1
+# Gemma 3: 6 layers in Gemma 3 4B's pattern (5 sliding : 1 full, here 2 : 1), head_dim 32 != hidden /
+# heads = 16 and query_pre_attn_scalar 24 != head_dim (softmax scale 24^-0.5, not 32^-0.5), both on
+# purpose; sliding_window 6 < the 16 reference positions.  RoPE per layer type as in Gemma 3 4B /
+# 12B / 27B: full_attention layers theta 1e6 with linear scaling factor 8, sliding_attention layers
+# plain theta 10000.  Gemma's RMSNorm is x * (1 + w) with w initialised at 0: every norm weight is
+# drawn GEMMA3_NORM_STD * randn (reinit_ norm_center 0).  Gemma's specials: pad 0, eos 1, bos 2.
+GEMMA3_LAYER_TYPES = ["sliding_attention", "sliding_attention", "full_attention",
+                      "sliding_attention", "sliding_attention", "full_attention"]
+GEMMA3_WINDOW, GEMMA3_QUERY_SCALAR, GEMMA3_NORM_STD = 6, 24, 0.2
+GEMMA3_ROPE = {"full_attention": dict(rope_type="linear", factor=8.0, rope_theta=1000000.0),
+               "sliding_attention": dict(rope_type="default", rope_theta=10000.0)}
+# gemma3: a tiny SigLIP vision tower (1 layer, hidden 32, 28x28 images of 14x14 patches = 2x2 patches,
+# average-pooled 2x2 -> mm_tokens_per_image 1), vision_use_head false as the released checkpoints;
+# boi / eoi / image token ids inside the vocabulary as released (255999 / 256000 / 262144 of 262208),
+# here 509 / 510 / 508 (508 is absent from the reference input_ids: asserted).
+GEMMA3_VISION = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+                     image_size=28, patch_size=14, num_channels=3, hidden_act="gelu_pytorch_tanh",
+                     layer_norm_eps=1e-6, vision_use_head=False)
+GEMMA3_BOI, GEMMA3_EOI, GEMMA3_IMAGE, GEMMA3_MM_TOKENS = 509, 510, 508, 1
+
+
+def gemma3_text_config():
+    """The Gemma3TextConfig of gemma3_text, also gemma3's text_config."""
+    return Gemma3TextConfig(
+        vocab_size=VOCAB,
+        hidden_size=HIDDEN,
+        intermediate_size=INTER,
+        num_hidden_layers=len(GEMMA3_LAYER_TYPES),
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=32,
+        query_pre_attn_scalar=GEMMA3_QUERY_SCALAR,
+        hidden_activation="gelu_pytorch_tanh",
+        rms_norm_eps=1e-6,
+        sliding_window=GEMMA3_WINDOW,
+        layer_types=list(GEMMA3_LAYER_TYPES),
+        rope_parameters={k: dict(v) for k, v in GEMMA3_ROPE.items()},
+        attention_bias=False,
+        attention_dropout=0.0,
+        attn_logit_softcapping=None,
+        final_logit_softcapping=None,
+        max_position_embeddings=128,
+        tie_word_embeddings=True,
+        pad_token_id=0,
+        eos_token_id=1,
+        bos_token_id=2,
+    )
 
 
 def fixture_specs():
@@ -505,6 +590,42 @@ def fixture_specs():
             moe=True,
             score_bias_std=DEEPSEEK_V3_SCORE_BIAS_STD,
         ),
+        # ---- Gemma 3 (Gemma3RMSNorm (1 + w): norm weights drawn around 0, norm_center 0) ----
+        "gemma3_text": dict(
+            seed=1005,
+            make_config=gemma3_text_config,
+            cls=Gemma3ForCausalLM,
+            save_dtype=torch.float32,
+            max_shard_size=None,
+            # tied: logits = norm(h) @ E^T (std ~ 8 * embed_std), and the input embedding E[id] * sqrt(64)
+            # = 8 E[id] stays in the residual stream, while every layer adds two RMS-normalised outputs
+            # of RMS ~1: a larger embed_std makes the model mostly predict its input token (0.2: 41% of
+            # the reference positions; 0.1: 6%) and greedy decoding repeat one token, insensitive to
+            # the sliding window (make_generate_fixtures.py checks that it matters); 0.1 gives logits std
+            # ~0.8
+            embed_std=0.1,
+            norm_center=0.0,
+            norm_std=GEMMA3_NORM_STD,
+        ),
+        # the same language model (weights copied from gemma3_text's model.safetensors, not drawn)
+        # inside Gemma3ForConditionalGeneration with a tiny vision tower: the same seed (so the same
+        # input_ids) and references equal to gemma3_text's (asserted)
+        "gemma3": dict(
+            seed=1005,
+            make_config=lambda: Gemma3Config(
+                text_config=gemma3_text_config().to_dict(),
+                vision_config=SiglipVisionConfig(**GEMMA3_VISION).to_dict(),
+                mm_tokens_per_image=GEMMA3_MM_TOKENS,
+                boi_token_index=GEMMA3_BOI,
+                eoi_token_index=GEMMA3_EOI,
+                image_token_index=GEMMA3_IMAGE,
+                tie_word_embeddings=True,
+            ),
+            cls=Gemma3ForConditionalGeneration,
+            save_dtype=torch.float32,
+            max_shard_size=None,
+            text_weights_from="gemma3_text",
+        ),
     }
 
 
@@ -513,10 +634,11 @@ EXPERTS_RE = re.compile(r"(^|\.)mlp\.experts\.(gate_up_proj|down_proj)$")
 
 
 def reinit_(model, gen, embed_std=1.0, linear_gain=1.0, lm_head_gain=2.0, bias_std=0.5,
-            router_gain=2.0, score_bias_std=0.1):
+            router_gain=2.0, score_bias_std=0.1, norm_center=1.0, norm_std=0.1):
     """Overwrite every parameter (and every persistent buffer) deterministically with a healthy spread.
 
-    norms (input/post_attention/final/q_norm/k_norm): 1 + 0.1*randn
+    norms (input/post_attention/final/q_norm/k_norm; Gemma 3 also pre_/post_feedforward_layernorm):
+        norm_center + norm_std*randn (1 + 0.1*randn; Gemma 3, whose RMSNorm scales by (1 + w): 0.2*randn)
     embed_tokens: embed_std * randn
     Linear weights [out, in]: gain * randn / sqrt(in)   (lm_head: lm_head_gain)
     biases: bias_std * randn
@@ -534,7 +656,7 @@ def reinit_(model, gen, embed_std=1.0, linear_gain=1.0, lm_head_gain=2.0, bias_s
             shape = tuple(p.shape)
             r = torch.randn(shape, generator=gen, dtype=torch.float32)
             if name.endswith("norm.weight"):
-                v = 1.0 + 0.1 * r
+                v = norm_center + norm_std * r
             elif "embed_tokens" in name:
                 v = embed_std * r
             elif name.endswith(".bias"):
@@ -573,6 +695,21 @@ def make_input_ids(seed, vocab):
     return ids.to(torch.int64)
 
 
+def text_model(model):
+    """The decoder stack: model.model, or model.model.language_model (Gemma3ForConditionalGeneration)."""
+    inner = model.model
+    return inner.language_model if hasattr(inner, "language_model") else inner
+
+
+def rope_buffers(model):
+    """{name: buffer} of the RoPE inverse frequencies (non-persistent, derived from the config):
+    rotary_emb.inv_freq, or Gemma 3's per layer type {full,sliding}_attention_{,original_}inv_freq."""
+    emb = text_model(model).rotary_emb
+    if hasattr(emb, "layer_types"):  # Gemma3RotaryEmbedding
+        return {n: b for n, b in emb.named_buffers() if n.endswith("inv_freq")}
+    return {"inv_freq": emb.inv_freq}
+
+
 def moe_routers(model):
     """{layer index: router module} for the decoder layers whose MLP is a sparse MoE block."""
     return {i: layer.mlp.gate for i, layer in enumerate(model.model.layers)
@@ -581,7 +718,8 @@ def moe_routers(model):
 
 @torch.no_grad()
 def run_forward(model, input_ids, moe=False):
-    """Returns (logits F32, [hidden F32 per layer]) with hooks on model.model.layers[i].
+    """Returns (logits F32, [hidden F32 per layer]) with hooks on model.model.layers[i]
+    (text_model(model).layers[i]: Gemma3ForConditionalGeneration's model.model.language_model.layers[i]).
 
     moe=True: the forward also gets output_router_logits=True, hooks capture each MoE router's
     outputs, and a third item is returned: dict(router_logits={i: [B*T, E] in the model dtype},
@@ -592,7 +730,8 @@ def run_forward(model, input_ids, moe=False):
     """
     captured = {}
     handles = []
-    for i, layer in enumerate(model.model.layers):
+    decoder = text_model(model).layers
+    for i, layer in enumerate(decoder):
         def hook(_mod, _inp, out, i=i):
             t = out[0] if isinstance(out, (tuple, list)) else out
             captured[i] = t.detach().to(torch.float32).clone()
@@ -612,7 +751,7 @@ def run_forward(model, input_ids, moe=False):
     finally:
         for h in handles:
             h.remove()
-    n = len(model.model.layers)
+    n = len(decoder)
     assert sorted(captured) == list(range(n)), captured.keys()
     logits = out.logits.detach().to(torch.float32).clone()
     hidden = [captured[i] for i in range(n)]
@@ -643,6 +782,7 @@ def load_model(path, dtype=torch.float32, experts=None):
     model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, attn_implementation="eager", **kwargs)
     model.eval()
     assert model.config._attn_implementation == "eager"
+    assert model.config.get_text_config()._attn_implementation == "eager"  # gemma3: its text_config too
     if experts is not None:
         assert model.config._experts_implementation == experts, model.config._experts_implementation
     return model
@@ -683,6 +823,232 @@ def check_sliding_window(model, input_ids, window):
     expect = list(range(j, min(j + window, SEQ)))
     assert changed == expect, f"layer-0 receptive field {changed} != {expect}"
     return diff_full, early, changed
+
+
+def check_gemma3_window(model, input_ids):
+    """Prove transformers applies Gemma 3's sliding window (eager), to the sliding_attention layers only.
+
+    1) the same weights with sliding_window = SEQ (every earlier key visible): outputs must differ,
+       positions < window must agree;
+    2) perturb the token at position j = 3 and find which positions of each layer's output change:
+       layer 0 (sliding): j .. j+W-1; layer 1 (sliding): j .. j+2W-2; layer 2 (full): j .. T-1
+       (token i of a sliding layer sees keys i-W+1 .. i).
+    Returns (max |dlogit| vs no window, max |dlogit| of positions < window, {layer: changed positions})."""
+    import copy
+
+    cfg = model.config
+    window = cfg.sliding_window
+    assert cfg.layer_types[:3] == ["sliding_attention", "sliding_attention", "full_attention"]
+    for i, (attn, kind) in enumerate(zip((l.self_attn for l in model.model.layers), cfg.layer_types)):
+        assert attn.sliding_window == (window if kind == "sliding_attention" else None), i
+    wide = copy.deepcopy(model)
+    wide.config.sliding_window = SEQ
+    assert wide.model.config is wide.config
+    lw, _ = run_forward(model, input_ids)
+    lf, _ = run_forward(wide, input_ids)
+    diff_full = (lw - lf).abs().max().item()
+    early = (lw[:, :window] - lf[:, :window]).abs().max().item()
+    assert diff_full > 1e-3, f"sliding_window has no effect (max diff {diff_full})"
+    assert early < 1e-4, f"positions < window differ ({early})"
+
+    j = 3
+    ids2 = input_ids.clone()
+    ids2[:, j] = (ids2[:, j] + 1) % cfg.vocab_size
+    _, h_a = run_forward(model, input_ids)
+    _, h_b = run_forward(model, ids2)
+    changed = {}
+    for layer, last in ((0, j + window - 1), (1, j + 2 * window - 2), (2, SEQ - 1)):
+        changed[layer] = ((h_a[layer] - h_b[layer]).abs().amax(dim=(0, 2)) > 0).nonzero().flatten().tolist()
+        expect = list(range(j, min(last, SEQ - 1) + 1))
+        assert changed[layer] == expect, f"layer-{layer} receptive field {changed[layer]} != {expect}"
+    return diff_full, early, changed
+
+
+def gemma3_inv_freq(cfg):
+    """Gemma 3's RoPE inverse frequencies per layer type, written out (float64), d = head_dim:
+    theta^(-2j/d) for j < d/2 (rope_type default), divided by factor (rope_type linear)."""
+    d = cfg.head_dim
+    out = {}
+    for kind, rp in cfg.rope_parameters.items():
+        inv = rp["rope_theta"] ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
+        if rp["rope_type"] == "linear":
+            inv = inv / rp["factor"]
+        else:
+            assert rp["rope_type"] == "default", rp
+        out[kind] = inv
+    return out
+
+
+def gemma3_reference(lm, cfg, input_ids):
+    """Gemma 3's text model written out in float64 from the weights of lm (Gemma3TextModel) and the
+    config, for input_ids [B, T] at positions 0..T-1, no cache, no padding: returns (logits [B, T, V],
+    [hidden after layer i]).  Every choice a reimplementation must match:
+      x = E[id] * sqrt(hidden_size)                          (scaled embedding; E is also the lm_head)
+      rms(x, w) = x / sqrt(mean(x^2) + eps) * (1 + w)        (Gemma3RMSNorm)
+      per layer, kind = layer_types[i]:
+        a = attn(rms(x, input_layernorm)); x = x + rms(a, post_attention_layernorm)
+        m = mlp(rms(x, pre_feedforward_layernorm)); x = x + rms(m, post_feedforward_layernorm)
+      attn: q, k, v = projections viewed per head (head_dim d); q = rms(q, q_norm), k = rms(k, k_norm)
+        per head over d, THEN RoPE (rotate_half: dims j and j + d/2 rotated by pos * inv_freq[kind][j]);
+        scores = q.k * query_pre_attn_scalar^-0.5; key t visible from query s iff t <= s and, for
+        sliding_attention, s - t < sliding_window; softmax; kv heads shared by num_heads / num_kv
+        consecutive query heads; o_proj
+      mlp: down(gelu_tanh(gate(h)) * up(h)), gelu_tanh(g) = 0.5 g (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3)))
+      logits = rms(x, norm) @ E^T  (no final softcapping: final_logit_softcapping null)"""
+    w = {n: p.detach().double() for n, p in lm.named_parameters()}
+    b, t = input_ids.shape
+    hsz, heads, kvh, d = cfg.hidden_size, cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
+    eps, window = cfg.rms_norm_eps, cfg.sliding_window
+    assert cfg.attn_logit_softcapping is None and cfg.final_logit_softcapping is None
+    assert not cfg.attention_bias and not cfg.use_bidirectional_attention
+    assert cfg.hidden_activation == "gelu_pytorch_tanh"
+    inv_freq = gemma3_inv_freq(cfg)
+
+    def rms(v, weight):
+        return v / torch.sqrt(v.pow(2).mean(-1, keepdim=True) + eps) * (1 + weight)
+
+    def rotate(v, angle):  # v [B, T, heads, d], angle [T, d/2]
+        cos, sin = angle.cos()[None, :, None, :], angle.sin()[None, :, None, :]
+        x1, x2 = v[..., : d // 2], v[..., d // 2:]
+        return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
+
+    pos = torch.arange(t, dtype=torch.float64)
+    q_pos, k_pos = pos[:, None], pos[None, :]
+    x = w["embed_tokens.weight"][input_ids] * math.sqrt(hsz)
+    hidden = []
+    for i, kind in enumerate(cfg.layer_types):
+        p = f"layers.{i}."
+        h = rms(x, w[p + "input_layernorm.weight"])
+        q = (h @ w[p + "self_attn.q_proj.weight"].T).view(b, t, heads, d)
+        k = (h @ w[p + "self_attn.k_proj.weight"].T).view(b, t, kvh, d)
+        v = (h @ w[p + "self_attn.v_proj.weight"].T).view(b, t, kvh, d)
+        q, k = rms(q, w[p + "self_attn.q_norm.weight"]), rms(k, w[p + "self_attn.k_norm.weight"])
+        angle = pos[:, None] * inv_freq[kind][None, :]
+        q, k = rotate(q, angle), rotate(k, angle)
+        k = k.repeat_interleave(heads // kvh, dim=2)
+        v = v.repeat_interleave(heads // kvh, dim=2)
+        scores = torch.einsum("bqhd,bkhd->bhqk", q, k) * cfg.query_pre_attn_scalar ** -0.5
+        visible = k_pos <= q_pos
+        if kind == "sliding_attention":
+            visible = visible & (q_pos - k_pos < window)
+        else:
+            assert kind == "full_attention", kind
+        probs = scores.masked_fill(~visible, float("-inf")).softmax(-1)
+        a = torch.einsum("bhqk,bkhd->bqhd", probs, v).reshape(b, t, heads * d)
+        a = a @ w[p + "self_attn.o_proj.weight"].T
+        x = x + rms(a, w[p + "post_attention_layernorm.weight"])
+        h = rms(x, w[p + "pre_feedforward_layernorm.weight"])
+        g = h @ w[p + "mlp.gate_proj.weight"].T
+        g = 0.5 * g * (1 + torch.tanh(math.sqrt(2 / math.pi) * (g + 0.044715 * g ** 3)))
+        m = (g * (h @ w[p + "mlp.up_proj.weight"].T)) @ w[p + "mlp.down_proj.weight"].T
+        x = x + rms(m, w[p + "post_feedforward_layernorm.weight"])
+        hidden.append(x)
+    logits = rms(x, w["norm.weight"]) @ w["embed_tokens.weight"].T
+    return logits, hidden
+
+
+@torch.no_grad()
+def check_gemma3(model, input_ids, logits, hidden):
+    """gemma3_text: what transformers built is what the config says (per layer: sliding window,
+    softmax scale query_pre_attn_scalar^-0.5, RoPE buffers = gemma3_inv_freq with cos/sin factor 1;
+    embed_scale sqrt(hidden_size); lm_head tied to embed_tokens) and the fp32 forward (logits,
+    hidden) equals gemma3_reference (float64) to float32 rounding.  Also: the same forward with the
+    norms read as w instead of (1 + w), with q/k-norm after RoPE, with RoPE swapped between the layer
+    types, and with the softmax scale head_dim^-0.5 all move the logits by far more than that (so
+    the fixture tells them apart).  Returns dict(inv_freq, scale, embed_scale, max_abs, max_abs_hidden,
+    variants {name: max |dlogit|})."""
+    cfg = model.config
+    lm = text_model(model)
+    emb = lm.rotary_emb
+    ours = gemma3_inv_freq(cfg)
+    bufs = rope_buffers(model)
+    for kind, inv in ours.items():
+        assert getattr(emb, f"{kind}_attention_scaling") == 1.0, kind
+        for name in (f"{kind}_inv_freq", f"{kind}_original_inv_freq"):
+            assert torch.allclose(bufs[name].double(), inv, rtol=1e-6, atol=0), (name, bufs[name], inv)
+    scale = cfg.query_pre_attn_scalar ** -0.5
+    for i, layer in enumerate(lm.layers):
+        assert math.isclose(layer.self_attn.scaling, scale, rel_tol=1e-12), (i, layer.self_attn.scaling)
+        assert layer.self_attn.head_dim == cfg.head_dim
+    assert lm.embed_tokens.embed_scale.item() == math.sqrt(cfg.hidden_size)
+    assert model.lm_head.weight.data_ptr() == lm.embed_tokens.weight.data_ptr(), "lm_head not tied"
+    ref_logits, ref_hidden = gemma3_reference(lm, cfg, input_ids)
+    diff = (ref_logits - logits.double()).abs().max().item()
+    diff_h = max((r - h.double()).abs().max().item() for r, h in zip(ref_hidden, hidden))
+    assert diff < 1e-4 and diff_h < 1e-4, f"written-out Gemma 3 differs from transformers' by {diff} / {diff_h}"
+
+    # what the usual mistakes would cost (each must be >> the float32 error above)
+    variants = {}
+    plain_w = {n: p for n, p in lm.named_parameters() if n.endswith("norm.weight")}
+    saved = {n: p.detach().clone() for n, p in plain_w.items()}
+    try:  # RMSNorm read as x * w (Llama's form) instead of x * (1 + w)
+        for n, p in plain_w.items():
+            p.copy_(saved[n] - 1)
+        variants["norm x*w instead of x*(1+w)"] = (run_forward(model, input_ids)[0] - logits).abs().max().item()
+    finally:
+        for n, p in plain_w.items():
+            p.copy_(saved[n])
+    for i, layer in enumerate(lm.layers):
+        layer.self_attn.scaling = cfg.head_dim ** -0.5
+    variants["softmax scale head_dim^-0.5"] = (run_forward(model, input_ids)[0] - logits).abs().max().item()
+    for layer in lm.layers:
+        layer.self_attn.scaling = scale
+    swapped = {"full_attention": "sliding_attention", "sliding_attention": "full_attention"}
+    orig = {k: getattr(emb, f"{k}_inv_freq").clone() for k in swapped}
+    for k, other in swapped.items():
+        setattr(emb, f"{k}_inv_freq", orig[other])
+    variants["RoPE of the other layer type"] = (run_forward(model, input_ids)[0] - logits).abs().max().item()
+    for k in swapped:
+        setattr(emb, f"{k}_inv_freq", orig[k])
+    setattr(emb, "full_attention_inv_freq", orig["full_attention"] * 8)
+    variants["full_attention RoPE without linear factor"] = (run_forward(model, input_ids)[0]
+                                                            - logits).abs().max().item()
+    setattr(emb, "full_attention_inv_freq", orig["full_attention"])
+    variants["no embedding scale"] = (gemma3_scaled_embedding_variant(model, input_ids, 1.0)
+                                      - logits).abs().max().item()
+    assert torch.equal(run_forward(model, input_ids)[0], logits), "restoring the model failed"
+    assert min(variants.values()) > 100 * max(diff, 1e-6), variants
+    return dict(inv_freq={k: v.tolist() for k, v in ours.items()}, scale=scale,
+                embed_scale=lm.embed_tokens.embed_scale.item(), max_abs=diff, max_abs_hidden=diff_h,
+                variants=variants)
+
+
+def gemma3_scaled_embedding_variant(model, input_ids, embed_scale):
+    """logits of the fp32 forward with the embedding multiplied by embed_scale instead of sqrt(H)."""
+    buf = text_model(model).embed_tokens.embed_scale
+    saved = buf.clone()
+    try:
+        buf.fill_(embed_scale)
+        return run_forward(model, input_ids)[0]
+    finally:
+        buf.copy_(saved)
+
+
+def gemma3_note(cfg, chk):
+    """The reference.safetensors metadata "gemma3" of the gemma3* fixtures."""
+    inv = {k: [float(f"{x:.9g}") for x in v] for k, v in chk["inv_freq"].items()}
+    layers = ", ".join(f"{i} {k.split('_')[0]}" for i, k in enumerate(cfg.layer_types))
+    full, slide = cfg.rope_parameters["full_attention"], cfg.rope_parameters["sliding_attention"]
+    return (
+        f"Gemma 3 text model: x = embed_tokens[id] * embed_scale, embed_scale = sqrt(hidden_size "
+        f"{cfg.hidden_size}) = {chk['embed_scale']!r} (a float32 buffer cast to the weight dtype: in bf16 "
+        f"sqrt(H) rounds to bf16, exact for H = 64); RMSNorm rms(x, w) = x / sqrt(mean(x^2) + "
+        f"{cfg.rms_norm_eps}) * (1 + w) in float32, cast back to the activation dtype; per layer: x = x + "
+        f"post_attention_layernorm(attn(input_layernorm(x))), x = x + post_feedforward_layernorm(mlp("
+        f"pre_feedforward_layernorm(x))); attention: {cfg.num_attention_heads} heads, "
+        f"{cfg.num_key_value_heads} kv heads, head_dim {cfg.head_dim}, no biases, q_norm / k_norm "
+        f"[head_dim] per head BEFORE RoPE, softmax scale query_pre_attn_scalar^-0.5 = "
+        f"{cfg.query_pre_attn_scalar}^-0.5 = {chk['scale']!r}, no attention softcapping; layer types "
+        f"[{layers}]: sliding layers see keys t with s - t < sliding_window {cfg.sliding_window} (and t <= s), "
+        f"full layers every t <= s; RoPE rotate_half (dims j, j + {cfg.head_dim // 2}), per layer type: "
+        f"full_attention {full['rope_type']} (rope_theta {full['rope_theta']}, factor {full.get('factor')}: "
+        f"inv_freq = theta^(-2j/d) / factor) inv_freq {inv['full_attention']}; sliding_attention "
+        f"{slide['rope_type']} (rope_theta {slide['rope_theta']}) inv_freq {inv['sliding_attention']}; cos/sin "
+        f"unscaled; mlp down(gelu_tanh(gate(h)) * up(h)); logits = norm(x) @ embed_tokens^T (tied, no "
+        f"final softcapping).  Checked: written out in float64 (tools/make_model_fixtures.py "
+        f"gemma3_reference), logits within {chk['max_abs']:.1e} and every hidden.{{i}} within "
+        f"{chk['max_abs_hidden']:.1e} of the fp32 forward; max |dlogit| of the usual mistakes: "
+        + "; ".join(f"{k} {v:.2f}" for k, v in chk["variants"].items()))
 
 
 def is_group_limited(model):
@@ -1099,6 +1465,122 @@ def add_mtp_tensors(out_dir, mtp_tensors, seed):
     return list(mtp_tensors)
 
 
+def init_from_text_fixture_(model, gen, text_dir):
+    """gemma3: the language model's weights are text_dir's model.safetensors (gemma3_text: model.X ->
+    model.language_model.X, lm_head tied to its embed_tokens), loaded strictly; the vision tower and the
+    projector, never used by the references, are drawn from gen in named_parameters() order: LayerNorm
+    weights 1 + 0.1*randn, biases 0.1*randn, mm_soft_emb_norm (a Gemma3RMSNorm, (1 + w)) 0.2*randn,
+    mm_input_projection_weight [vision hidden, text hidden] (applied as x @ W) randn / sqrt(rows), the
+    rest (patch conv [32, 3, 14, 14], position embedding, projections) randn / sqrt(fan_in)."""
+    with safe_open(os.path.join(text_dir, "model.safetensors"), "pt") as f:
+        text = {k: f.get_tensor(k) for k in f.keys()}
+    assert all(k.startswith("model.") for k in text), sorted(text)
+    lm = text_model(model)
+    with torch.no_grad():
+        lm.load_state_dict({k[len("model."):]: v for k, v in text.items()}, strict=True)
+        for name, p in model.named_parameters():  # tied params appear once
+            if name.startswith("model.language_model."):
+                continue
+            assert name.startswith(("model.vision_tower.", "model.multi_modal_projector.")), name
+            shape = tuple(p.shape)
+            r = torch.randn(shape, generator=gen, dtype=torch.float32)
+            if name.endswith("mm_soft_emb_norm.weight"):
+                v = GEMMA3_NORM_STD * r
+            elif re.search(r"(layer_norm\d|layernorm)\.weight$", name):
+                v = 1.0 + 0.1 * r
+            elif name.endswith(".bias"):
+                v = 0.1 * r
+            elif name.endswith("mm_input_projection_weight"):
+                v = r / math.sqrt(shape[0])
+            elif p.dim() >= 2:
+                v = r / math.sqrt(math.prod(shape[1:]))
+            else:
+                raise RuntimeError(f"unexpected parameter {name} {shape}")
+            p.copy_(v.to(p.dtype))
+    assert model.lm_head.weight.data_ptr() == lm.embed_tokens.weight.data_ptr(), "lm_head not tied"
+
+
+def rename_checkpoint(src_dir, dst_dir, rename):
+    """A copy of src_dir (config.json, generation_config.json, model.safetensors) whose tensor names
+    are rename(name)."""
+    os.makedirs(dst_dir)
+    for f in ("config.json", "generation_config.json"):
+        shutil.copy(os.path.join(src_dir, f), os.path.join(dst_dir, f))
+    with safe_open(os.path.join(src_dir, "model.safetensors"), "pt") as f:
+        meta = f.metadata()
+        tensors = {rename(k): f.get_tensor(k) for k in f.keys()}
+    write_safetensors(os.path.join(dst_dir, "model.safetensors"), tensors, meta)
+
+
+@torch.no_grad()
+def check_gemma3_vlm(out_dir, text_dir, input_ids, logits):
+    """gemma3: what save_pretrained wrote and what loads.  The checkpoint's language model tensors are
+    gemma3_text's, bit for bit, under language_model.model.* (transformers 5.23 saves Gemma 3 in the
+    released checkpoints' layout, reversing its load-time renaming to model.language_model.*); the
+    vision tower is saved as vision_tower.* (the released checkpoints: vision_tower.vision_model.*).
+    Both other spellings load too, with no missing / unexpected keys and the same logits: the module
+    names model.language_model.* / model.vision_tower.* / model.multi_modal_projector.*, and
+    vision_tower.vision_model.*.  Smoke test of the vision path (not stored): one 28x28 image (1 token)
+    changes the logits from its position on, not before.  Returns dict(tensors {name: shape},
+    prefixes, renamed {spelling: max |dlogit|}, image)."""
+    import tempfile
+
+    with safe_open(os.path.join(text_dir, "model.safetensors"), "pt") as f:
+        text = {k: f.get_tensor(k) for k in f.keys()}
+    with safe_open(os.path.join(out_dir, "model.safetensors"), "pt") as f:
+        vlm = {k: f.get_tensor(k) for k in f.keys()}
+    lm_keys = {k for k in vlm if k.startswith("language_model.model.")}
+    assert lm_keys == {"language_model." + k for k in text}, sorted(lm_keys ^ {"language_model." + k for k in text})
+    for k, t in text.items():
+        assert vlm["language_model." + k].dtype == t.dtype and torch.equal(vlm["language_model." + k], t), k
+    rest = sorted(set(vlm) - lm_keys)
+    assert all(k.startswith(("vision_tower.", "multi_modal_projector.")) for k in rest), rest
+    assert not any(k.startswith("vision_tower.vision_model.") or "lm_head" in k for k in vlm)
+
+    def load(path):
+        m, info = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, attn_implementation="eager",
+                                                       output_loading_info=True)
+        m.eval()
+        assert type(m) is Gemma3ForConditionalGeneration, type(m).__name__
+        assert not any(info.values()), info
+        return m
+
+    base = load(out_dir)
+    base_sd = {k: v.clone() for k, v in base.state_dict().items()}
+    renames = {
+        "model.language_model.*, model.vision_tower.*, model.multi_modal_projector.*":
+            lambda k: re.sub(r"^language_model\.model\.", "model.language_model.",
+                             re.sub(r"^(vision_tower|multi_modal_projector)\.", r"model.\1.", k)),
+        "vision_tower.vision_model.*": lambda k: re.sub(r"^vision_tower\.", "vision_tower.vision_model.", k),
+    }
+    renamed = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for i, (spelling, fn) in enumerate(renames.items()):
+            path = os.path.join(tmp, str(i))
+            rename_checkpoint(out_dir, path, fn)
+            m = load(path)
+            sd = m.state_dict()
+            assert sorted(sd) == sorted(base_sd) and all(torch.equal(sd[k], base_sd[k]) for k in sd), spelling
+            renamed[spelling] = (run_forward(m, input_ids)[0] - logits).abs().max().item()
+            assert renamed[spelling] == 0.0, (spelling, renamed[spelling])
+            del m
+
+    cfg = base.config
+    g = torch.Generator().manual_seed(4242)
+    ids = input_ids[:1].clone()
+    at = 5
+    ids[0, at] = cfg.image_token_id
+    assert cfg.mm_tokens_per_image == 1 and (input_ids != cfg.image_token_id).all()
+    pixels = torch.randn(1, 3, cfg.vision_config.image_size, cfg.vision_config.image_size, generator=g)
+    with_image = base(input_ids=ids, pixel_values=pixels, use_cache=False).logits
+    text_only = base(input_ids=ids, use_cache=False).logits
+    moved = (with_image - text_only).abs().amax(dim=(0, 2))
+    assert torch.isfinite(with_image).all() and moved[:at].max() == 0 and moved[at:].min() > 1e-3, moved
+    return dict(tensors={k: list(v.shape) for k, v in sorted(vlm.items())},
+                prefixes=sorted({".".join(k.split(".")[:2]) for k in vlm}), renamed=renamed,
+                image=f"image token at position {at}: logits from {at} on move by >= {moved[at:].min().item():.3f}")
+
+
 def build_fixture(name, spec, out_root):
     seed = spec["seed"]
     moe = spec.get("moe", False)
@@ -1108,7 +1590,13 @@ def build_fixture(name, spec, out_root):
     config = spec["make_config"]()
     config._attn_implementation = "eager"
     model = spec["cls"](config).to(torch.float32)
-    reinit_(model, gen, embed_std=spec.get("embed_std", 1.0), score_bias_std=spec.get("score_bias_std", 0.1))
+    text_dir = None
+    if spec.get("text_weights_from"):  # gemma3: gemma3_text's language model inside a VLM wrapper
+        text_dir = os.path.join(out_root, spec["text_weights_from"])
+        init_from_text_fixture_(model, gen, text_dir)
+    else:
+        reinit_(model, gen, embed_std=spec.get("embed_std", 1.0), score_bias_std=spec.get("score_bias_std", 0.1),
+                norm_center=spec.get("norm_center", 1.0), norm_std=spec.get("norm_std", 0.1))
     model.eval()
 
     out_dir = os.path.join(out_root, name)
@@ -1140,7 +1628,8 @@ def build_fixture(name, spec, out_root):
 
     # References always come from the checkpoint as stored on disk, loaded in fp32.
     model = load_model(out_dir, torch.float32, experts)
-    input_ids = make_input_ids(seed + 7, config.vocab_size)
+    assert type(model) is spec["cls"], type(model).__name__
+    input_ids = make_input_ids(seed + 7, config.get_text_config().vocab_size)
     if moe:
         logits, hidden, info = run_forward(model, input_ids, moe=True)
     else:
@@ -1168,6 +1657,11 @@ def build_fixture(name, spec, out_root):
 
     if name == "mistral":
         extra["sliding_window_check"] = check_sliding_window(model, input_ids, config.sliding_window)
+    if name == "gemma3_text":
+        extra["gemma3_window_check"] = check_gemma3_window(model, input_ids)
+        extra["gemma3"] = check_gemma3(model, input_ids, logits, hidden)
+    if text_dir is not None:
+        extra["vlm"] = check_gemma3_vlm(out_dir, text_dir, input_ids, logits)
     if moe:
         top_k, n_exp = top_k_of(model.config), num_experts_of(model.config)
         moe_layers = sorted(info["router_logits"])
@@ -1201,7 +1695,7 @@ def build_fixture(name, spec, out_root):
     # bf16 reference = what transformers computes for this checkpoint loaded in bf16
     # (from_pretrained(dtype=bfloat16)): every weight rounded to bf16, RoPE inv_freq kept fp32.
     model_bf16 = load_model(out_dir, torch.bfloat16, experts)
-    assert model_bf16.model.rotary_emb.inv_freq.dtype == torch.float32
+    assert all(b.dtype == torch.float32 for b in rope_buffers(model_bf16).values())
     if moe:
         logits_bf16, hidden_bf16, info_bf16 = run_forward(model_bf16, input_ids, moe=True)
         extra["min_gap_bf16"], extra["min_gap_bf16_per_layer"] = routing_report(
@@ -1228,7 +1722,7 @@ def build_fixture(name, spec, out_root):
     # measured, not stored.  GLM-4.5, DeepSeek-V3: the cast also rounds the routers'
     # e_score_correction_bias, which the bf16 load keeps float32 (_keep_in_fp32_modules_strict):
     # restored for the cross-check too (the plain variant keeps it bf16).
-    inv_freq = model.model.rotary_emb.inv_freq.clone()
+    inv_freq = {n: b.clone() for n, b in rope_buffers(model).items()}
     fp32_gate_bias = {}
     if moe and is_group_limited(model):
         fp32_gate_bias = {i: model.model.layers[i].mlp.gate.e_score_correction_bias.clone()
@@ -1238,7 +1732,8 @@ def build_fixture(name, spec, out_root):
         lit_logits, _, lit_info = run_forward(model, input_ids, moe=True)
     else:
         lit_logits, _ = run_forward(model, input_ids)
-    model.model.rotary_emb.inv_freq = inv_freq
+    for n, b in inv_freq.items():
+        setattr(text_model(model).rotary_emb, n, b)
     for i, bias in fp32_gate_bias.items():
         model.model.layers[i].mlp.gate.e_score_correction_bias = bias
     cast_logits, cast_hidden = run_forward(model, input_ids)
@@ -1285,6 +1780,37 @@ def build_fixture(name, spec, out_root):
                      "hidden.{i}: raw output of model.model.layers[i] (forward hook, before final norm)",
         "num_layers": str(len(hidden)),
     }
+    if "gemma3" in extra:  # gemma3_text
+        metadata["gemma3"] = gemma3_note(model.config, extra["gemma3"])
+        dw, early, changed = extra["gemma3_window_check"]
+        metadata["sliding_window"] = (
+            f"checked: with sliding_window = {SEQ} (no window) the logits move by up to {dw:.2f} (positions "
+            f"< {config.sliding_window}: {early:.1e}); changing the token at position 3 changes the outputs "
+            f"of layer 0 (sliding) at {changed[0]}, layer 1 (sliding) at {changed[1]}, layer 2 (full) at "
+            f"{changed[2]}")
+    if text_dir is not None:  # gemma3: the same references as gemma3_text (asserted below)
+        with safe_open(os.path.join(text_dir, "reference.safetensors"), "pt") as f:
+            text_ref = {k: f.get_tensor(k) for k in f.keys()}
+            text_meta = f.metadata()
+        assert sorted(text_ref) == sorted(tensors), sorted(set(text_ref) ^ set(tensors))
+        for k, t in tensors.items():
+            assert t.dtype == text_ref[k].dtype and torch.equal(t, text_ref[k]), f"{name}: {k} != {text_dir}'s"
+        metadata["reference"] = metadata["reference"].replace(
+            "model.model.layers[i]", "model.model.language_model.layers[i]") + (
+            f"; text only (no pixel_values, no token_type_ids); every tensor equals "
+            f"{spec['text_weights_from']}'s reference.safetensors (asserted: the language model's weights "
+            f"are {spec['text_weights_from']}'s)")
+        metadata["gemma3"] = text_meta["gemma3"]
+        metadata["sliding_window"] = text_meta["sliding_window"]
+        vlm = extra["vlm"]
+        metadata["checkpoint"] = (
+            f"Gemma3ForConditionalGeneration as transformers {transformers.__version__}'s save_pretrained "
+            f"writes it (the released checkpoints' layout): language_model.model.* (= "
+            f"{spec['text_weights_from']}'s model.* bit for bit), vision_tower.* (released checkpoints: "
+            f"vision_tower.vision_model.*), multi_modal_projector.{{mm_input_projection_weight, "
+            f"mm_soft_emb_norm.weight}}; no lm_head.weight (tied to language_model.model.embed_tokens).  "
+            f"transformers also loads, with the same logits and no missing or unexpected keys: "
+            + "; ".join(vlm["renamed"]) + f".  Vision path smoke-tested (not stored): {vlm['image']}")
     if moe:
         for i in moe_layers:
             tensors[f"router_logits.{i}"] = info["router_logits"][i].float().contiguous()
@@ -1420,6 +1946,21 @@ def main():
             dfull, early, changed = st["sliding_window_check"]
             print(f"    sliding_window check: vs sliding_window=None max|dlogit| {dfull:.4f} "
                   f"(positions < window: {early:.2e}); layer-0 positions affected by token 3: {changed}")
+        if "gemma3_window_check" in st:
+            dfull, early, changed = st["gemma3_window_check"]
+            print(f"    sliding_window check: vs no window max|dlogit| {dfull:.4f} (positions < window: "
+                  f"{early:.2e}); positions affected by token 3 per layer: {changed}")
+        if "gemma3" in st:
+            g3 = st["gemma3"]
+            print(f"    Gemma 3 written out in float64 (gemma3_reference) vs transformers fp32: logits "
+                  f"{g3['max_abs']:.2e}, hidden {g3['max_abs_hidden']:.2e}; softmax scale {g3['scale']:.9g}, "
+                  f"embed_scale {g3['embed_scale']}")
+            print("    max|dlogit| of the usual mistakes: "
+                  + "; ".join(f"{k} {v:.3f}" for k, v in g3["variants"].items()))
+        if "vlm" in st:
+            vlm = st["vlm"]
+            print(f"    checkpoint prefixes {vlm['prefixes']}; {len(vlm['tensors'])} tensors; renamed spellings "
+                  f"load with max|dlogit| {vlm['renamed']}; {vlm['image']}")
         if "moe_layers" in st:
             fmt = lambda d: "{" + ", ".join(f"{i}: {v:.2e}" for i, v in d.items()) + "}"  # noqa: E731
             print(f"    MoE layers {st['moe_layers']}, seed {specs[name]['seed']}; min gap k-th vs (k+1)-th "

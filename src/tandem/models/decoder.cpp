@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
+#include <cmath>
 
 #include "tandem/core/error.h"
 #include "tandem/dist/sharding.h"
@@ -26,6 +27,10 @@ AttentionImpl::AttentionImpl(const DecoderConfig& config, int64_t layer_index,
     : num_heads(config.num_attention_heads),
       num_kv_heads(config.num_key_value_heads),
       head_dim(config.head_dim),
+      query_scale(
+          config.gemma.query_pre_attn_scalar > 0
+              ? std::sqrt(static_cast<double>(config.head_dim) / config.gemma.query_pre_attn_scalar)
+              : 1.0),
       norm_across_heads(config.qk_norm_across_heads),
       gated(config.gated_attention) {
   const int64_t hidden = config.hidden_size;
@@ -69,6 +74,7 @@ QueryKeyValue AttentionImpl::project(const at::Tensor& x, const RopeTables& rope
   q = q.reshape({batch, length, num_heads, head_dim});
   if (q_norm && !norm_across_heads) q = q_norm->forward(q);
   qkv.q = apply_rope(q.transpose(1, 2), rope);
+  if (query_scale != 1.0) qkv.q = qkv.q * query_scale;
   return qkv;
 }
 
@@ -186,7 +192,8 @@ DecoderLayerImpl::DecoderLayerImpl(const DecoderConfig& config, int64_t layer_in
   if (config.moe.enabled() && config.moe.sparse_layers.at(layer_index))
     experts = register_module("mlp", SparseMoe(config, options));
   else
-    mlp = register_module("mlp", Mlp(hidden, config.intermediate_size, config.mlp_bias, options));
+    mlp = register_module("mlp", Mlp(hidden, config.intermediate_size, config.mlp_bias, options,
+                                     config.mlp_activation));
   input_layernorm =
       register_module("input_layernorm", RMSNorm(hidden, config.rms_norm_eps, options, centered));
   // Registered between the two norms: the EAGLE-3 layer's parameter order (initialisation draws
@@ -195,15 +202,27 @@ DecoderLayerImpl::DecoderLayerImpl(const DecoderConfig& config, int64_t layer_in
     hidden_norm = register_module("hidden_norm", RMSNorm(hidden, config.rms_norm_eps, options));
   post_attention_layernorm = register_module(
       "post_attention_layernorm", RMSNorm(hidden, config.rms_norm_eps, options, centered));
+  if (config.gemma.sandwich_norms) {
+    pre_feedforward_layernorm = register_module(
+        "pre_feedforward_layernorm", RMSNorm(hidden, config.rms_norm_eps, options, centered));
+    post_feedforward_layernorm = register_module(
+        "post_feedforward_layernorm", RMSNorm(hidden, config.rms_norm_eps, options, centered));
+  }
 }
 
 namespace {
 
-// The second half of every layer body: mixed (B, T, H), the residual stream after the token
-// mixer (attention or Gated DeltaNet), plus feed_forward(post_attention_layernorm(mixed)).
-at::Tensor add_feed_forward(const DecoderLayerImpl& layer, const at::Tensor& mixed,
-                            RouterLoad* load) {
-  return mixed + layer.feed_forward(layer.post_attention_layernorm->forward(mixed), load);
+// Every layer body after its token mixer (attention or Gated DeltaNet), whose output is `mixed`
+// (B, T, H): the residual adds and the MLP, with Gemma 3's sandwich norms where the layer has them.
+at::Tensor residual_body(const DecoderLayerImpl& layer, const at::Tensor& residual,
+                         const at::Tensor& mixed, RouterLoad* load) {
+  if (layer.pre_feedforward_layernorm) {
+    const at::Tensor h = residual + layer.post_attention_layernorm->forward(mixed);
+    return h + layer.post_feedforward_layernorm->forward(
+                   layer.feed_forward(layer.pre_feedforward_layernorm->forward(h), load));
+  }
+  const at::Tensor h = residual + mixed;
+  return h + layer.feed_forward(layer.post_attention_layernorm->forward(h), load);
 }
 
 }  // namespace
@@ -212,8 +231,8 @@ at::Tensor DecoderLayerImpl::forward_linear_cached(const at::Tensor& hidden,
                                                    const at::Tensor& valid,
                                                    GatedDeltaNetState& state,
                                                    int64_t chunk_size) const {
-  return add_feed_forward(
-      *this, hidden + linear_attn->step(input_layernorm->forward(hidden), valid, state, chunk_size),
+  return residual_body(
+      *this, hidden, linear_attn->step(input_layernorm->forward(hidden), valid, state, chunk_size),
       nullptr);
 }
 
@@ -225,28 +244,28 @@ at::Tensor DecoderLayerImpl::run(const at::Tensor& residual, const at::Tensor& a
                                  const RopeTables& rope, const AttendFn& attend,
                                  RouterLoad* load) const {
   if (latent_attn)
-    return add_feed_forward(
-        *this, residual + latent_attn->output(attend(latent_attn->project(attention_input, rope))),
-        load);
+    return residual_body(*this, residual,
+                         latent_attn->output(attend(latent_attn->project(attention_input, rope))),
+                         load);
   const QueryKeyValue qkv = self_attn->project(attention_input, rope);
-  return add_feed_forward(*this, residual + self_attn->output(attend(qkv), qkv.gate), load);
+  return residual_body(*this, residual, self_attn->output(attend(qkv), qkv.gate), load);
 }
 
 at::Tensor DecoderLayerImpl::forward_latent_cached(const at::Tensor& hidden, const RopeTables& rope,
                                                    const at::Tensor& mask, KvCache& cache,
                                                    int64_t layer) const {
-  return add_feed_forward(*this,
-                          hidden + latent_attn->forward_cached(input_layernorm->forward(hidden),
-                                                               rope, mask, cache, layer),
-                          nullptr);
+  return residual_body(
+      *this, hidden,
+      latent_attn->forward_cached(input_layernorm->forward(hidden), rope, mask, cache, layer),
+      nullptr);
 }
 
 at::Tensor DecoderLayerImpl::forward_linear(const at::Tensor& hidden,
                                             const std::vector<std::vector<int64_t>>& bounds,
                                             int64_t chunk_size, RouterLoad* load) const {
-  return add_feed_forward(
-      *this, hidden + linear_attn->forward(input_layernorm->forward(hidden), bounds, chunk_size),
-      load);
+  return residual_body(*this, hidden,
+                       linear_attn->forward(input_layernorm->forward(hidden), bounds, chunk_size),
+                       load);
 }
 
 at::Tensor DecoderLayerImpl::forward(const at::Tensor& hidden, const RopeTables& rope,
@@ -273,6 +292,17 @@ CausalLMImpl::CausalLMImpl(const DecoderConfig& config, const at::TensorOptions&
         register_module("lm_head", Linear(config.hidden_size, config.vocab_size, false, options));
   inverse_frequencies_ =
       RopeFrequencies::of(config.rotated_dims(), config.rope_theta, config.rope_scaling);
+  if (config.gemma.local_rope_theta > 0)
+    local_frequencies_ =
+        RopeFrequencies::of(config.rotated_dims(), config.gemma.local_rope_theta, RopeScaling());
+}
+
+at::Tensor CausalLMImpl::embed(const at::Tensor& ids) const {
+  const at::Tensor embeddings = model->embed_tokens->forward(ids);
+  if (!config_.gemma.scaled_embeddings) return embeddings;
+  // transformers: sqrt(hidden_size) as an fp32 scalar, cast to the embeddings' dtype.
+  const double scale = std::sqrt(static_cast<double>(config_.hidden_size));
+  return embeddings * at::scalar_tensor(scale, at::kFloat).to(embeddings.scalar_type());
 }
 
 at::Tensor CausalLMImpl::forward_hidden(const at::Tensor& ids, const AttentionLayout& layout,
@@ -286,8 +316,12 @@ at::Tensor CausalLMImpl::forward_hidden(const at::Tensor& ids, const AttentionLa
   for (int64_t layer : capture_layers)
     check(layer >= 0 && layer < num_layers, "[decoder] cannot capture layer ", layer,
           ": the model has layers 0..", num_layers - 1);
-  at::Tensor hidden = model->embed_tokens->forward(ids);
+  at::Tensor hidden = embed(ids);
   const RopeTables rope = rope_tables(inverse_frequencies_, layout.positions, hidden.scalar_type());
+  // Gemma 3: the sliding-window layers' own RoPE.
+  const RopeTables local_rope =
+      local_frequencies_ ? rope_tables(*local_frequencies_, layout.positions, hidden.scalar_type())
+                         : rope;
   // A hybrid's Gated DeltaNet layers restart their state at each document (read on the host).
   std::vector<std::vector<int64_t>> bounds;
   if (config_.hybrid() && layout.document_ids.defined())
@@ -306,8 +340,8 @@ at::Tensor CausalLMImpl::forward_hidden(const at::Tensor& ids, const AttentionLa
     } else {
       const CausalAttentionPlan& plan = plan_for(layer.sliding_window);
       hidden = layer.forward(
-          hidden, rope, [&](const QueryKeyValue& qkv) { return causal_attention(qkv, plan); },
-          router_load);
+          hidden, layer.sliding_window > 0 ? local_rope : rope,
+          [&](const QueryKeyValue& qkv) { return causal_attention(qkv, plan); }, router_load);
     }
     if (captured &&
         std::find(capture_layers.begin(), capture_layers.end(), i) != capture_layers.end())
@@ -342,8 +376,10 @@ at::Tensor CausalLMImpl::forward_cached(const at::Tensor& ids, const at::Tensor&
     if (window > 0) mask = mask.logical_and(query_slot - key_slot < window);
     return masks.emplace(window, mask.logical_or(itself)).first->second;
   };
-  at::Tensor hidden = model->embed_tokens->forward(ids);
+  at::Tensor hidden = embed(ids);
   const RopeTables rope = rope_tables(inverse_frequencies_, positions, hidden.scalar_type());
+  const RopeTables local_rope =
+      local_frequencies_ ? rope_tables(*local_frequencies_, positions, hidden.scalar_type()) : rope;
   for (int64_t i = 0; i < config_.num_hidden_layers; ++i) {
     const auto& layer = model->layers->at<DecoderLayerImpl>(i);
     if (layer.linear_attn)
@@ -352,10 +388,11 @@ at::Tensor CausalLMImpl::forward_cached(const at::Tensor& ids, const at::Tensor&
     else if (layer.latent_attn)
       hidden = layer.forward_latent_cached(hidden, rope, mask_for(layer.sliding_window), cache, i);
     else
-      hidden = layer.forward(hidden, rope, [&](const QueryKeyValue& qkv) {
-        const auto [keys, values] = cache.append(i, qkv.k, qkv.v);
-        return sdpa(qkv.q, keys, values, mask_for(layer.sliding_window));
-      });
+      hidden = layer.forward(hidden, layer.sliding_window > 0 ? local_rope : rope,
+                             [&](const QueryKeyValue& qkv) {
+                               const auto [keys, values] = cache.append(i, qkv.k, qkv.v);
+                               return sdpa(qkv.q, keys, values, mask_for(layer.sliding_window));
+                             });
     if (captured != nullptr &&
         std::find(capture_layers.begin(), capture_layers.end(), i) != capture_layers.end())
       (*captured)[i] = hidden;

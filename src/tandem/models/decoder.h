@@ -14,6 +14,7 @@
 
 #include <functional>
 #include <map>
+#include <optional>
 #include <vector>
 
 #include "tandem/models/attention_options.h"
@@ -71,6 +72,9 @@ class AttentionImpl : public torch::nn::Module {
   Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
   RMSNorm q_norm{nullptr}, k_norm{nullptr};  // Qwen3 (head_dim), MiniMax-M2 (heads * head_dim)
   int64_t num_heads, num_kv_heads, head_dim;
+  // q is multiplied by it after RoPE: sqrt(head_dim / query_pre_attn_scalar) makes the kernels'
+  // head_dim^-0.5 Gemma 3's query_pre_attn_scalar^-0.5. 1 elsewhere.
+  double query_scale = 1.0;
   bool norm_across_heads;
   bool gated;  // q_proj (heads * 2 * head_dim, input): per head, its query then its gate
 };
@@ -127,7 +131,9 @@ class DecoderLayerImpl : public torch::nn::Module {
                    const at::TensorOptions& options, LayerInput input = LayerInput::Hidden);
   /// The one residual body every layer runs (plain, cached, DFlash, EAGLE-3):
   ///   h = residual + o_proj(attend(project(attention_input))),
-  ///   out = h + feed_forward(post_attention_layernorm(h)).
+  ///   out = h + feed_forward(post_attention_layernorm(h))
+  /// (Gemma 3: h = residual + post_attention_layernorm(o_proj(...)),
+  ///   out = h + post_feedforward_layernorm(feed_forward(pre_feedforward_layernorm(h)))).
   /// residual (B, T, H), attention_input (B, T, H or 2H) -> (B, T, H). A sparse layer adds its
   /// router's logits to `load` when given.
   at::Tensor run(const at::Tensor& residual, const at::Tensor& attention_input,
@@ -154,7 +160,11 @@ class DecoderLayerImpl : public torch::nn::Module {
   GatedDeltaNet linear_attn{nullptr};    // a hybrid's linear-attention layer only
   Mlp mlp{nullptr};                      // a dense layer (null in a sparse one)
   SparseMoe experts{nullptr};  // a sparse layer: registered as "mlp" (null in a dense one)
+  // Pre-norm layers: input_layernorm before the token mixer, post_attention_layernorm before the
+  // MLP. Gemma 3 (sandwich norms): post_attention_layernorm on the attention's output, and
+  // pre_/post_feedforward_layernorm around the MLP (GemmaLayers).
   RMSNorm input_layernorm{nullptr}, post_attention_layernorm{nullptr};
+  RMSNorm pre_feedforward_layernorm{nullptr}, post_feedforward_layernorm{nullptr};
   RMSNorm hidden_norm{nullptr};  // LayerInput::EmbeddingAndHidden only
   int64_t sliding_window;        // 0: full causal attention
 };
@@ -192,6 +202,9 @@ class CausalLMImpl : public torch::nn::Module {
                             const at::Tensor& valid, KvCache& cache,
                             const std::vector<int64_t>& capture_layers = {},
                             std::map<int64_t, at::Tensor>* captured = nullptr) const;
+  /// The first layer's input: embed_tokens(ids), times sqrt(hidden_size) rounded to the
+  /// embeddings' dtype for Gemma 3 (as transformers). (B, T) -> (B, T, H)
+  at::Tensor embed(const at::Tensor& ids) const;
   /// Full-vocabulary logits (B, T, V) of final hidden states (B, T, H).
   at::Tensor logits(const at::Tensor& hidden) const;
   /// The output projection (V, H): lm_head.weight, or the embedding when tied.
@@ -206,6 +219,8 @@ class CausalLMImpl : public torch::nn::Module {
  private:
   DecoderConfig config_;
   RopeFrequencies inverse_frequencies_;  // on the device of the last forward
+  // Gemma 3's sliding-window layers' RoPE (GemmaLayers::local_rope_theta); unset elsewhere.
+  std::optional<RopeFrequencies> local_frequencies_;
 };
 TORCH_MODULE(CausalLM);
 

@@ -87,9 +87,13 @@ const FamilyTraits& parse_family(const json& config, const std::string& path) {
                 " (tandem supports ", family_names(), ")");
   check(family != nullptr, "[config] ", path, ": unsupported model_type '", type,
         "' (tandem supports ", family_names(), ")");
+  // Qwen3.5's decoder read alone, Gemma 3's wrapper: the architecture of that form.
   const bool text_alone =
       family->hybrid.text_model_type != nullptr && type == family->hybrid.text_model_type;
-  const std::string expected = text_alone ? family->hybrid.text_architecture : family->architecture;
+  const bool wrapper = family->wrapper_model_type != nullptr && type == family->wrapper_model_type;
+  const std::string expected = text_alone ? family->hybrid.text_architecture
+                               : wrapper  ? family->wrapper_architecture
+                                          : family->architecture;
   if (config.contains("architectures") && config["architectures"].is_array()) {
     for (const json& arch : config["architectures"]) {
       check(arch.is_string() && arch.get<std::string>() == expected, "[config] ", path,
@@ -100,14 +104,16 @@ const FamilyTraits& parse_family(const json& config, const std::string& path) {
   return *family;
 }
 
-// A vision-language wrapper (Qwen3.5/3.6): its decoder's config.json object, `text_config`,
-// with the wrapper's tie_word_embeddings when it states one (transformers ties by the
-// wrapper's). The wrapper's own fields are the vision tower's and its special tokens, none of
+// A vision-language wrapper (Qwen3.5/3.6, Gemma 3): its decoder's config.json object,
+// `text_config`, with the wrapper's tie_word_embeddings when it states one (transformers ties by
+// the wrapper's). The wrapper's own fields are the vision tower's and its special tokens, none of
 // which the decoder reads; anything else is an error naming it.
 json unwrap_text_config(const json& config, const std::string& path, const FamilyTraits& family) {
   static const std::set<std::string> wrapper_fields = {
-      "text_config",           "vision_config",       "image_token_id",     "video_token_id",
-      "vision_start_token_id", "vision_end_token_id", "tie_word_embeddings"};
+      "text_config", "vision_config", "image_token_id", "video_token_id", "vision_start_token_id",
+      "vision_end_token_id", "tie_word_embeddings",
+      // Gemma 3's image tokens
+      "boi_token_index", "eoi_token_index", "image_token_index", "mm_tokens_per_image"};
   for (const auto& item : config.items())
     check(wrapper_fields.count(item.key()) > 0 || common_config_fields().count(item.key()) > 0,
           "[config] ", path, ": unsupported field '", item.key(), "' for ", family.model_type,
@@ -116,9 +122,9 @@ json unwrap_text_config(const json& config, const std::string& path, const Famil
         ": model_type '", family.model_type,
         "' is a vision-language wrapper; its decoder must be the object 'text_config'");
   json text = config["text_config"];
-  if (!text.contains("model_type")) text["model_type"] = family.hybrid.text_model_type;
-  check(text["model_type"] == family.hybrid.text_model_type, "[config] ", path,
-        ": text_config.model_type must be '", family.hybrid.text_model_type, "', got ",
+  if (!text.contains("model_type")) text["model_type"] = text_model_type(family);
+  check(text["model_type"] == text_model_type(family), "[config] ", path,
+        ": text_config.model_type must be '", text_model_type(family), "', got ",
         text["model_type"].dump());
   if (config.contains("tie_word_embeddings") && !config["tie_word_embeddings"].is_null())
     text["tie_word_embeddings"] = config["tie_word_embeddings"];
@@ -189,18 +195,21 @@ void parse_rope(const json& config, const std::string& path, const FamilyTraits&
     out.rotary_dim = partial_rotary_dims(rope, out.head_dim, path);
   }
   if (type == "default") return;
-  check(type == "llama3" || type == "yarn", "[config] ", path, ": unsupported RoPE scaling type '",
-        type, "' (tandem implements default, llama3 and yarn)");
+  check(type == "linear" || type == "llama3" || type == "yarn", "[config] ", path,
+        ": unsupported RoPE scaling type '", type,
+        "' (tandem implements default, linear, llama3 and yarn)");
   RopeScaling& r = out.rope_scaling;
   r.type = type;
-  if (type == "llama3") r.factor = rope.number("factor");
+  if (type == "llama3" || type == "linear") r.factor = rope.number("factor");
   std::set<std::string> known = {"rope_type",
                                  "type",
                                  "rope_theta",
                                  "factor",
                                  "partial_rotary_factor",
                                  "original_max_position_embeddings"};
-  if (type == "llama3") {
+  if (type == "linear") {
+    // every frequency divided by factor: nothing else is read
+  } else if (type == "llama3") {
     r.low_freq_factor = rope.number("low_freq_factor");
     r.high_freq_factor = rope.number("high_freq_factor");
     r.original_max_position_embeddings = rope.integer("original_max_position_embeddings");
@@ -262,6 +271,18 @@ void parse_sliding_window(const json& config, const std::string& path, const Fam
     case WindowReading::AllOrNone:  // the attention reads use_sliding_window alone
       if (use_sliding_window()) out.sliding_window.assign(layers, window);
       return;
+    case WindowReading::LayerTypesOrPattern:
+      if (!reader.has("layer_types")) {  // transformers' default: every 6th layer full
+        const int64_t pattern = reader.integer_or("sliding_window_pattern", 6);
+        check(pattern >= 1, "[config] ", path, ": sliding_window_pattern must be >= 1, got ",
+              pattern);
+        check(window > 0 || pattern == 1, "[config] ", path,
+              ": sliding_window must be set for the sliding-window layers");
+        for (int64_t i = 0; i < layers; ++i)
+          out.sliding_window[i] = (i + 1) % pattern == 0 ? 0 : window;
+        return;
+      }
+      break;
     case WindowReading::MaxWindowLayers:
       if (use_sliding_window()) {
         const int64_t first = reader.integer_or("max_window_layers", layers);
@@ -465,6 +486,69 @@ void parse_hybrid(const json& config, const std::string& path, const HybridTrait
   out.zero_centered_norms = true;
 }
 
+// Gemma 3's RoPE: transformers 5 writes rope_parameters per layer type (`full_attention`,
+// `sliding_attention`); transformers 4 rope_theta / rope_scaling for the full layers and
+// rope_local_base_freq for the sliding ones. The sliding layers' RoPE is default RoPE.
+void parse_gemma_rope(const json& config, const std::string& path, const FamilyTraits& family,
+                      DecoderConfig& out) {
+  Reader top(config, path);
+  const bool per_type = top.has("rope_parameters") && config["rope_parameters"].is_object() &&
+                        config["rope_parameters"].contains("full_attention");
+  if (!per_type) {
+    parse_rope(config, path, family, out);
+    if (!top.has("rope_theta") && !top.has("rope_parameters"))
+      out.rope_theta = 1e6;  // transformers' Gemma 3 default
+    out.gemma.local_rope_theta = top.number_or("rope_local_base_freq", 10000.0);
+    return;
+  }
+  const json& both = config["rope_parameters"];
+  for (const auto& item : both.items())
+    check(item.key() == "full_attention" || item.key() == "sliding_attention", "[config] ", path,
+          ": rope_parameters has an entry for '", item.key(),
+          "' (Gemma 3 has full_attention and sliding_attention)");
+  json full = config;
+  full["rope_parameters"] = both["full_attention"];
+  parse_rope(full, path + ": rope_parameters.full_attention", family, out);
+  if (!both["full_attention"].contains("rope_theta")) out.rope_theta = 1e6;
+  out.gemma.local_rope_theta = 10000.0;
+  if (both.contains("sliding_attention") && !both["sliding_attention"].is_null()) {
+    const json& local = both["sliding_attention"];
+    check(local.is_object(), "[config] ", path,
+          ": rope_parameters.sliding_attention must be an object");
+    Reader reader(local, path);
+    const std::string type = reader.string_or("rope_type", reader.string_or("type", "default"));
+    check(type == "default", "[config] ", path, ": unsupported RoPE type '", type,
+          "' for the sliding-window layers (tandem implements default there)");
+    for (const auto& item : local.items())
+      check(item.key() == "rope_type" || item.key() == "type" || item.key() == "rope_theta",
+            "[config] ", path, ": unsupported field '", item.key(),
+            "' in rope_parameters.sliding_attention");
+    out.gemma.local_rope_theta = reader.number_or("rope_theta", 10000.0);
+  }
+}
+
+// Gemma 3's layers, activation and defaults (transformers' Gemma3TextConfig: head_dim 256,
+// query_pre_attn_scalar 256, tied embeddings).
+void parse_gemma(const json& config, const std::string& path, DecoderConfig& out) {
+  Reader reader(config, path);
+  GemmaLayers& g = out.gemma;
+  g.sandwich_norms = true;
+  g.scaled_embeddings = true;
+  g.query_pre_attn_scalar = reader.number_or("query_pre_attn_scalar", 256.0);
+  check(std::isfinite(g.query_pre_attn_scalar) && g.query_pre_attn_scalar > 0, "[config] ", path,
+        ": query_pre_attn_scalar must be a finite number > 0, got ", g.query_pre_attn_scalar);
+  check(std::isfinite(g.local_rope_theta) && g.local_rope_theta > 0, "[config] ", path,
+        ": the sliding-window layers' rope_theta must be a finite number > 0, got ",
+        g.local_rope_theta);
+  const std::string act =
+      reader.string_or("hidden_activation", reader.string_or("hidden_act", "gelu_pytorch_tanh"));
+  check(act == "gelu_pytorch_tanh", "[config] ", path, ": unsupported hidden_activation '", act,
+        "' (tandem implements gelu_pytorch_tanh for Gemma 3)");
+  out.mlp_activation = MlpActivation::GeluTanh;
+  out.zero_centered_norms = true;
+  out.tie_word_embeddings = reader.boolean_or("tie_word_embeddings", true);
+}
+
 // DeepSeek-V3's multi-head latent attention. Defaults transformers' families disagree on, or
 // that decide the layer's shapes, must be stated; rope_interleave defaults to true, the layout of
 // every published DeepSeek-V3 / Kimi-K2 checkpoint. head_dim becomes qk_head_dim (what the
@@ -519,7 +603,7 @@ void parse_latent_attention(const json& config, const std::string& path, Decoder
 DecoderConfig DecoderConfig::from_json(const json& config, const std::string& path) {
   check(config.is_object(), "[config] ", path, ": expected a JSON object");
   const FamilyTraits& family = parse_family(config, path);
-  if (family.hybrid.text_model_type && config["model_type"] == family.model_type) {
+  if (is_wrapper_type(family, config["model_type"].get<std::string>())) {
     DecoderConfig out = from_json(unwrap_text_config(config, path, family), path + ": text_config");
     out.language_model_wrapped = true;
     return out;
@@ -539,12 +623,16 @@ DecoderConfig DecoderConfig::from_json(const json& config, const std::string& pa
   out.num_attention_heads = reader.integer("num_attention_heads");
   out.num_key_value_heads = reader.integer_or("num_key_value_heads", out.num_attention_heads);
   check(out.num_attention_heads > 0, "[config] ", path, ": num_attention_heads must be positive");
-  out.head_dim = reader.integer_or("head_dim", out.hidden_size / out.num_attention_heads);
+  out.head_dim = reader.integer_or(
+      "head_dim", family.gemma_layers ? 256 : out.hidden_size / out.num_attention_heads);
   out.rms_norm_eps = reader.number_or("rms_norm_eps", 1e-6);
   out.max_position_embeddings = reader.integer_or("max_position_embeddings", 0);
   out.validate_sizes(path);  // before the layer count sizes anything below
   out.tie_word_embeddings = reader.boolean_or("tie_word_embeddings", false);
-  parse_rope(config, path, family, out);
+  if (family.gemma_layers)
+    parse_gemma_rope(config, path, family, out);
+  else
+    parse_rope(config, path, family, out);
   parse_sliding_window(config, path, family, out);
 
   // attention_bias: the q/k/v and o biases, unless the family fixes them (Qwen2: q/k/v always,
@@ -568,10 +656,13 @@ DecoderConfig DecoderConfig::from_json(const json& config, const std::string& pa
           ": num_nextn_predict_layers must be in 0..64, got ", out.mtp_layers);
   }
   if (family.hybrid.enabled) parse_hybrid(config, path, family.hybrid, out);
-
-  const std::string act = reader.string_or("hidden_act", "silu");
-  check(act == "silu", "[config] ", path, ": unsupported hidden_act '", act,
-        "' (tandem implements silu)");
+  if (family.gemma_layers) {
+    parse_gemma(config, path, out);
+  } else {
+    const std::string act = reader.string_or("hidden_act", "silu");
+    check(act == "silu", "[config] ", path, ": unsupported hidden_act '", act,
+          "' (tandem implements silu)");
+  }
   const int64_t tp = reader.integer_or("pretraining_tp", 1);
   check(tp == 1, "[config] ", path, ": unsupported pretraining_tp ", tp, " (only 1)");
   const double dropout = reader.number_or("attention_dropout", 0.0);
@@ -732,6 +823,8 @@ DecoderConfig DecoderConfig::draft_layers(DecoderFamily draft_family, int64_t nu
   draft.gated_attention = draft.zero_centered_norms = draft.language_model_wrapped = false;
   draft.linear_attention = LinearAttentionConfig();
   draft.mtp_layers = 0;
+  draft.gemma = GemmaLayers();
+  draft.mlp_activation = MlpActivation::Silu;
   if (latent_attention.enabled()) {  // plain heads as wide as the target's values
     draft.head_dim = latent_attention.v_head_dim;
     draft.num_key_value_heads = num_attention_heads;
@@ -751,8 +844,8 @@ DecoderConfig DecoderConfig::from_dir(const std::string& dir) {
 
 json DecoderConfig::to_json() const {
   const FamilyTraits& traits = family_traits(family);
-  check(!hybrid() && !gated_attention && !traits.moe.deepseek_layout, "[export] ",
-        traits.model_type, ": tandem does not write ", traits.model_type,
+  check(!hybrid() && !gated_attention && !traits.moe.deepseek_layout && !traits.gemma_layers,
+        "[export] ", traits.model_type, ": tandem does not write ", traits.model_type,
         " models (they are read as frozen targets only)");
   json out;
   out["architectures"] = {traits.architecture};
@@ -774,6 +867,8 @@ json DecoderConfig::to_json() const {
         {"low_freq_factor", rope_scaling.low_freq_factor},
         {"high_freq_factor", rope_scaling.high_freq_factor},
         {"original_max_position_embeddings", rope_scaling.original_max_position_embeddings}};
+  } else if (rope_scaling.type == "linear") {
+    out["rope_scaling"] = {{"rope_type", "linear"}, {"factor", rope_scaling.factor}};
   } else if (rope_scaling.type == "yarn") {
     const RopeScaling& r = rope_scaling;
     json yarn = {{"rope_type", "yarn"},

@@ -27,12 +27,13 @@ enum class DecoderFamily {
   Qwen3_5Moe,  // Qwen3.5 / Qwen3.6 MoE: hybrid layers, experts and a gated shared expert
   Qwen3Next,   // Qwen3-Next: hybrid layers with fused projections, experts and a shared expert
   Glm4Moe,     // GLM-4.5/4.6: partial RoPE, q/k/v biases, group-routed experts and shared experts
-  DeepseekV3   // DeepSeek-V3/R1, Kimi-K2: multi-head latent attention, GLM-4.5's experts
+  DeepseekV3,  // DeepSeek-V3/R1, Kimi-K2: multi-head latent attention, GLM-4.5's experts
+  Gemma3       // Gemma 3: sandwich norms, scaled embeddings, GeGLU, two RoPE bases
 };
 
 /// The config.json `model_type` from the family table: "llama", "mistral", "qwen2", "qwen3",
-/// "qwen3_moe", "mixtral", "minimax_m2", "qwen3_5", "qwen3_5_moe", "qwen3_next", "glm4_moe" or
-/// "deepseek_v3".
+/// "qwen3_moe", "mixtral", "minimax_m2", "qwen3_5", "qwen3_5_moe", "qwen3_next", "glm4_moe",
+/// "deepseek_v3" or "gemma3_text".
 const char* family_name(DecoderFamily family);
 
 /// How a mixture-of-experts router turns its logits (tokens, experts) into the chosen experts
@@ -107,11 +108,31 @@ struct LatentAttentionConfig {
   int64_t qk_head_dim() const { return qk_nope_head_dim + qk_rope_head_dim; }
 };
 
-/// RoPE frequency scaling: Llama 3's, or YaRN (Qwen3's long-context setting, DeepSeek-V3,
+/// The MLP's activation: SwiGLU (silu(gate) * up) or Gemma's GeGLU (gelu_tanh(gate) * up).
+enum class MlpActivation { Silu, GeluTanh };
+
+/// Gemma 3's layers (all false / 0 elsewhere).
+struct GemmaLayers {
+  // Each layer norms its attention's and its MLP's outputs too before the residual adds:
+  // h = x + post_attention_layernorm(attn(input_layernorm(x))),
+  // out = h + post_feedforward_layernorm(mlp(pre_feedforward_layernorm(h))).
+  bool sandwich_norms = false;
+  bool scaled_embeddings = false;  // embed_tokens(ids) times sqrt(hidden_size), in its dtype
+  // The softmax scale query_pre_attn_scalar^-0.5 in place of head_dim^-0.5 (0: head_dim).
+  double query_pre_attn_scalar = 0;
+  // The sliding-window layers' RoPE: default RoPE of this base (rope_local_base_freq, or
+  // rope_parameters.sliding_attention); the full layers' is rope_theta / rope_scaling. 0: one
+  // RoPE for every layer.
+  double local_rope_theta = 0;
+
+  bool enabled() const { return sandwich_norms; }
+};
+
+/// RoPE frequency scaling: linear, Llama 3's, or YaRN (Qwen3's long-context setting, DeepSeek-V3,
 /// gpt-oss); models/rope.h computes both.
 struct RopeScaling {
-  std::string type = "default";  // "default" | "llama3" | "yarn"
-  double factor = 1.0;
+  std::string type = "default";   // "default" | "linear" | "llama3" | "yarn"
+  double factor = 1.0;            // linear: every frequency divided by it
   double low_freq_factor = 1.0;   // llama3
   double high_freq_factor = 4.0;  // llama3
   int64_t original_max_position_embeddings = 0;
@@ -152,7 +173,8 @@ struct DecoderConfig {
   bool qkv_bias = false;  // bias on q/k/v projections (Qwen2 always; others via attention_bias)
   bool o_bias = false;    // bias on o_proj (attention_bias in Llama/Mistral/Qwen3)
   bool mlp_bias = false;  // bias on gate/up/down (Llama's mlp_bias)
-  bool qk_norm = false;   // RMSNorm on q and k before RoPE (Qwen3: per head)
+  MlpActivation mlp_activation = MlpActivation::Silu;
+  bool qk_norm = false;  // RMSNorm on q and k before RoPE (Qwen3: per head)
   // MiniMax-M2: the q/k norms span all heads (weights (heads * head_dim,)), not one head.
   bool qk_norm_across_heads = false;
   int64_t rotary_dim = 0;  // RoPE on the first rotary_dim dims of each head (0: all of them)
@@ -166,9 +188,11 @@ struct DecoderConfig {
   // DeepSeek-V3: every layer's attention is latent; head_dim is then qk_head_dim() (what the
   // attention kernels see, values zero-padded to it) and rotary_dim qk_rope_head_dim.
   LatentAttentionConfig latent_attention;
-  // The checkpoint is a vision-language wrapper (Qwen3_5ForConditionalGeneration): config.json
-  // holds the decoder in `text_config` and the weights live under `model.language_model.`; the
-  // vision tower's tensors (`model.visual.`) are not read.
+  GemmaLayers gemma;
+  // The checkpoint is a vision-language wrapper (Qwen3_5ForConditionalGeneration,
+  // Gemma3ForConditionalGeneration): config.json holds the decoder in `text_config` and the
+  // weights live where the family's WrappedStorage says (`model.language_model.`,
+  // `language_model.model.`); the vision tower's tensors are not read.
   bool language_model_wrapped = false;
   // GLM-4.5, DeepSeek-V3: the multi-token-prediction layers its checkpoints store after the
   // decoder's (num_nextn_predict_layers, default 1), skipped by name; 0 elsewhere.

@@ -283,6 +283,32 @@ const std::vector<FamilyTraits>& family_table() {
                    // Expert parallelism and the training-time auxiliary loss of the
                    // published configs: they change nothing in a forward.
                    accepted("ep_size"), accepted("aux_loss_alpha"), accepted("seq_aux")}})},
+
+      // Gemma 3 (text decoder): Gemma's layers (FamilyTraits::gemma_layers), per-head q/k norms,
+      // tied embeddings by default, sliding-window layers by layer_types or
+      // sliding_window_pattern, each layer type with its RoPE.
+      {.family = DecoderFamily::Gemma3,
+       .model_type = "gemma3_text",
+       .architecture = "Gemma3ForCausalLM",
+       .wrapper_model_type = "gemma3",
+       .wrapper_architecture = "Gemma3ForConditionalGeneration",
+       .wrapped = {.decoder = "language_model.model.",
+                   .lm_head = "language_model.lm_head.",
+                   .not_read = {"vision_tower.", "multi_modal_projector."}},
+       .gemma_layers = true,
+       .qk_norm = QkNorm::PerHead,
+       .windows = WindowReading::LayerTypesOrPattern,
+       .fields = {accepted("query_pre_attn_scalar"), accepted("rope_local_base_freq"),
+                  accepted("sliding_window_pattern"), accepted("_sliding_window_pattern"),
+                  accepted("layer_types"), accepted("hidden_activation"),
+                  accepted("cache_implementation"),
+                  only("hidden_act", "gelu_pytorch_tanh", "GeGLU with the tanh GELU"),
+                  only("attention_bias", false, "its attention projections have no bias"),
+                  only("final_logit_softcapping", nullptr,
+                       "no soft-capping of the logits (Gemma 3 sets none)"),
+                  only("attn_logit_softcapping", nullptr,
+                       "no soft-capping of the attention scores (Gemma 3 sets none)"),
+                  only("use_bidirectional_attention", false, "causal attention")}},
   };
   return table;
 }
@@ -303,9 +329,19 @@ const FamilyTraits* find_family(const std::string& model_type) {
   for (const FamilyTraits& traits : family_table())
     if (model_type == traits.model_type ||
         (traits.alias_model_type && model_type == traits.alias_model_type) ||
+        (traits.wrapper_model_type && model_type == traits.wrapper_model_type) ||
         (traits.hybrid.text_model_type && model_type == traits.hybrid.text_model_type))
       return &traits;
   return nullptr;
+}
+
+bool is_wrapper_type(const FamilyTraits& family, const std::string& model_type) {
+  if (family.hybrid.text_model_type) return model_type == family.model_type;
+  return family.wrapper_model_type != nullptr && model_type == family.wrapper_model_type;
+}
+
+const char* text_model_type(const FamilyTraits& family) {
+  return family.hybrid.text_model_type ? family.hybrid.text_model_type : family.model_type;
 }
 
 const char* not_implemented_yet(const std::string& model_type) {
@@ -313,12 +349,7 @@ const char* not_implemented_yet(const std::string& model_type) {
       {"gpt_oss",
        "gpt-oss's attention sinks, clamped SwiGLU experts with biases and MXFP4 expert weights "
        "are not implemented yet (its YaRN RoPE is)"},
-      {"gemma3",
-       "Gemma 3's layers (scaled embeddings, pre- and post-norms, GeGLU, a RoPE base per layer "
-       "type) are not implemented yet"},
-      {"gemma3_text",
-       "Gemma 3's layers (scaled embeddings, pre- and post-norms, GeGLU, a RoPE base per layer "
-       "type) are not implemented yet"}};
+  };
   const auto found = missing.find(model_type);
   return found == missing.end() ? nullptr : found->second;
 }

@@ -45,6 +45,9 @@ enum class WindowReading {
   EveryLayer,  // sliding_window alone, on every layer (Mistral, Mixtral); layer_types overrides
   MaxWindowLayers,  // use_sliding_window, layers from max_window_layers on; layer_types overrides
   AllOrNone,        // use_sliding_window alone: every layer or none; layer_types is not read
+  // layer_types, else every sliding_window_pattern-th layer (default 6) full and the others
+  // windowed (Gemma 3)
+  LayerTypesOrPattern,
 };
 
 /// How the export's config.json writes the per-layer windows.
@@ -93,6 +96,15 @@ struct ExportSpelling {
   WindowSpelling windows = WindowSpelling::None;
 };
 
+/// How a vision-language checkpoint stores its decoder (DecoderConfig::language_model_wrapped):
+/// the decoder's `model.` tensors under `decoder`, an untied lm_head under `lm_head`, and the
+/// tensors it does not read (the vision tower, the projector) under `not_read`.
+struct WrappedStorage {
+  const char* decoder = "model.language_model.";
+  const char* lm_head = "lm_head.";
+  std::vector<const char*> not_read = {"model.visual."};
+};
+
 struct FamilyTraits {
   DecoderFamily family;
   const char* model_type;    // config.json model_type, family_name()
@@ -100,6 +112,12 @@ struct FamilyTraits {
   // Another model_type whose checkpoints are this family's, read as it (Kimi-K2's "kimi_k2":
   // DeepseekV3ForCausalLM). nullptr: none.
   const char* alias_model_type = nullptr;
+  // The vision-language checkpoint whose text_config is this family's decoder, for a family whose
+  // own model_type is the decoder's (Gemma 3: "gemma3", Gemma3ForConditionalGeneration; Qwen3.5's
+  // family model_type is its wrapper's, HybridTraits). nullptr: none.
+  const char* wrapper_model_type = nullptr;
+  const char* wrapper_architecture = nullptr;
+  WrappedStorage wrapped = {};
 
   // The layers, whatever config.json says.
   bool qkv_bias_always = false;  // q/k/v biased and o not; attention_bias is not read (Qwen2)
@@ -111,6 +129,10 @@ struct FamilyTraits {
   // DeepSeek-V3's multi-head latent attention on every layer (LatentAttentionConfig: q_lora_rank,
   // kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim, v_head_dim, rope_interleave are read).
   bool latent_attention = false;
+  // Gemma 3's layers (GemmaLayers): sandwich norms, (1 + weight) RMSNorms everywhere, embeddings
+  // scaled by sqrt(hidden_size), GeGLU (hidden_activation gelu_pytorch_tanh),
+  // query_pre_attn_scalar, a second RoPE base for the sliding-window layers.
+  bool gemma_layers = false;
   QkNorm qk_norm = QkNorm::None;
   bool partial_rope = false;  // rotary_dim / partial_rotary_factor are read (else full RoPE)
   // transformers' partial_rotary_factor when config.json gives none (0: full RoPE).
@@ -132,11 +154,15 @@ struct FamilyTraits {
 const std::vector<FamilyTraits>& family_table();
 /// The entry of `family` (an Error for a value the table does not hold).
 const FamilyTraits& family_traits(DecoderFamily family);
-/// The entry whose model_type (or alias_model_type, or for a wrapped family text_model_type) is
-/// `model_type`, or nullptr.
+/// The entry whose model_type (or alias_model_type, wrapper_model_type, or for a wrapped hybrid
+/// text_model_type) is `model_type`, or nullptr.
 const FamilyTraits* find_family(const std::string& model_type);
-/// For a model_type users train drafts against that tandem does not load yet (gpt_oss, gemma3,
-/// gemma3_text): what is missing, for the error; nullptr otherwise.
+/// Whether `model_type` names the family's vision-language wrapper (its decoder in text_config).
+bool is_wrapper_type(const FamilyTraits& family, const std::string& model_type);
+/// The model_type of the family's decoder read alone: its text_model_type, or its model_type.
+const char* text_model_type(const FamilyTraits& family);
+/// For a model_type users train drafts against that tandem does not load yet (gpt_oss): what is
+/// missing, for the error; nullptr otherwise.
 const char* not_implemented_yet(const std::string& model_type);
 /// "llama, mistral, ... or minimax_m2": the model_types of the entries `include` keeps.
 std::string family_names(bool (*include)(const FamilyTraits&) = nullptr);

@@ -70,13 +70,16 @@ at::Tensor RMSNormImpl::forward(const at::Tensor& x) const {
 }
 
 MlpImpl::MlpImpl(int64_t hidden_size, int64_t intermediate_size, bool bias,
-                 const at::TensorOptions& options) {
+                 const at::TensorOptions& options, MlpActivation activation_)
+    : activation(activation_) {
   gate_proj = register_module("gate_proj", Linear(hidden_size, intermediate_size, bias, options));
   up_proj = register_module("up_proj", Linear(hidden_size, intermediate_size, bias, options));
   down_proj = register_module("down_proj", Linear(intermediate_size, hidden_size, bias, options));
 }
 
 at::Tensor MlpImpl::forward(const at::Tensor& x) const {
+  if (activation == MlpActivation::GeluTanh)  // Gemma's GeGLU
+    return down_proj->forward(at::gelu(gate_proj->forward(x), "tanh") * up_proj->forward(x));
   return down_proj->forward(swiglu(gate_proj->forward(x), up_proj->forward(x)));
 }
 

@@ -5,6 +5,8 @@
 #include <torch/nn/module.h>
 #include <torch/nn/pimpl.h>
 
+#include "tandem/models/decoder_config.h"
+
 namespace tandem {
 
 /// y = x W^T (+ b). weight (out, in), bias (out).
@@ -61,9 +63,11 @@ TORCH_MODULE(RMSNorm);
 class MlpImpl : public torch::nn::Module {
  public:
   MlpImpl(int64_t hidden_size, int64_t intermediate_size, bool bias,
-          const at::TensorOptions& options);
-  at::Tensor forward(const at::Tensor& x) const;  // (B, T, H) -> (B, T, H)
+          const at::TensorOptions& options, MlpActivation activation = MlpActivation::Silu);
+  /// down_proj(act(gate_proj(x)) * up_proj(x)), act silu or the tanh GELU. (B, T, H) -> (B, T, H)
+  at::Tensor forward(const at::Tensor& x) const;
   Linear gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};
+  MlpActivation activation;
 };
 TORCH_MODULE(Mlp);
 

@@ -53,6 +53,7 @@ at::Tensor rope_inverse_frequencies(int64_t head_dim, double theta, const RopeSc
   const at::Tensor powers = at::pow(theta, exponents);
   if (scaling.type == "yarn") return yarn_inverse_frequencies(powers, head_dim, theta, scaling);
   at::Tensor inverse = 1.0 / powers;
+  if (scaling.type == "linear") return inverse / scaling.factor;  // positions divided by factor
   if (scaling.type != "llama3") return inverse;
   // Llama 3: long wavelengths are divided by `factor`, short ones kept, the band in between
   // interpolated smoothly.

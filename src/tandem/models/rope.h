@@ -12,7 +12,8 @@
 
 namespace tandem {
 
-/// Inverse frequencies (head_dim / 2,) in fp32: theta^(-2i/d), rescaled for `llama3` / `yarn`.
+/// Inverse frequencies (head_dim / 2,) in fp32: theta^(-2i/d), rescaled for `linear` (divided by
+/// factor), `llama3` / `yarn`.
 at::Tensor rope_inverse_frequencies(int64_t head_dim, double theta, const RopeScaling& scaling);
 
 /// The factor cos and sin are multiplied by: 1, or YaRN's attention factor (given, or

@@ -43,14 +43,19 @@ std::vector<std::string> StoredWeight::names() const {
 }
 
 std::string checkpoint_name(const std::string& model_name, const DecoderConfig& config) {
-  const std::string decoder = "model.";
-  if (!config.language_model_wrapped || model_name.rfind(decoder, 0) != 0) return model_name;
-  return "model.language_model." + model_name.substr(decoder.size());
+  if (!config.language_model_wrapped) return model_name;
+  const WrappedStorage& wrapped = family_traits(config.family).wrapped;
+  for (const auto& [own, stored] :
+       {std::pair<std::string, std::string>{"model.", wrapped.decoder},
+        std::pair<std::string, std::string>{"lm_head.", wrapped.lm_head}})
+    if (model_name.rfind(own, 0) == 0) return stored + model_name.substr(own.size());
+  return model_name;
 }
 
 const char* outside_decoder(const std::string& stored_name, const DecoderConfig& config) {
-  if (config.language_model_wrapped && stored_name.rfind("model.visual.", 0) == 0)
-    return "the vision tower";
+  if (config.language_model_wrapped)
+    for (const char* prefix : family_traits(config.family).wrapped.not_read)
+      if (stored_name.rfind(prefix, 0) == 0) return "the vision tower";
   if (config.hybrid() && stored_name.rfind("mtp.", 0) == 0)
     return "the multi-token-prediction layers";
   // GLM-4.5: the MTP layers are numbered on after the decoder's, model.layers.{N + i} for

@@ -83,8 +83,10 @@ DecoderConfig student_decoder_config(const SftOptions& options) {
         " is a hybrid (Gated DeltaNet) model, which tandem reads as a frozen target, teacher or "
         "reference only: training one (SFT, distillation student, DPO or GRPO policy) is not "
         "supported yet");
-  // DeepSeek-V3's MoE layout (GLM-4.5): read, never written (DecoderConfig::to_json).
-  check(!family_traits(config.family).moe.deepseek_layout, "[model] ",
+  // DeepSeek-V3's MoE layout (GLM-4.5, DeepSeek-V3), Gemma 3: read, never written
+  // (DecoderConfig::to_json).
+  const FamilyTraits& traits = family_traits(config.family);
+  check(!traits.moe.deepseek_layout && !traits.gemma_layers, "[model] ",
         options.model_path.empty() ? options.model_config : options.model_path, ": ",
         family_name(config.family),
         " is read as a frozen target, teacher or reference only: training one (SFT, distillation "

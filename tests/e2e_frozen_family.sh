@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# The targets with DeepSeek-V3's group-routed experts and shared experts after dense first
-# layers, and an MTP layer in the checkpoint that is not read, end to end through the binary on
-# the tiny fixtures of tools/make_model_fixtures.py: glm4_moe (GLM-4.5: q/k/v biases, partial
-# RoPE) or deepseek_v3 (DeepSeek-V3 / Kimi-K2: multi-head latent attention, YaRN, a latent KV
-# cache):
+# The families tandem reads as frozen targets only, end to end through the binary on the tiny
+# fixtures of tools/make_model_fixtures.py: glm4_moe (GLM-4.5: DeepSeek-V3's group-routed experts
+# and shared experts after a dense first layer, q/k/v biases, partial RoPE, an MTP layer in the
+# checkpoint), deepseek_v3 (DeepSeek-V3 / Kimi-K2: the same experts under multi-head latent
+# attention with YaRN and a latent KV cache) or gemma3 (the Gemma 3 vision-language checkpoint:
+# sandwich norms, GeGLU, sliding-window and full layers with their own RoPE; the vision tower
+# not read):
 #  1. EAGLE-3: 20 steps online, exported and checked against what SGLang / vLLM / speculators
 #     read; `tandem capture` + offline training has the online first-step loss.
 #  1b. The same draft with the target sharded over 2 ranks (distributed.mode: shard, real
@@ -12,14 +14,22 @@
 #  3. `tandem eval` of both drafts with the KV cache = without it, prompt by prompt.
 #  4. The target as a teacher (distillation of the Qwen3-MoE fixture), a dry run that plans it;
 #     training one itself is refused by name.
-# Usage: tests/e2e_group_routed_moe.sh BUILD_DIR FIXTURE   (FIXTURE: glm4_moe or deepseek_v3;
-# run by ctest as e2e_glm4_moe and e2e_deepseek_v3; needs scripts/setup.sh --tools, and
-# torchrun from .venv)
+# Usage: tests/e2e_frozen_family.sh BUILD_DIR FIXTURE   (FIXTURE: glm4_moe, deepseek_v3 or gemma3;
+# run by ctest as e2e_FIXTURE; needs scripts/setup.sh --tools, and torchrun from .venv)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 tandem="$1/tandem"
 family=$2
-case "$family" in glm4_moe | deepseek_v3) ;; *) echo "unknown fixture '$family'" >&2; exit 2 ;; esac
+# What the checkpoint holds beyond the decoder (skipped by name, and left out of the count).
+case "$family" in
+  glm4_moe | deepseek_v3) skipped="tensors of the multi-token-prediction layers" outside="model.layers.4." ;;
+  # The tiny Gemma 3's outputs are nearly uniform (logit std 0.78), so the EAGLE-3 loss stays at
+  # the target's entropy, which each step's random batch moves more than training does: learning
+  # shows in the draft's agreement with the target's top-1 instead.
+  gemma3) skipped="tensors of the vision tower" outside="vision_tower.,multi_modal_projector."
+    eagle3_learns=acc_0 ;;
+  *) echo "unknown fixture '$family'" >&2; exit 2 ;;
+esac
 work=$(mktemp -d "${TMPDIR:-/tmp}/tandem-e2e-$family-XXXXXX")
 trap 'rm -rf "$work"' EXIT
 [ -n "${KEEP:-}" ] && trap - EXIT
@@ -43,8 +53,8 @@ YAML
 "$tandem" train "$work/eagle3.yaml" > "$work/eagle3-online.log" 2>&1 ||
   { cat "$work/eagle3-online.log" >&2; exit 1; }
 grep "not read, not part of the decoder" "$work/eagle3-online.log"
-grep -q "tensors of the multi-token-prediction layers" "$work/eagle3-online.log"
-losses_fall "$work/eagle3-online/metrics.jsonl"
+grep -q "$skipped" "$work/eagle3-online.log"
+losses_fall "$work/eagle3-online/metrics.jsonl" "${eagle3_learns:-loss}"
 tools/check_eagle3_export.sh --sglang "$work/eagle3-online/export/sglang" \
   --speculators "$work/eagle3-online/export/speculators"
 offline_equals_online eagle3 5
@@ -93,14 +103,15 @@ print("  distillation from the teacher, losses", [round(x, 4) for x in losses])
 PY
 "$tandem" train "$work/eagle3.yaml" --dry-run > "$work/dry.log" 2>&1 || { cat "$work/dry.log" >&2; exit 1; }
 grep "frozen: target" "$work/dry.log"
-# The decoder's parameters alone, counted from the safetensors headers (the MTP layer left out).
-expected=$(python3 - "$target/model.safetensors" <<'PY'
+# The decoder's parameters alone, counted from the safetensors headers (what is outside it left
+# out).
+expected=$(python3 - "$target/model.safetensors" "$outside" <<'PY'
 import json, math, re, struct, sys
 with open(sys.argv[1], "rb") as f:
     header = json.loads(f.read(struct.unpack("<Q", f.read(8))[0]))
 count = 0
 for name, info in header.items():
-    if name == "__metadata__" or name.startswith("model.layers.4."):
+    if name == "__metadata__" or name.startswith(tuple(sys.argv[2].split(","))):
         continue
     if name.endswith("e_score_correction_bias"):  # a buffer, not a parameter
         continue
@@ -116,6 +127,6 @@ data: {path: $work/docs.jsonl, format: pretokenized, seq_len: 32, micro_batch_ro
        cache_dir: $work/cache}
 training: {objective: sft, run_dir: $work/sft, steps: 1, lr: 1.0e-3}
 YAML
-grep -F "$family is read as a frozen target, teacher or reference only" "$work/refused.log" |
+grep -F "is read as a frozen target, teacher or reference only" "$work/refused.log" |
   cut -c1-150
 echo "e2e $family: OK"
