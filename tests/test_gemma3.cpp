@@ -93,6 +93,56 @@ TEST(Gemma3Config, ReadsTheFixturesAndTheHubSpelling) {
   EXPECT_EQ(again.rope_scaling.factor, 8.0);
 }
 
+// The published vision-language configs leave most of text_config to transformers' defaults:
+// Gemma 3 27B states no vocab_size, RoPE bases, eps or pattern; 4B not even its heads.
+TEST(Gemma3Config, ReadsThePublishedConfigsWithTransformersDefaults) {
+  auto wrapper = [](const json& text) {
+    return json{{"architectures", {"Gemma3ForConditionalGeneration"}},
+                {"model_type", "gemma3"},
+                {"boi_token_index", 255999},
+                {"eoi_token_index", 256000},
+                {"image_token_index", 262144},
+                {"mm_tokens_per_image", 256},
+                {"eos_token_id", {1, 106}},
+                {"initializer_range", 0.02},
+                {"text_config", text},
+                {"torch_dtype", "bfloat16"},
+                {"vision_config", {{"model_type", "siglip_vision_model"}, {"hidden_size", 1152}}}};
+  };
+  const json scaling = {{"factor", 8.0}, {"rope_type", "linear"}};
+  const DecoderConfig big = parse_config(wrapper({{"head_dim", 128},
+                                                  {"hidden_size", 5376},
+                                                  {"intermediate_size", 21504},
+                                                  {"model_type", "gemma3_text"},
+                                                  {"num_attention_heads", 32},
+                                                  {"num_hidden_layers", 62},
+                                                  {"num_key_value_heads", 16},
+                                                  {"query_pre_attn_scalar", 168},
+                                                  {"rope_scaling", scaling},
+                                                  {"sliding_window", 1024}}));
+  EXPECT_EQ(big.vocab_size, 262208);
+  EXPECT_EQ(big.num_attention_heads, 32);
+  EXPECT_EQ(big.rope_theta, 1e6);
+  EXPECT_EQ(big.gemma.local_rope_theta, 1e4);
+  EXPECT_EQ(big.rope_scaling.type, "linear");
+  EXPECT_EQ(big.gemma.query_pre_attn_scalar, 168.0);
+  EXPECT_EQ(big.sliding_window.at(4), 1024);
+  EXPECT_EQ(big.sliding_window.at(5), 0);
+  EXPECT_TRUE(big.tie_word_embeddings);
+  EXPECT_TRUE(big.language_model_wrapped);
+  const DecoderConfig small = parse_config(wrapper({{"hidden_size", 2560},
+                                                    {"intermediate_size", 10240},
+                                                    {"model_type", "gemma3_text"},
+                                                    {"num_hidden_layers", 34},
+                                                    {"rope_scaling", scaling},
+                                                    {"sliding_window", 1024}}));
+  EXPECT_EQ(small.num_attention_heads, 8);
+  EXPECT_EQ(small.num_key_value_heads, 4);
+  EXPECT_EQ(small.head_dim, 256);
+  EXPECT_EQ(small.gemma.query_pre_attn_scalar, 256.0);
+  EXPECT_EQ(small.rms_norm_eps, 1e-6);
+}
+
 TEST(Gemma3Config, RefusesWhatItDoesNotRun) {
   const json base = fixture_config("gemma3_text");
   auto with = [&](const char* key, const json& value) {
@@ -117,7 +167,7 @@ TEST(Gemma3Config, RefusesWhatItDoesNotRun) {
   expect_config_error(third, "rope_parameters has an entry for 'chunked_attention'");
   json no_window = base;
   no_window.erase("layer_types");
-  no_window.erase("sliding_window");
+  no_window["sliding_window"] = nullptr;  // absent would be transformers' 4096
   expect_config_error(no_window, "sliding_window must be set for the sliding-window layers");
   json wrapped = fixture_config("gemma3");
   wrapped["architectures"] = {"Gemma3ForCausalLM"};

@@ -17,6 +17,7 @@
 #include "tandem/models/dflash.h"
 #include "tandem/models/eagle3.h"
 #include "tandem/models/load.h"
+#include "tandem/objectives/eagle3.h"
 
 namespace {
 
@@ -71,6 +72,15 @@ TEST(LatentAttentionConfig, ReadsTheFixtures) {
   EXPECT_EQ(eagle3.layer.num_attention_heads, 2);
   EXPECT_EQ(eagle3.layer.num_key_value_heads, 1);
   EXPECT_EQ(eagle3.layer.head_dim, 12);
+  // Heads set without their key/value heads: still one key/value head per query head.
+  EXPECT_EQ(yarn.draft_layers(tandem::DecoderFamily::Llama, 1, {2, 0, 0}).num_key_value_heads, 2);
+  // Elsewhere the target's key/value heads stay, and a count they do not divide names the keys.
+  const DecoderConfig qwen3 = parse_config(fixture_config("qwen3"));
+  const std::string message = tandem::testing::error_of([&] {
+    qwen3.draft_layers(tandem::DecoderFamily::Llama, 1, {qwen3.num_key_value_heads + 1, 0, 0});
+  });
+  EXPECT_NE(message.find("draft.num_attention_heads"), std::string::npos) << message;
+  EXPECT_NE(message.find("draft.num_key_value_heads"), std::string::npos) << message;
   tandem::DFlashDims dims;
   dims.num_layers = 1;
   const tandem::DFlashConfig dflash = tandem::DFlashConfig::for_target(yarn, dims, {}, 4, 511);
@@ -78,7 +88,26 @@ TEST(LatentAttentionConfig, ReadsTheFixtures) {
   EXPECT_EQ(dflash.layer.num_key_value_heads, 4);
 }
 
+// The EAGLE-3 draft takes the target's YaRN unless draft.rope_theta gives it an unscaled RoPE
+// of its own (SpecForge's DeepSeek-V3 draft: base 10000, no scaling).
+TEST(LatentAttentionConfig, Eagle3DraftRopeIsTheTargetsOrItsOwn) {
+  tandem::Eagle3Options options;
+  options.target_path = model_fixture("deepseek_v3");
+  options.aux_layer_ids = {0, 1, 2};
+  options.draft_vocab_size = 64;
+  EXPECT_EQ(tandem::Eagle3Objective(options).draft()->config().layer.rope_scaling.type, "yarn");
+  options.rope_theta = 10000.0;
+  const auto& layer = tandem::Eagle3Objective(options).draft()->config().layer;
+  EXPECT_EQ(layer.rope_scaling.type, "default");
+  EXPECT_EQ(layer.rope_theta, 10000.0);
+}
+
+// Published configs carry auto_map (their trust_remote_code classes): it changes nothing here.
 TEST(LatentAttentionConfig, KimiK2ReadsAsDeepSeekV3) {
+  json with_auto_map = fixture_config("deepseek_v3");
+  with_auto_map["auto_map"] = {{"AutoConfig", "configuration_deepseek.DeepseekV3Config"},
+                               {"AutoModel", "modeling_deepseek.DeepseekV3Model"}};
+  EXPECT_EQ(parse_config(with_auto_map).family, tandem::DecoderFamily::DeepseekV3);
   json config = fixture_config("deepseek_v3");
   config["model_type"] = "kimi_k2";
   EXPECT_EQ(parse_config(config).family, tandem::DecoderFamily::DeepseekV3);

@@ -309,6 +309,8 @@ const IntKey num_key_value_heads{
     "0: the target's (a latent attention target's: one per query head)"};
 const IntKey head_dim{group, "head_dim", 0, IntRange::between(0, 4096),
                       "0: the target's (a latent attention target's: its v_head_dim)"};
+const NumberKey rope_theta{group, "rope_theta", Unset{"the target's RoPE"}, NumberRange::above(0),
+                           "an unscaled RoPE of this base"};
 const NumberKey init_std{group, "init_std", 0.02, NumberRange::at_least(0),
                          "normal init of the draft's matrices"};
 }  // namespace draft
@@ -339,8 +341,6 @@ const IntKey block_size{group, "block_size", 16, IntRange::between(2, 1024),
 const IntKey mask_token_id{group, "mask_token_id", Unset{"resolved from the tokenizer"},
                            IntRange::between(0, kMaxTokens),
                            "the mask token (docs/dflash.md, \"The mask token\")"};
-const NumberKey rope_theta{group, "rope_theta", Unset{"the target's RoPE"}, NumberRange::above(0),
-                           "an unscaled RoPE of this base"};
 }  // namespace dflash_draft
 
 namespace dflash_loss {

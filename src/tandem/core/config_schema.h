@@ -154,6 +154,7 @@ extern const IntKey intermediate_size;
 extern const IntKey num_attention_heads;
 extern const IntKey num_key_value_heads;
 extern const IntKey head_dim;
+extern const NumberKey rope_theta;
 extern const NumberKey init_std;
 }  // namespace draft
 
@@ -172,7 +173,6 @@ extern const IntKey num_layers;
 extern const IntListKey target_layer_ids;
 extern const IntKey block_size;
 extern const IntKey mask_token_id;
-extern const NumberKey rope_theta;
 }  // namespace dflash_draft
 
 namespace dflash_loss {

@@ -509,13 +509,15 @@ void parse_gemma_rope(const json& config, const std::string& path, const FamilyT
   json full = config;
   full["rope_parameters"] = both["full_attention"];
   parse_rope(full, path + ": rope_parameters.full_attention", family, out);
-  if (!both["full_attention"].contains("rope_theta")) out.rope_theta = 1e6;
-  out.gemma.local_rope_theta = 10000.0;
+  // As transformers: a type without its own rope_theta takes the top-level field, else 1e6 / 1e4.
+  if (!both["full_attention"].is_object() || !both["full_attention"].contains("rope_theta"))
+    out.rope_theta = top.number_or("rope_theta", 1e6);
+  out.gemma.local_rope_theta = top.number_or("rope_local_base_freq", 10000.0);
   if (both.contains("sliding_attention") && !both["sliding_attention"].is_null()) {
     const json& local = both["sliding_attention"];
     check(local.is_object(), "[config] ", path,
           ": rope_parameters.sliding_attention must be an object");
-    Reader reader(local, path);
+    Reader reader(local, path + ": rope_parameters.sliding_attention");
     const std::string type = reader.string_or("rope_type", reader.string_or("type", "default"));
     check(type == "default", "[config] ", path, ": unsupported RoPE type '", type,
           "' for the sliding-window layers (tandem implements default there)");
@@ -523,12 +525,11 @@ void parse_gemma_rope(const json& config, const std::string& path, const FamilyT
       check(item.key() == "rope_type" || item.key() == "type" || item.key() == "rope_theta",
             "[config] ", path, ": unsupported field '", item.key(),
             "' in rope_parameters.sliding_attention");
-    out.gemma.local_rope_theta = reader.number_or("rope_theta", 10000.0);
+    out.gemma.local_rope_theta = reader.number_or("rope_theta", out.gemma.local_rope_theta);
   }
 }
 
-// Gemma 3's layers, activation and defaults (transformers' Gemma3TextConfig: head_dim 256,
-// query_pre_attn_scalar 256, tied embeddings).
+// Gemma 3's layers and activation (transformers' defaults for absent fields: FamilyTraits).
 void parse_gemma(const json& config, const std::string& path, DecoderConfig& out) {
   Reader reader(config, path);
   GemmaLayers& g = out.gemma;
@@ -546,7 +547,6 @@ void parse_gemma(const json& config, const std::string& path, DecoderConfig& out
         "' (tandem implements gelu_pytorch_tanh for Gemma 3)");
   out.mlp_activation = MlpActivation::GeluTanh;
   out.zero_centered_norms = true;
-  out.tie_word_embeddings = reader.boolean_or("tie_word_embeddings", true);
 }
 
 // DeepSeek-V3's multi-head latent attention. Defaults transformers' families disagree on, or
@@ -608,6 +608,17 @@ DecoderConfig DecoderConfig::from_json(const json& config, const std::string& pa
     out.language_model_wrapped = true;
     return out;
   }
+  if (family.defaults.is_object()) {  // transformers' values for what config.json leaves out
+    bool absent = false;
+    for (const auto& item : family.defaults.items())
+      absent = absent || !config.contains(item.key());
+    if (absent) {
+      json filled = config;
+      for (const auto& item : family.defaults.items())
+        if (!filled.contains(item.key())) filled[item.key()] = item.value();
+      return from_json(filled, path);
+    }
+  }
   DecoderConfig out;
   out.family = family.family;
   check_fields(config, path, family);
@@ -623,8 +634,7 @@ DecoderConfig DecoderConfig::from_json(const json& config, const std::string& pa
   out.num_attention_heads = reader.integer("num_attention_heads");
   out.num_key_value_heads = reader.integer_or("num_key_value_heads", out.num_attention_heads);
   check(out.num_attention_heads > 0, "[config] ", path, ": num_attention_heads must be positive");
-  out.head_dim = reader.integer_or(
-      "head_dim", family.gemma_layers ? 256 : out.hidden_size / out.num_attention_heads);
+  out.head_dim = reader.integer_or("head_dim", out.hidden_size / out.num_attention_heads);
   out.rms_norm_eps = reader.number_or("rms_norm_eps", 1e-6);
   out.max_position_embeddings = reader.integer_or("max_position_embeddings", 0);
   out.validate_sizes(path);  // before the layer count sizes anything below
@@ -831,8 +841,15 @@ DecoderConfig DecoderConfig::draft_layers(DecoderFamily draft_family, int64_t nu
     draft.latent_attention = LatentAttentionConfig();
   }
   if (heads.num_attention_heads > 0) draft.num_attention_heads = heads.num_attention_heads;
-  if (heads.num_key_value_heads > 0) draft.num_key_value_heads = heads.num_key_value_heads;
+  if (heads.num_key_value_heads > 0)
+    draft.num_key_value_heads = heads.num_key_value_heads;
+  else if (latent_attention.enabled())  // one key/value head per query head, however many
+    draft.num_key_value_heads = draft.num_attention_heads;
   if (heads.head_dim > 0) draft.head_dim = heads.head_dim;
+  check(draft.num_attention_heads % draft.num_key_value_heads == 0, "[config] the draft's ",
+        draft.num_attention_heads, " attention heads (draft.num_attention_heads, 0: the target's) ",
+        "are not a multiple of its ", draft.num_key_value_heads,
+        " key/value heads (draft.num_key_value_heads, 0: the target's)");
   return draft;
 }
 

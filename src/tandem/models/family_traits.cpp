@@ -308,7 +308,20 @@ const std::vector<FamilyTraits>& family_table() {
                        "no soft-capping of the logits (Gemma 3 sets none)"),
                   only("attn_logit_softcapping", nullptr,
                        "no soft-capping of the attention scores (Gemma 3 sets none)"),
-                  only("use_bidirectional_attention", false, "causal attention")}},
+                  only("use_bidirectional_attention", false, "causal attention")},
+       // Gemma3TextConfig's defaults (transformers 5.23), those of Gemma 3 1B's shapes.
+       .defaults = json::object({{"vocab_size", 262208},
+                                 {"hidden_size", 2304},
+                                 {"intermediate_size", 9216},
+                                 {"num_hidden_layers", 26},
+                                 {"num_attention_heads", 8},
+                                 {"num_key_value_heads", 4},
+                                 {"head_dim", 256},
+                                 {"max_position_embeddings", 131072},
+                                 {"rms_norm_eps", 1e-6},
+                                 {"sliding_window", 4096},
+                                 {"query_pre_attn_scalar", 256},
+                                 {"tie_word_embeddings", true}})},
   };
   return table;
 }
@@ -379,6 +392,9 @@ const std::set<std::string>& common_config_fields() {
       "chunk_size_feed_forward", "id2label", "label2id", "problem_type", "tokenizer_class",
       "prefix", "task_specific_params", "finetuning_task", "bad_words_ids",
       "decoder_start_token_id", "sep_token_id",
+      // The Python classes of a trust_remote_code checkpoint (DeepSeek-V3, Kimi-K2, MiniMax-M2):
+      // tandem computes the family its model_type names, as transformers does.
+      "auto_map",
       // The dense decoder's, read by DecoderConfig::from_json for every family.
       "vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
       "num_key_value_heads", "head_dim", "max_position_embeddings", "rms_norm_eps", "rope_theta",

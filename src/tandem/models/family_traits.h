@@ -143,6 +143,10 @@ struct FamilyTraits {
 
   // config.json fields beyond common_config_fields().
   std::vector<FieldRule> fields = {};
+  // The values transformers' config class takes for fields config.json leaves out, where the
+  // published checkpoints rely on them (Gemma 3's text_config states neither vocab_size nor,
+  // for 4B, its heads). Applied before anything is read; null: none.
+  nlohmann::json defaults = nullptr;
 
   ExportSpelling spelling = {};
 

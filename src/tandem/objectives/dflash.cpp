@@ -70,7 +70,7 @@ DFlashOptions dflash_options(const Config& config, const RunContext& run) {
       keys::dflash_draft::target_layer_ids.find(config).value_or(std::vector<int64_t>{});
   options.block_size = keys::dflash_draft::block_size.read(config);
   options.mask_token_id = keys::dflash_draft::mask_token_id.find(config);
-  options.rope_theta = keys::dflash_draft::rope_theta.find(config);
+  options.rope_theta = keys::draft::rope_theta.find(config);
   options.init_std = keys::draft::init_std.read(config);
   options.tokenizer_dir = keys::data::tokenizer.read(config);
   options.capture_dir = keys::capture::capture.read(config);

@@ -46,6 +46,7 @@ Eagle3Options eagle3_options(const Config& config, const RunContext& run) {
   options.decay = keys::eagle3_draft::decay.read(config);
   options.draft_vocab_size = keys::eagle3_draft::draft_vocab_size.read(config);
   options.intermediate_size = keys::draft::intermediate_size.read(config);
+  options.rope_theta = keys::draft::rope_theta.find(config);
   options.heads = {keys::draft::num_attention_heads.read(config),
                    keys::draft::num_key_value_heads.read(config),
                    keys::draft::head_dim.read(config)};
@@ -93,6 +94,10 @@ Eagle3Objective::Eagle3Objective(const Eagle3Options& options)
   const int64_t draft_vocab = std::min(options.draft_vocab_size, target_config_.vocab_size);
   Eagle3Config config = Eagle3Config::for_target(target_config_, options.aux_layer_ids, draft_vocab,
                                                  options.intermediate_size, options.heads);
+  if (options.rope_theta) {  // an unscaled RoPE of its own, as SpecForge's drafts often have
+    config.layer.rope_theta = *options.rope_theta;
+    config.layer.rope_scaling = RopeScaling{};
+  }
   check_servable_layers(config.aux_layer_ids, "aux layer", "draft.aux_layer_ids");
   check_capture_layers(config.aux_layer_ids, /*needs_last=*/true);
   draft_ = Eagle3Draft(

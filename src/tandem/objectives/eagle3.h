@@ -36,9 +36,10 @@ struct Eagle3Options {
   int64_t ttt_length = 7;
   double decay = 0.8;
   int64_t draft_vocab_size = 32000;
-  int64_t intermediate_size = 0;  // 0: the target's
-  DraftHeads heads;               // 0s: the target's (DecoderConfig::draft_layers)
-  bool train_lm_head = true;      // SpecForge trains it; speculators freezes it
+  int64_t intermediate_size = 0;     // 0: the target's
+  DraftHeads heads;                  // 0s: the target's (DecoderConfig::draft_layers)
+  std::optional<double> rope_theta;  // set: unscaled RoPE with this theta; else the target's
+  bool train_lm_head = true;         // SpecForge trains it; speculators freezes it
   double init_std = 0.02;
   uint64_t seed = 0;
   std::string capture_dir;  // offline mode when set
