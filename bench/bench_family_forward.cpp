@@ -38,32 +38,6 @@ struct Shape {
 // The dense MLP's width: the top-k experts plus the shared one.
 int64_t active_intermediate(const Shape& s) { return (s.top_k + 1) * s.expert_intermediate; }
 
-json deepseek_v3_config(const Shape& s) {
-  return {{"model_type", "deepseek_v3"},
-          {"vocab_size", s.vocab},
-          {"hidden_size", s.hidden},
-          {"intermediate_size", active_intermediate(s)},
-          {"num_hidden_layers", s.layers},
-          {"num_attention_heads", s.heads},
-          {"num_key_value_heads", s.heads},
-          {"q_lora_rank", s.q_lora_rank},
-          {"kv_lora_rank", s.kv_lora_rank},
-          {"qk_nope_head_dim", s.qk_nope},
-          {"qk_rope_head_dim", s.qk_rope},
-          {"v_head_dim", s.v_dim},
-          {"n_routed_experts", s.experts},
-          {"num_experts_per_tok", s.top_k},
-          {"moe_intermediate_size", s.expert_intermediate},
-          {"n_shared_experts", 1},
-          {"n_group", s.groups},
-          {"topk_group", s.top_groups},
-          {"routed_scaling_factor", 2.5},
-          {"norm_topk_prob", true},
-          {"first_k_dense_replace", 1},
-          {"num_nextn_predict_layers", 0},
-          {"rope_theta", 10000.0}};
-}
-
 // A dense Qwen3 of the same hidden size, layers and heads (head_dim 128, one key/value head per
 // query head, as latent attention has), its MLP as wide as the active experts.
 json dense_config(const Shape& s) {
@@ -76,6 +50,30 @@ json dense_config(const Shape& s) {
           {"num_key_value_heads", s.heads},
           {"head_dim", 128},
           {"rope_theta", 1e6}};
+}
+
+// The same widths with latent attention and group-routed experts after a dense first layer.
+json deepseek_v3_config(const Shape& s) {
+  json config = dense_config(s);
+  config.erase("head_dim");  // the latent attention's dims below
+  config.update({{"model_type", "deepseek_v3"},
+                 {"q_lora_rank", s.q_lora_rank},
+                 {"kv_lora_rank", s.kv_lora_rank},
+                 {"qk_nope_head_dim", s.qk_nope},
+                 {"qk_rope_head_dim", s.qk_rope},
+                 {"v_head_dim", s.v_dim},
+                 {"n_routed_experts", s.experts},
+                 {"num_experts_per_tok", s.top_k},
+                 {"moe_intermediate_size", s.expert_intermediate},
+                 {"n_shared_experts", 1},
+                 {"n_group", s.groups},
+                 {"topk_group", s.top_groups},
+                 {"routed_scaling_factor", 2.5},
+                 {"norm_topk_prob", true},
+                 {"first_k_dense_replace", 1},
+                 {"num_nextn_predict_layers", 0},
+                 {"rope_theta", 10000.0}});
+  return config;
 }
 
 }  // namespace

@@ -297,6 +297,12 @@ CausalLMImpl::CausalLMImpl(const DecoderConfig& config, const at::TensorOptions&
         RopeFrequencies::of(config.rotated_dims(), config.gemma.local_rope_theta, RopeScaling());
 }
 
+LayerRopes CausalLMImpl::rope_tables_for(const at::Tensor& positions, c10::ScalarType dtype) const {
+  LayerRopes ropes{rope_tables(inverse_frequencies_, positions, dtype), {}};
+  if (local_frequencies_) ropes.sliding = rope_tables(*local_frequencies_, positions, dtype);
+  return ropes;
+}
+
 at::Tensor CausalLMImpl::embed(const at::Tensor& ids) const {
   const at::Tensor embeddings = model->embed_tokens->forward(ids);
   if (!config_.gemma.scaled_embeddings) return embeddings;
@@ -317,11 +323,7 @@ at::Tensor CausalLMImpl::forward_hidden(const at::Tensor& ids, const AttentionLa
     check(layer >= 0 && layer < num_layers, "[decoder] cannot capture layer ", layer,
           ": the model has layers 0..", num_layers - 1);
   at::Tensor hidden = embed(ids);
-  const RopeTables rope = rope_tables(inverse_frequencies_, layout.positions, hidden.scalar_type());
-  // Gemma 3: the sliding-window layers' own RoPE.
-  const RopeTables local_rope =
-      local_frequencies_ ? rope_tables(*local_frequencies_, layout.positions, hidden.scalar_type())
-                         : rope;
+  const LayerRopes ropes = rope_tables_for(layout.positions, hidden.scalar_type());
   // A hybrid's Gated DeltaNet layers restart their state at each document (read on the host).
   std::vector<std::vector<int64_t>> bounds;
   if (config_.hybrid() && layout.document_ids.defined())
@@ -340,7 +342,7 @@ at::Tensor CausalLMImpl::forward_hidden(const at::Tensor& ids, const AttentionLa
     } else {
       const CausalAttentionPlan& plan = plan_for(layer.sliding_window);
       hidden = layer.forward(
-          hidden, layer.sliding_window > 0 ? local_rope : rope,
+          hidden, ropes.of(layer),
           [&](const QueryKeyValue& qkv) { return causal_attention(qkv, plan); }, router_load);
     }
     if (captured &&
@@ -377,22 +379,20 @@ at::Tensor CausalLMImpl::forward_cached(const at::Tensor& ids, const at::Tensor&
     return masks.emplace(window, mask.logical_or(itself)).first->second;
   };
   at::Tensor hidden = embed(ids);
-  const RopeTables rope = rope_tables(inverse_frequencies_, positions, hidden.scalar_type());
-  const RopeTables local_rope =
-      local_frequencies_ ? rope_tables(*local_frequencies_, positions, hidden.scalar_type()) : rope;
+  const LayerRopes ropes = rope_tables_for(positions, hidden.scalar_type());
   for (int64_t i = 0; i < config_.num_hidden_layers; ++i) {
     const auto& layer = model->layers->at<DecoderLayerImpl>(i);
     if (layer.linear_attn)
       hidden = layer.forward_linear_cached(hidden, valid_slots, cache.linear_state(i),
                                            attention_options.linear_chunk);
     else if (layer.latent_attn)
-      hidden = layer.forward_latent_cached(hidden, rope, mask_for(layer.sliding_window), cache, i);
+      hidden = layer.forward_latent_cached(hidden, ropes.of(layer), mask_for(layer.sliding_window),
+                                           cache, i);
     else
-      hidden = layer.forward(hidden, layer.sliding_window > 0 ? local_rope : rope,
-                             [&](const QueryKeyValue& qkv) {
-                               const auto [keys, values] = cache.append(i, qkv.k, qkv.v);
-                               return sdpa(qkv.q, keys, values, mask_for(layer.sliding_window));
-                             });
+      hidden = layer.forward(hidden, ropes.of(layer), [&](const QueryKeyValue& qkv) {
+        const auto [keys, values] = cache.append(i, qkv.k, qkv.v);
+        return sdpa(qkv.q, keys, values, mask_for(layer.sliding_window));
+      });
     if (captured != nullptr &&
         std::find(capture_layers.begin(), capture_layers.end(), i) != capture_layers.end())
       (*captured)[i] = hidden;

@@ -180,6 +180,16 @@ class DecoderModelImpl : public torch::nn::Module {
 };
 TORCH_MODULE(DecoderModel);
 
+/// The RoPE tables of one forward: the model's, and Gemma 3's sliding-window layers' own.
+struct LayerRopes {
+  RopeTables full;
+  RopeTables sliding;  // undefined: every layer uses `full`
+  /// The tables `layer` rotates with.
+  const RopeTables& of(const DecoderLayerImpl& layer) const {
+    return layer.sliding_window > 0 && sliding.cos.defined() ? sliding : full;
+  }
+};
+
 class CausalLMImpl : public torch::nn::Module {
  public:
   CausalLMImpl(const DecoderConfig& config, const at::TensorOptions& options);
@@ -217,6 +227,9 @@ class CausalLMImpl : public torch::nn::Module {
       attention_options;  // the run's kernel and chunk sizes (config section `attention`)
 
  private:
+  /// The RoPE tables for `positions` (B, T), in `dtype`.
+  LayerRopes rope_tables_for(const at::Tensor& positions, c10::ScalarType dtype) const;
+
   DecoderConfig config_;
   RopeFrequencies inverse_frequencies_;  // on the device of the last forward
   // Gemma 3's sliding-window layers' RoPE (GemmaLayers::local_rope_theta); unset elsewhere.

@@ -609,15 +609,9 @@ DecoderConfig DecoderConfig::from_json(const json& config, const std::string& pa
     return out;
   }
   if (family.defaults.is_object()) {  // transformers' values for what config.json leaves out
-    bool absent = false;
-    for (const auto& item : family.defaults.items())
-      absent = absent || !config.contains(item.key());
-    if (absent) {
-      json filled = config;
-      for (const auto& item : family.defaults.items())
-        if (!filled.contains(item.key())) filled[item.key()] = item.value();
-      return from_json(filled, path);
-    }
+    json filled = config;
+    for (const auto& item : family.defaults.items()) filled.emplace(item.key(), item.value());
+    if (filled.size() > config.size()) return from_json(filled, path);
   }
   DecoderConfig out;
   out.family = family.family;
