@@ -22,6 +22,26 @@ TEST(ModelFlops, ADecoderForwardMatchesTheHandCount) {
   EXPECT_DOUBLE_EQ(tandem::lm_head_flops(config, 3), 240.0);
 }
 
+// A sliding-window layer counts the keys its window shows: 10 tokens in one document, window 3:
+// visible pairs 1 + 2 + 3 x 8 = 27, 54 in the len^2 count (2 x 10 x 3 - 3 x 2), against 100.
+TEST(ModelFlops, ASlidingWindowLayerCountsItsWindow) {
+  tandem::DecoderConfig config;
+  config.hidden_size = 4;
+  config.num_attention_heads = 2;
+  config.head_dim = 2;
+  config.num_key_value_heads = 1;
+  config.intermediate_size = 8;
+  config.num_hidden_layers = 2;
+  config.vocab_size = 10;
+  config.sliding_window = {3, 0};
+  // Per layer: matmuls 2 x 144 x 10 = 2880; attention 2 x pairs x 4.
+  EXPECT_DOUBLE_EQ(tandem::decoder_forward_flops(config, 10, 100, false),
+                   2 * 2880.0 + 2 * 54 * 4 + 2 * 100 * 4);
+  // Documents shorter than the window: nothing hidden.
+  EXPECT_DOUBLE_EQ(tandem::decoder_forward_flops(config, 4, 8, false),
+                   2 * 2 * 144 * 4.0 + 2 * (2 * 8 * 4));
+}
+
 // A mixture-of-experts layer counts its active parameters: the router and top-k experts.
 TEST(ModelFlops, AMixtureOfExpertsLayerCountsTheActiveExperts) {
   tandem::DecoderConfig config;

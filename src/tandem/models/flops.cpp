@@ -1,5 +1,7 @@
 #include "tandem/models/flops.h"
 
+#include <algorithm>
+
 namespace tandem {
 
 namespace {
@@ -58,6 +60,15 @@ double decoder_forward_flops(const DecoderConfig& c, double tokens, double atten
           static_cast<double>(c.moe.expert_intermediate_size) +
       hidden * (3.0 * static_cast<double>(c.moe.shared_expert_intermediate_size) +
                 (shared && c.moe.shared_expert_gated ? 1.0 : 0.0));
+  // A sliding-window layer (w keys) sees at most w keys per query: a document of L >= w tokens
+  // spans L w - w (w - 1) / 2 pairs, 2 L w - w (w - 1) in the len^2 count (exact for one document;
+  // each further document of w tokens or more is over-counted by at most w (w - 1)).
+  const auto layer_pairs = [&](int64_t layer) {
+    const int64_t window = c.sliding_window.empty() ? 0 : c.sliding_window.at(layer);
+    if (window <= 0) return attention_pairs;
+    const double w = static_cast<double>(window);
+    return std::min(attention_pairs, std::max(0.0, 2.0 * w * tokens - w * (w - 1.0)));
+  };
   double body = 0;
   for (int64_t layer = 0; layer < c.num_hidden_layers; ++layer) {
     const bool sparse = c.moe.enabled() && c.moe.sparse_layers.at(static_cast<size_t>(layer));
@@ -65,7 +76,7 @@ double decoder_forward_flops(const DecoderConfig& c, double tokens, double atten
     if (c.linear_attention.at(layer))
       body += gated_deltanet_flops_per_token(c) * tokens;
     else
-      body += 2.0 * attention_params * tokens + 2.0 * attention_pairs * attention_pair_width;
+      body += 2.0 * attention_params * tokens + 2.0 * layer_pairs(layer) * attention_pair_width;
   }
   return body + (with_lm_head ? lm_head_flops(c, tokens) : 0.0);
 }

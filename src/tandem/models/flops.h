@@ -16,7 +16,8 @@
 namespace tandem {
 
 /// One forward of a decoder over `tokens` tokens whose attention spans `attention_pairs`
-/// (sum of len^2 over its documents); `with_lm_head`: the output projection on every token.
+/// (sum of len^2 over its documents; a sliding-window layer counts only the keys its window
+/// shows); `with_lm_head`: the output projection on every token.
 double decoder_forward_flops(const DecoderConfig& config, double tokens, double attention_pairs,
                              bool with_lm_head);
 
