@@ -97,7 +97,8 @@ TEST(LatentAttentionConfig, Eagle3DraftRopeIsTheTargetsOrItsOwn) {
   options.draft_vocab_size = 64;
   EXPECT_EQ(tandem::Eagle3Objective(options).draft()->config().layer.rope_scaling.type, "yarn");
   options.rope_theta = 10000.0;
-  const auto& layer = tandem::Eagle3Objective(options).draft()->config().layer;
+  tandem::Eagle3Objective objective(options);
+  const auto& layer = objective.draft()->config().layer;
   EXPECT_EQ(layer.rope_scaling.type, "default");
   EXPECT_EQ(layer.rope_theta, 10000.0);
 }
