@@ -37,14 +37,17 @@ json fixture_config() {
 }
 
 TEST(BlockFp8, QuantizationConfigIsReadOrRefusedByName) {
-  const tandem::BlockFp8 block = tandem::read_quantization_config(fixture_config(), "config.json");
+  const tandem::BlockFp8 block =
+      tandem::read_quantization_config(fixture_config(), "config.json").fp8;
   EXPECT_EQ(block.block_rows, 32);
   EXPECT_EQ(block.block_cols, 32);
-  EXPECT_FALSE(tandem::read_quantization_config(json{{"model_type", "llama"}}, "c").enabled());
+  EXPECT_FALSE(tandem::read_quantization_config(json{{"model_type", "llama"}}, "c").quantized());
   EXPECT_FALSE(
-      tandem::read_quantization_config(json{{"quantization_config", nullptr}}, "c").enabled());
+      tandem::read_quantization_config(json{{"quantization_config", nullptr}}, "c").quantized());
   const std::vector<std::pair<json, std::string>> cases = {
-      {{{"quant_method", "mxfp4"}}, "quantized with quant_method 'mxfp4'"},
+      {{{"quant_method", "gptq"}}, "quantized with quant_method 'gptq'"},
+      {{{"quant_method", "mxfp4"}, {"group_size", 4}},
+       "unsupported quantization_config field 'group_size' for mxfp4"},
       {{{"quant_method", "compressed-tensors"}}, "dequantize it to bf16 first"},
       {{{"quant_method", "fp8"}}, "per-tensor FP8 is not supported"},
       {{{"quant_method", "fp8"}, {"weight_block_size", {128, 0}}},

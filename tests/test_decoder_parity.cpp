@@ -250,7 +250,7 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Combine(::testing::Values("llama3", "mistral", "qwen2", "qwen3", "qwen3_moe",
                                          "mixtral", "minimax_m2", "qwen3_5", "qwen3_5_moe",
                                          "qwen3_next", "glm4_moe", "deepseek_v3",
-                                         "deepseek_v3_q_proj", "gemma3_text", "gemma3"),
+                                         "deepseek_v3_q_proj", "gemma3_text", "gemma3", "gpt_oss"),
                        ::testing::Values("cpu", "cuda")),
     [](const auto& info) { return std::get<0>(info.param) + "_" + std::get<1>(info.param); });
 

@@ -77,7 +77,8 @@ json small_config(const FamilyTraits& family) {
     config["qk_rope_head_dim"] = 8;
     config["v_head_dim"] = 8;
   }
-  if (family.gemma_layers) config["sliding_window"] = 8;  // every layer: the pattern is 6
+  // Gemma 3: every layer (the pattern is 6); gpt-oss: layers 0 and 2 (the pattern is 2)
+  if (family.windows == WindowReading::LayerTypesOrPattern) config["sliding_window"] = 8;
   if (family.partial_rope && family.rule("rotary_dim"))
     config["rotary_dim"] = 8;
   else if (family.partial_rope)  // hybrids' and GLM's configs have no rotary_dim
@@ -113,7 +114,7 @@ const std::vector<DecoderFamily> kFamilies = {
     DecoderFamily::Qwen3,     DecoderFamily::Qwen3Moe, DecoderFamily::Mixtral,
     DecoderFamily::MiniMaxM2, DecoderFamily::Qwen3_5,  DecoderFamily::Qwen3_5Moe,
     DecoderFamily::Qwen3Next, DecoderFamily::Glm4Moe,  DecoderFamily::DeepseekV3,
-    DecoderFamily::Gemma3};
+    DecoderFamily::Gemma3,    DecoderFamily::GptOss};
 
 }  // namespace
 
@@ -135,7 +136,7 @@ TEST(FamilyTraits, EveryFamilyHasOneEntry) {
   EXPECT_EQ(tandem::find_family("gpt2"), nullptr);
   EXPECT_EQ(tandem::family_names(),
             "llama, mistral, qwen2, qwen3, qwen3_moe, mixtral, minimax_m2, qwen3_5, qwen3_5_moe, "
-            "qwen3_next, glm4_moe, deepseek_v3 or gemma3_text");
+            "qwen3_next, glm4_moe, deepseek_v3, gemma3_text or gpt_oss");
   // Kimi-K2's checkpoints are DeepSeek-V3's architecture under their own model_type.
   EXPECT_EQ(tandem::find_family("kimi_k2"), &tandem::family_traits(DecoderFamily::DeepseekV3));
 }
@@ -145,9 +146,12 @@ TEST(FamilyTraits, EveryFamilyReadsAndWritesAsItsEntrySays) {
     SCOPED_TRACE(family.model_type);
     const DecoderConfig c = parse(small_config(family));
     EXPECT_EQ(c.family, family.family);
-    // The layers the entry implies.
-    EXPECT_EQ(c.qkv_bias, family.qkv_bias_always);
-    EXPECT_FALSE(c.o_bias);
+    // The layers the entry implies (gpt-oss: biased unless attention_bias says otherwise).
+    const bool default_bias =
+        family.defaults.is_object() && family.defaults.value("attention_bias", false);
+    EXPECT_EQ(c.qkv_bias, family.qkv_bias_always || default_bias);
+    EXPECT_EQ(c.o_bias, default_bias);
+    EXPECT_EQ(c.attention_sinks, family.attention_sinks);
     EXPECT_FALSE(c.mlp_bias);
     // (GLM-4.5's norms only when config.json says use_qk_norm: not here)
     EXPECT_EQ(c.qk_norm,
@@ -155,7 +159,11 @@ TEST(FamilyTraits, EveryFamilyReadsAndWritesAsItsEntrySays) {
     EXPECT_EQ(c.qk_norm_across_heads, family.qk_norm == QkNorm::AcrossHeads);
     EXPECT_EQ(c.rotated_dims(), family.partial_rope || family.latent_attention ? 8 : 16);
     EXPECT_EQ(c.latent_attention.enabled(), family.latent_attention);
-    EXPECT_EQ(c.sliding_window, std::vector<int64_t>(4, family.gemma_layers ? 8 : 0));
+    std::vector<int64_t> windows(4, 0);
+    for (int64_t i = 0; i < 4; ++i)
+      if (family.windows == WindowReading::LayerTypesOrPattern && (i + 1) % family.window_pattern)
+        windows[i] = 8;
+    EXPECT_EQ(c.sliding_window, windows);
     EXPECT_EQ(c.moe.enabled(), family.moe.enabled);
     if (family.moe.enabled) {
       EXPECT_EQ(c.moe.num_experts, 4);
@@ -179,7 +187,8 @@ TEST(FamilyTraits, EveryFamilyReadsAndWritesAsItsEntrySays) {
       EXPECT_EQ(c.linear_attention.fused_projections, family.hybrid.fused_projections);
       EXPECT_EQ(c.linear_attention.value_heads, 4);
     }
-    if (family.hybrid.enabled || family.moe.deepseek_layout || family.gemma_layers) {
+    if (family.hybrid.enabled || family.moe.deepseek_layout || family.gemma_layers ||
+        family.attention_sinks) {
       // Read, never written: tandem does not train these families.
       EXPECT_NE(error_of([&] { c.to_json(); }).find("read as frozen targets only"),
                 std::string::npos);
@@ -218,8 +227,8 @@ TEST(FamilyTraits, EveryFamilyReadsAndWritesAsItsEntrySays) {
 TEST(FamilyTraits, SlidingWindowsReadAsTheFamilySpellsThem) {
   for (const FamilyTraits& family : tandem::family_table()) {
     SCOPED_TRACE(family.model_type);
-    // No windows: HybridLayers below; Gemma 3's by layer type: test_gemma3.cpp.
-    if (family.hybrid.enabled || family.gemma_layers) continue;
+    // No windows: HybridLayers below; by layer type or pattern: test_gemma3.cpp, test_gpt_oss.cpp.
+    if (family.hybrid.enabled || family.windows == WindowReading::LayerTypesOrPattern) continue;
     json config = small_config(family);
     config["sliding_window"] = 8;
     config["use_sliding_window"] = true;
@@ -256,19 +265,6 @@ TEST(FamilyTraits, NegativeSlidingWindowIsRefused) {
   json config = small_config(DecoderFamily::Qwen2);
   config["use_sliding_window"] = true;
   expect_error(config, "use_sliding_window is true but sliding_window is 0");
-}
-
-// The families users draft for that are not loaded yet say what is missing.
-TEST(FamilyTraits, FamiliesNotYetImplementedSayWhatIsMissing) {
-  for (const auto& [type, phrase] :
-       std::vector<std::pair<std::string, std::string>>{{"gpt_oss", "attention sinks"}}) {
-    json config = small_config(DecoderFamily::Llama);
-    config["model_type"] = type;
-    expect_error(config, "model_type '" + type + "' is not supported yet: ");
-    expect_error(config, phrase);
-    EXPECT_EQ(tandem::find_family(type), nullptr);
-  }
-  EXPECT_EQ(tandem::not_implemented_yet("llama"), nullptr);
 }
 
 TEST(FamilyTraits, UnknownModelTypeNamesTheSupportedOnes) {

@@ -33,7 +33,8 @@ const std::vector<std::string> kFixtures = {"llama3",
                                             "deepseek_v3",
                                             "deepseek_v3_q_proj",
                                             "gemma3_text",
-                                            "gemma3"};
+                                            "gemma3",
+                                            "gpt_oss"};
 
 std::vector<std::vector<int64_t>> prompts_for(int64_t vocab, uint64_t seed) {
   at::Generator generator = at::make_generator<at::CPUGeneratorImpl>(seed);
@@ -205,7 +206,7 @@ class OracleProposer : public tandem::DraftProposer {
 // equal the uncached decoder's, and the output is the greedy decode.
 TEST(KvCache, SpeculativeDecodingEqualsUncached) {
   for (const std::string name :
-       {"qwen3_5", "qwen3_next", "glm4_moe", "deepseek_v3", "gemma3_text"}) {
+       {"qwen3_5", "qwen3_next", "glm4_moe", "deepseek_v3", "gemma3_text", "gpt_oss"}) {
     const FrozenModel model =
         FrozenModel::load(tandem::testing::model_fixture(name), at::kFloat, at::kCPU);
     const std::vector<int64_t> prompt = prompts_for(model.config().vocab_size, 11)[1];

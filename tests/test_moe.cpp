@@ -513,8 +513,8 @@ TEST(MoeRouter, GroupLimitedRoutingAsDeepSeekV3) {
 // transformers' load_balancing_loss_func on the fixtures' router logits, and padding weighed 0
 // counts as if the token were not there.
 TEST(MoeRouter, LoadBalancingLossMatchesTransformers) {
-  for (const std::string fixture :
-       {"qwen3_moe", "mixtral", "minimax_m2", "glm4_moe", "deepseek_v3", "deepseek_v3_q_proj"}) {
+  for (const std::string fixture : {"qwen3_moe", "mixtral", "minimax_m2", "glm4_moe", "deepseek_v3",
+                                    "deepseek_v3_q_proj", "gpt_oss"}) {
     const std::string dir = model_fixture(fixture);
     const auto file = tandem::safetensors::File::open(dir + "/reference.safetensors");
     std::map<std::string, at::Tensor> reference;

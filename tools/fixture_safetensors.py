@@ -1,5 +1,6 @@
 """The deterministic safetensors writer every fixture generator under tools/ uses, with the
-bit-exact comparison and the file digest the generators check their outputs with.
+bit-exact comparison and the file digest the generators check their outputs with, and a reader
+for the generators that start from another fixture.
 
 safetensors' own save_file orders __metadata__ keys through a hash map, so its bytes change
 from run to run. This writer lays tensors out in sorted name order with offsets contiguous
@@ -45,6 +46,12 @@ def same_bits(a, b):
 def file_sha256(path):
     with open(path, "rb") as f:
         return hashlib.sha256(f.read()).hexdigest()
+
+
+def read_safetensors(path):
+    """(tensors {name: tensor}, __metadata__) of a safetensors file."""
+    with safe_open(path, "pt") as f:
+        return {k: f.get_tensor(k) for k in f.keys()}, f.metadata()
 
 
 def write_safetensors(path, tensors, metadata):

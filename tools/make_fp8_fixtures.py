@@ -88,11 +88,10 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 import torch  # noqa: E402
 import safetensors  # noqa: E402
 import transformers  # noqa: E402
-from safetensors import safe_open  # noqa: E402
 from safetensors.torch import save_file  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from fixture_safetensors import file_sha256, same_bits, write_safetensors  # noqa: E402
+from fixture_safetensors import file_sha256, read_safetensors, same_bits, write_safetensors  # noqa: E402
 
 torch.set_num_threads(1)
 
@@ -113,10 +112,6 @@ QUANTIZED_SUFFIXES = (
 ODD_SHAPE = (40, 72)
 ODD_SEED = 8301
 EXPERTS_IMPL = "grouped_mm"
-
-def read_safetensors(path):
-    with safe_open(path, "pt") as f:
-        return {k: f.get_tensor(k) for k in f.keys()}, f.metadata()
 
 
 # ------------------------------------------------------------------------------------------

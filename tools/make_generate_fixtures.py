@@ -2,7 +2,7 @@
 """Record transformers' greedy `generate` output for the model fixtures (reference for KV-cached decoding).
 
 Writes, for each fixture NAME of tests/fixtures/models/ (llama3, mistral, qwen2, qwen3, qwen3_moe,
-mixtral, minimax_m2, glm4_moe, deepseek_v3, deepseek_v3_q_proj, gemma3_text, gemma3; the hybrids
+mixtral, minimax_m2, glm4_moe, deepseek_v3, deepseek_v3_q_proj, gemma3_text, gemma3, gpt_oss; the hybrids
 qwen3_5, qwen3_5_moe, qwen3_next of tools/make_hybrid_fixtures.py), tests/fixtures/generate/NAME.json:
   generator             "tools/make_generate_fixtures.py"
   fixture               NAME (the checkpoint is tests/fixtures/models/NAME)
@@ -26,14 +26,17 @@ qwen3_5, qwen3_5_moe, qwen3_next of tools/make_hybrid_fixtures.py), tests/fixtur
   min_routing_gap       (MoE fixtures only) per prompt, the minimum over every MoE layer and every
                         position of the prompt + the first 11 generated tokens (all the tokens the
                         model reads) of the k-th minus (k+1)-th routing score (softmax of the
-                        router logits; minimax_m2: sigmoid + e_score_correction_bias), from one
+                        router logits; minimax_m2: sigmoid + e_score_correction_bias; gpt_oss: the
+                        router logits themselves, router bias included, whose top-k GptOssTopKRouter
+                        takes), from one
                         uncached fp32 forward of that sequence; 6 significant digits.  glm4_moe,
                         deepseek_v3 (group-limited routing, make_model_fixtures.group_limited_routing):
                         the smaller of the expert gap (k-th minus (k+1)-th sigmoid + bias score among
                         the kept group's experts) and the group gap (kept group's score minus the
                         next group's); deepseek_v3_q_proj (one group, n_group = topk_group = 1): the
                         expert gap alone.  The MoE layers are those whose mlp has experts and a router
-                        mlp.gate (hooked; its top-k asserted): every layer, except qwen3_next's
+                        mlp.gate (gpt_oss: mlp.router; hooked, its top-k asserted): every layer, except
+                        qwen3_next's
                         dense layer 1 (mlp_only_layers [1]) and the dense layer 0 of glm4_moe and
                         deepseek_v3* (first_k_dense_replace 1), all asserted against the config.  For
                         qwen3_5_moe / qwen3_next (Qwen3_5MoeSparseMoeBlock /
@@ -79,7 +82,9 @@ Checked (asserted) for every prompt, so the recorded ids do not depend on genera
   * mistral: with sliding_window=None every prompt generates other ids (the window of 6 is
     exercised: the model reads 16, 20 and 14 positions); gemma3_text, gemma3: likewise with the
     window of the sliding_attention layers widened to 128 (= max_position_embeddings: no window;
-    their config cannot say None), which changes the ids of every prompt;
+    their config cannot say None), which changes the ids of every prompt; gpt_oss: likewise, its
+    window of 4 widened to 131072 (its max_position_embeddings; use_cache=True runs DynamicCache's
+    sliding-window layers for the sliding_attention layers);
   * gemma3 (Gemma3ForConditionalGeneration: AutoModelForCausalLM gives the full vision-language
     model for model_type gemma3, asserted; its language model is gemma3_text's): gemma3_text's
     Gemma3ForCausalLM on the same prompts generates the same ids, its generate logits within 1e-5
@@ -117,9 +122,9 @@ from transformers import AutoModelForCausalLM, AutoModelForImageTextToText  # no
 GENERATOR = "tools/make_generate_fixtures.py"
 NAMES = ["llama3", "mistral", "qwen2", "qwen3", "qwen3_moe", "mixtral", "minimax_m2",
          "qwen3_5", "qwen3_5_moe", "qwen3_next", "glm4_moe", "deepseek_v3", "deepseek_v3_q_proj",
-         "gemma3_text", "gemma3"]
+         "gemma3_text", "gemma3", "gpt_oss"]
 MOE = {"qwen3_moe", "mixtral", "minimax_m2", "qwen3_5_moe", "qwen3_next", "glm4_moe", "deepseek_v3",
-       "deepseek_v3_q_proj"}
+       "deepseek_v3_q_proj", "gpt_oss"}
 # checkpoints with model.layers.{num_hidden_layers}.* tensors (unexpected keys)
 MTP_LAYER = {"glm4_moe", "deepseek_v3"}
 HYBRID = {"qwen3_5", "qwen3_5_moe", "qwen3_next"}
@@ -133,7 +138,7 @@ GEMMA3_IMAGE_KEYS = ("image_token_id", "boi_token_id", "eoi_token_id")
 # vision-language checkpoints whose language model is another fixture's: that fixture (the same
 # prompts and ids, logits within TWIN_LOGITS_TOL: twin_check)
 TWIN = {"gemma3": "gemma3_text"}
-SLIDING = {"mistral", "gemma3_text", "gemma3"}  # window_matters
+SLIDING = {"mistral", "gemma3_text", "gemma3", "gpt_oss"}  # window_matters
 TWIN_LOGITS_TOL = 1e-5  # twin_check
 VISION_TOKEN_KEYS = ("vision_start_token_id", "vision_end_token_id", "image_token_id", "video_token_id")
 PROMPT_LENGTHS = (5, 9, 3)
@@ -149,7 +154,8 @@ EXPERTS_IMPL = "grouped_mm"  # transformers 5.x's default experts_implementation
 # qwen3_next 1901 fails it and, on one prompt, MIN_MARGIN too (5.7e-4).  glm4_moe (appended to
 # NAMES, base 2000): 2000 passes.  deepseek_v3 (base 2100): 2100 fails only min_routing_gap (3.0e-4);
 # deepseek_v3_q_proj (base 2200): 2200 passes.  gemma3_text (base 2300): 2300 passes; gemma3 takes
-# gemma3_text's seed (the same language model: the same prompts and ids, asserted).
+# gemma3_text's seed (the same language model: the same prompts and ids, asserted).  gpt_oss (base 2500):
+# 2500 fails only min_routing_gap (8.6e-4); 2501 passes.
 PROMPT_SEEDS = {
     "llama3": 1000,
     "mistral": 1100,
@@ -166,6 +172,7 @@ PROMPT_SEEDS = {
     "deepseek_v3_q_proj": 2200,
     "gemma3_text": 2300,
     "gemma3": 2300,
+    "gpt_oss": 2501,
 }
 NOTES = ("greedy, fp32, eager attention, one prompt per call, no padding, use_cache=True "
          "(equal to use_cache=False)")
@@ -242,8 +249,18 @@ def plain_greedy(model, prompt):
     return seq[len(prompt):]
 
 
+def router_of(mlp):
+    """The router of a sparse MoE block: mlp.gate, or gpt-oss's mlp.router; None for a dense MLP."""
+    if not hasattr(mlp, "experts"):
+        return None
+    router = getattr(mlp, "gate", None)
+    return router if router is not None else getattr(mlp, "router", None)
+
+
 def routing_scores(mlp, router_logits):
     logits = router_logits.float()
+    if hasattr(mlp, "router"):  # gpt-oss: top-k of the raw logits (router bias included)
+        return logits
     if hasattr(mlp, "e_score_correction_bias"):
         return torch.sigmoid(logits) + mlp.e_score_correction_bias
     return torch.softmax(logits, dim=-1)
@@ -255,10 +272,10 @@ def min_routing_gap(model, seq):
     k = model.config.num_experts_per_tok
     captured, handles = {}, []
     for i, layer in enumerate(model.model.layers):
-        if hasattr(layer.mlp, "experts") and hasattr(layer.mlp, "gate"):
+        if router_of(layer.mlp) is not None:
             def hook(_mod, _inp, out, i=i):
                 captured[i] = (out[0].detach().clone(), out[2].detach().clone())
-            handles.append(layer.mlp.gate.register_forward_hook(hook))
+            handles.append(router_of(layer.mlp).register_forward_hook(hook))
     try:
         model(input_ids=torch.tensor([seq]), use_cache=False)
     finally:
@@ -282,8 +299,7 @@ def min_routing_gap(model, seq):
 
 def moe_layers(model):
     """Indices of the layers min_routing_gap hooks, asserted against the config where it says."""
-    layers = [i for i, layer in enumerate(model.model.layers)
-              if hasattr(layer.mlp, "experts") and hasattr(layer.mlp, "gate")]
+    layers = [i for i, layer in enumerate(model.model.layers) if router_of(layer.mlp) is not None]
     cfg = model.config
     if hasattr(cfg, "mlp_only_layers"):  # qwen3_moe, qwen3_next (Qwen3_5Moe: every layer sparse)
         step = getattr(cfg, "decoder_sparse_step", 1)
@@ -344,7 +360,7 @@ def window_matters(model, prompts, generated):
     import copy
 
     full = copy.deepcopy(model)
-    if type(model).__name__.startswith("Gemma3"):
+    if type(model).__name__.startswith(("Gemma3", "GptOss")):
         text = full.config.get_text_config()
         wide = text.max_position_embeddings
         configs = {id(c): c for c in [full.config, text] + [m.config for m in full.modules()

@@ -112,7 +112,29 @@ Mixture-of-experts fixtures (8 experts each; seeds chosen for robust routing, se
               max_position_embeddings 512, n_group 1 = topk_group 1 (one group of 8: plain top-2 of
               sigmoid + bias; the bias changes the experts of 4 tokens); no MTP layer
               (num_nextn_predict_layers 0 in config.json, no model.layers.2.* tensors).
-  On disk the experts are per-expert 2-D tensors, as transformers writes them:
+  gpt_oss     GptOssForCausalLM (gpt-oss-20b / -120b), fp32, one file; every layer MoE: top-4 of 8 experts
+              (intermediate 32) by the raw router logits (mlp.router: Linear with bias), weights =
+              softmax over the 4 chosen logits; experts with biases and the clamped SwiGLU (gate/up
+              interleaved: gate = gu[..., ::2], up = gu[..., 1::2]; gate = min(gate, limit), up =
+              clamp(up, -limit, limit), y = (up + 1) * gate * sigmoid(1.702 gate)), swiglu_limit 1.25
+              (published 7.0; here the clamp cuts ~13% of the routed gate values and ~13% of the up
+              values on each side).  Attention: 4 heads, 2 kv heads, head_dim 16, q/k/v/o biases,
+              attention sinks (self_attn.sinks [4], drawn 1.0 * randn: one extra logit per head in every
+              softmax row, its probability dropped); layer_types [sliding, full, sliding, full],
+              sliding_window 4 < 16 positions (a query sees itself and 3 earlier keys); YaRN RoPE as
+              published (rope_theta 150000, factor 32, beta_fast 32, beta_slow 1, truncate false,
+              original_max_position_embeddings 4096; max_position_embeddings 131072): rotate_half (halves,
+              not pairs), inv_freq [1, 0.225, 0.0508, 0.0068 (ramp 0.42), 0.00046 (0.85), then / 32],
+              cos / sin times attention_factor 0.1 ln 32 + 1 = 1.3466; rms_norm_eps 1e-5; untied
+              lm_head.  Written out in float64 (gpt_oss_reference) and matched (check_gpt_oss); in
+              transformers, the clamp removed and the sinks at -inf each move the logits by >= 0.5
+              (asserted; 3.2 and 5.5), the router bias changes the chosen experts of 6-14 tokens per
+              layer; the window's receptive fields per layer (check_gpt_oss_window).  bf16:
+              GptOssPreTrainedModel._keep_in_fp32_modules (the norms) only applies to float16 loads, so
+              the bf16 load is bf16 throughout (asserted), and its eager attention softmax runs in bf16.
+              Metadata keys gpt_oss (every numeric detail, written out, and what each part changes),
+              sliding_window.
+  On disk the experts are per-expert 2-D tensors, as transformers writes them (gpt_oss: 3-D, below):
     qwen3_moe:  model.layers.N.mlp.gate.weight [E, H]; model.layers.N.mlp.experts.J.{gate_proj,
                 up_proj}.weight [I, H], .down_proj.weight [H, I]
     mixtral, minimax_m2: model.layers.N.block_sparse_moe.gate.weight [E, H];
@@ -131,6 +153,12 @@ Mixture-of-experts fixtures (8 experts each; seeds chosen for robust routing, se
                 kv_b_proj [112, 16], o_proj [H, 48]}.weight (rows of q_b_proj / q_proj: head-major,
                 24 per head = nope 16 then rope 8; of kv_b_proj: 28 per head = k_nope 16 then v 12;
                 of kv_a_proj_with_mqa: c 16 then k_rope 8)
+    gpt_oss:    all experts of a layer in one tensor, input dim first (x @ W): model.layers.N.mlp.experts.
+                {gate_up_proj [E, H, 2I] (columns interleaved gate 0, up 0, gate 1, up 1, ...),
+                gate_up_proj_bias [E, 2I] (interleaved alike), down_proj [E, I, H], down_proj_bias [E, H]};
+                router model.layers.N.mlp.router.{weight [E, H], bias [E]}; attention
+                self_attn.{q_proj [64, H], k_proj [32, H], v_proj [32, H], o_proj [H, 64]}.{weight, bias},
+                self_attn.sinks [4]; norms input_layernorm / post_attention_layernorm / model.norm [H]
   Their reference.safetensors adds, all F32:
     router_logits.{i}       [B*T, E]  router (gate) logits of MoE layer i, fp32 forward (rows b*T+t)
     router_logits_bf16.{i}  [B*T, E]  the same in the bf16 forward, upcast
@@ -141,11 +169,12 @@ Mixture-of-experts fixtures (8 experts each; seeds chosen for robust routing, se
                                       is None: that function called on out.router_logits, see
                                       run_forward)
   and the metadata keys num_experts, top_k, moe_layers, moe_note, experts_implementation,
-  aux_loss, router_logits (+ routing for minimax_m2, glm4_moe and deepseek_v3*, mtp_tensors for
-  glm4_moe and deepseek_v3, attention (MLA and RoPE written out, mla_note) for deepseek_v3*). The
+  aux_loss, router_logits (+ routing for minimax_m2, glm4_moe, deepseek_v3* and gpt_oss, mtp_tensors for
+  glm4_moe and deepseek_v3, attention (MLA and RoPE written out, mla_note) for deepseek_v3*, gpt_oss and
+  sliding_window for gpt_oss; gpt_oss's router_logits include the router bias). The
   references run the experts with transformers' default experts_implementation "grouped_mm"
   (requested explicitly): per token, the k products expert_output * routing_weight (in the bf16
-  forward: bf16 for qwen3_moe, whose router casts its weights to the activation dtype; float32 for
+  forward: bf16 for qwen3_moe and gpt_oss, whose routers give weights in the activation dtype; float32 for
   mixtral / minimax_m2 / glm4_moe / deepseek_v3*, whose weights stay float32) are summed with float32
   accumulation and cast once to the activation dtype (glm4_moe, deepseek_v3*: then the shared
   expert's output is added in that dtype).  In the bf16 load glm4_moe's and deepseek_v3*'s
@@ -186,6 +215,8 @@ from transformers import (  # noqa: E402
     Gemma3TextConfig,
     Glm4MoeConfig,
     Glm4MoeForCausalLM,
+    GptOssConfig,
+    GptOssForCausalLM,
     LlamaConfig,
     LlamaForCausalLM,
     MiniMaxM2Config,
@@ -328,6 +359,25 @@ GEMMA3_VISION = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, 
                      image_size=28, patch_size=14, num_channels=3, hidden_act="gelu_pytorch_tanh",
                      layer_norm_eps=1e-6, vision_use_head=False)
 GEMMA3_BOI, GEMMA3_EOI, GEMMA3_IMAGE, GEMMA3_MM_TOKENS = 509, 510, 508, 1
+
+# gpt-oss: the published models' shape of attention (sliding / full alternating, attention sinks, q/k/v/o
+# biases, YaRN RoPE with their rope_parameters) and experts (top-4, clamped SwiGLU with biases),
+# shrunk: 4 layers, 8 experts of intermediate 32, head_dim 16, sliding_window 4 < the 16 reference
+# positions.  GPT_OSS_SWIGLU_LIMIT (published: 7.0) is low enough that the clamp engages on a visible
+# share of the routed gate / up values (the gate_up pre-activations have std ~1.1 here; printed and
+# recorded: check_gpt_oss).  Attention sinks (self_attn.sinks [heads], one logit per head appended to
+# every softmax row, then dropped) are drawn GPT_OSS_SINK_STD * randn; router bias, expert biases
+# (gate_up_proj_bias, down_proj_bias) and q/k/v/o biases take reinit_'s bias_std 0.5.
+GPT_OSS_LAYER_TYPES = ["sliding_attention", "full_attention", "sliding_attention", "full_attention"]
+GPT_OSS_WINDOW, GPT_OSS_SWIGLU_LIMIT, GPT_OSS_SINK_STD = 4, 1.25, 1.0
+GPT_OSS_ROPE = dict(rope_type="yarn", rope_theta=150000.0, factor=32.0, beta_fast=32.0, beta_slow=1.0,
+                    truncate=False, original_max_position_embeddings=4096)
+# searched over 2800-2859 the same way as the other MoE seeds (gap = the k-th minus the (k+1)-th router
+# logit, routing_scores): 6 of the 60 pass (2803 first), most fail on bf16 picking other experts than
+# fp32 (top-4 of 8 leaves small middle gaps); 2834 has the largest min gap (fp32 2.1e-2, bf16 2.3e-2).
+SEED_GPT_OSS = 2834
+GPT_OSS_MATERIAL = 0.5  # check_gpt_oss: max |dlogit| the clamp and the sinks must each make
+GPT_OSS_WINDOW_TOL = 1e-4  # check_gpt_oss_window: a hidden state "changes" if it moves by more
 
 
 def gemma3_text_config():
@@ -590,6 +640,32 @@ def fixture_specs():
             moe=True,
             score_bias_std=DEEPSEEK_V3_SCORE_BIAS_STD,
         ),
+        "gpt_oss": dict(
+            seed=SEED_GPT_OSS,
+            make_config=lambda: GptOssConfig(
+                **{**COMMON, "intermediate_size": MOE_INTER, "rms_norm_eps": 1e-5},
+                num_attention_heads=4,
+                num_key_value_heads=2,
+                head_dim=16,
+                attention_bias=True,  # q, k, v and o_proj biased
+                sliding_window=GPT_OSS_WINDOW,
+                layer_types=list(GPT_OSS_LAYER_TYPES),
+                max_position_embeddings=131072,
+                rope_parameters=dict(GPT_OSS_ROPE),
+                tie_word_embeddings=False,
+                num_local_experts=MOE_EXPERTS,
+                num_experts_per_tok=4,
+                swiglu_alpha=1.702,
+                swiglu_limit=GPT_OSS_SWIGLU_LIMIT,
+                output_router_logits=False,
+                router_aux_loss_coef=0.001,
+            ),
+            cls=GptOssForCausalLM,
+            save_dtype=torch.float32,
+            max_shard_size=None,
+            moe=True,
+            sink_std=GPT_OSS_SINK_STD,
+        ),
         # ---- Gemma 3 (Gemma3RMSNorm (1 + w): norm weights drawn around 0, norm_center 0) ----
         "gemma3_text": dict(
             seed=1005,
@@ -629,22 +705,28 @@ def fixture_specs():
     }
 
 
-ROUTER_RE = re.compile(r"(^|\.)mlp\.gate\.weight$")  # MoE router [E, H] (not mlp.gate_proj)
+# MoE router [E, H] (not mlp.gate_proj); gpt-oss: mlp.router.weight
+ROUTER_RE = re.compile(r"(^|\.)mlp\.(gate|router)\.weight$")
 EXPERTS_RE = re.compile(r"(^|\.)mlp\.experts\.(gate_up_proj|down_proj)$")
+EXPERT_BIAS_RE = re.compile(r"(^|\.)mlp\.experts\.(gate_up_proj_bias|down_proj_bias)$")  # gpt-oss
 
 
 def reinit_(model, gen, embed_std=1.0, linear_gain=1.0, lm_head_gain=2.0, bias_std=0.5,
-            router_gain=2.0, score_bias_std=0.1, norm_center=1.0, norm_std=0.1):
+            router_gain=2.0, score_bias_std=0.1, norm_center=1.0, norm_std=0.1, sink_std=1.0):
     """Overwrite every parameter (and every persistent buffer) deterministically with a healthy spread.
 
     norms (input/post_attention/final/q_norm/k_norm; Gemma 3 also pre_/post_feedforward_layernorm):
         norm_center + norm_std*randn (1 + 0.1*randn; Gemma 3, whose RMSNorm scales by (1 + w): 0.2*randn)
     embed_tokens: embed_std * randn
     Linear weights [out, in]: gain * randn / sqrt(in)   (lm_head: lm_head_gain)
-    biases: bias_std * randn
-    MoE router mlp.gate.weight [E, H]: router_gain * randn / sqrt(H)  (logit std ~router_gain:
-        clearly non-uniform routing)
-    MoE experts mlp.experts.gate_up_proj [E, 2I, H] / down_proj [E, H, I]: gain * randn / sqrt(last dim)
+    biases: bias_std * randn (gpt-oss: also the router's mlp.router.bias [E] and the experts'
+        mlp.experts.gate_up_proj_bias [E, 2I] / down_proj_bias [E, H])
+    attention sinks self_attn.sinks [heads] (gpt-oss): sink_std * randn
+    MoE router mlp.gate.weight (gpt-oss: mlp.router.weight) [E, H]: router_gain * randn / sqrt(H)
+        (logit std ~router_gain: clearly non-uniform routing)
+    MoE experts mlp.experts.gate_up_proj [E, 2I, H] / down_proj [E, H, I]: gain * randn / sqrt(last dim);
+        transposed experts (the module's is_transposed, gpt-oss: gate_up_proj [E, H, 2I], down_proj
+        [E, I, H]): gain * randn / sqrt(dim 1), the input dim either way
     persistent buffers (after all parameters, in named_buffers order): only MiniMax-M2's
         mlp.e_score_correction_bias [E] and GLM-4.5's mlp.gate.e_score_correction_bias [E]
         = score_bias_std * randn; any other one is an error.
@@ -659,14 +741,17 @@ def reinit_(model, gen, embed_std=1.0, linear_gain=1.0, lm_head_gain=2.0, bias_s
                 v = norm_center + norm_std * r
             elif "embed_tokens" in name:
                 v = embed_std * r
-            elif name.endswith(".bias"):
+            elif name.endswith(".bias") or EXPERT_BIAS_RE.search(name):
                 v = bias_std * r
+            elif name.endswith(".self_attn.sinks") and p.dim() == 1:
+                v = sink_std * r
             elif name == "lm_head.weight":
                 v = lm_head_gain * r / math.sqrt(shape[1])
             elif ROUTER_RE.search(name) and p.dim() == 2:
                 v = router_gain * r / math.sqrt(shape[1])
             elif EXPERTS_RE.search(name) and p.dim() == 3:
-                v = linear_gain * r / math.sqrt(shape[2])
+                transposed = getattr(model.get_submodule(name.rsplit(".", 1)[0]), "is_transposed", False)
+                v = linear_gain * r / math.sqrt(shape[1] if transposed else shape[2])
             elif p.dim() == 2:
                 v = linear_gain * r / math.sqrt(shape[1])
             else:
@@ -710,10 +795,19 @@ def rope_buffers(model):
     return {"inv_freq": emb.inv_freq}
 
 
+def router_of(mlp):
+    """The router of a sparse MoE block: mlp.gate, or gpt-oss's mlp.router (GptOssTopKRouter); None for
+    a dense MLP."""
+    if not hasattr(mlp, "experts"):
+        return None
+    router = getattr(mlp, "gate", None)
+    return router if router is not None else getattr(mlp, "router", None)
+
+
 def moe_routers(model):
     """{layer index: router module} for the decoder layers whose MLP is a sparse MoE block."""
-    return {i: layer.mlp.gate for i, layer in enumerate(model.model.layers)
-            if hasattr(layer.mlp, "experts") and hasattr(layer.mlp, "gate")}
+    return {i: router_of(layer.mlp) for i, layer in enumerate(model.model.layers)
+            if router_of(layer.mlp) is not None}
 
 
 @torch.no_grad()
@@ -825,22 +919,20 @@ def check_sliding_window(model, input_ids, window):
     return diff_full, early, changed
 
 
-def check_gemma3_window(model, input_ids):
-    """Prove transformers applies Gemma 3's sliding window (eager), to the sliding_attention layers only.
+def sliding_window_probe(model, input_ids, j=3):
+    """The part check_gemma3_window and check_gpt_oss_window share (each then asserts its own receptive
+    fields, with its own threshold for "changed").
 
-    1) the same weights with sliding_window = SEQ (every earlier key visible): outputs must differ,
-       positions < window must agree;
-    2) perturb the token at position j = 3 and find which positions of each layer's output change:
-       layer 0 (sliding): j .. j+W-1; layer 1 (sliding): j .. j+2W-2; layer 2 (full): j .. T-1
-       (token i of a sliding layer sees keys i-W+1 .. i).
-    Returns (max |dlogit| vs no window, max |dlogit| of positions < window, {layer: changed positions})."""
+    1) a deep copy with config.sliding_window = SEQ (every earlier key visible; the layers read the
+       shared config): its logits must differ (by > 1e-3), those of positions < window agree (< 1e-4);
+    2) perturb the token at position j (id + 1 mod vocab) and measure, per decoder layer, how far each
+       position of its output moves.
+    Returns (max |dlogit| vs no window, max |dlogit| of positions < window, j,
+    [per layer: max |change| of each position's hidden state, F32 [T]])."""
     import copy
 
     cfg = model.config
     window = cfg.sliding_window
-    assert cfg.layer_types[:3] == ["sliding_attention", "sliding_attention", "full_attention"]
-    for i, (attn, kind) in enumerate(zip((l.self_attn for l in model.model.layers), cfg.layer_types)):
-        assert attn.sliding_window == (window if kind == "sliding_attention" else None), i
     wide = copy.deepcopy(model)
     wide.config.sliding_window = SEQ
     assert wide.model.config is wide.config
@@ -851,14 +943,32 @@ def check_gemma3_window(model, input_ids):
     assert diff_full > 1e-3, f"sliding_window has no effect (max diff {diff_full})"
     assert early < 1e-4, f"positions < window differ ({early})"
 
-    j = 3
     ids2 = input_ids.clone()
     ids2[:, j] = (ids2[:, j] + 1) % cfg.vocab_size
     _, h_a = run_forward(model, input_ids)
     _, h_b = run_forward(model, ids2)
+    per_pos = [(a - b).abs().amax(dim=(0, 2)) for a, b in zip(h_a, h_b)]
+    return diff_full, early, j, per_pos
+
+
+def check_gemma3_window(model, input_ids):
+    """Prove transformers applies Gemma 3's sliding window (eager), to the sliding_attention layers only.
+
+    1) the same weights with sliding_window = SEQ (every earlier key visible): outputs must differ,
+       positions < window must agree;
+    2) perturb the token at position j = 3 and find which positions of each layer's output change:
+       layer 0 (sliding): j .. j+W-1; layer 1 (sliding): j .. j+2W-2; layer 2 (full): j .. T-1
+       (token i of a sliding layer sees keys i-W+1 .. i).
+    Returns (max |dlogit| vs no window, max |dlogit| of positions < window, {layer: changed positions})."""
+    cfg = model.config
+    window = cfg.sliding_window
+    assert cfg.layer_types[:3] == ["sliding_attention", "sliding_attention", "full_attention"]
+    for i, (attn, kind) in enumerate(zip((l.self_attn for l in model.model.layers), cfg.layer_types)):
+        assert attn.sliding_window == (window if kind == "sliding_attention" else None), i
+    diff_full, early, j, per_pos = sliding_window_probe(model, input_ids)
     changed = {}
     for layer, last in ((0, j + window - 1), (1, j + 2 * window - 2), (2, SEQ - 1)):
-        changed[layer] = ((h_a[layer] - h_b[layer]).abs().amax(dim=(0, 2)) > 0).nonzero().flatten().tolist()
+        changed[layer] = (per_pos[layer] > 0).nonzero().flatten().tolist()
         expect = list(range(j, min(last, SEQ - 1) + 1))
         assert changed[layer] == expect, f"layer-{layer} receptive field {changed[layer]} != {expect}"
     return diff_full, early, changed
@@ -1051,6 +1161,11 @@ def gemma3_note(cfg, chk):
         + "; ".join(f"{k} {v:.2f}" for k, v in chk["variants"].items()))
 
 
+def is_gpt_oss(model):
+    """gpt-oss (GptOssForCausalLM): mlp.router with bias, top-k of the logits, softmax over the chosen."""
+    return getattr(model.config, "model_type", None) == "gpt_oss"
+
+
 def is_group_limited(model):
     """GLM-4.5 (Glm4MoeTopkRouter), DeepSeek-V3 (DeepseekV3TopkRouter, the same code): group-limited
     top-k, e_score_correction_bias on mlp.gate."""
@@ -1063,9 +1178,13 @@ def routing_scores(model, layer, router_logits):
     Qwen3-MoE / Mixtral: softmax(router_logits in float32).  MiniMax-M2: sigmoid(router_logits in
     float32) + e_score_correction_bias (the selection score; the expert weights are the plain
     sigmoids of the chosen experts, renormalized).  GLM-4.5, DeepSeek-V3: sigmoid +
-    mlp.gate.e_score_correction_bias, the score before the group limit (group_limited_routing)."""
+    mlp.gate.e_score_correction_bias, the score before the group limit (group_limited_routing).
+    gpt-oss: the router logits themselves (router bias included; GptOssTopKRouter takes the top-k of
+    the logits and softmaxes only the chosen ones), upcast to float32."""
     mlp = model.model.layers[layer].mlp
     logits = router_logits.float()
+    if is_gpt_oss(model):
+        return logits
     if is_group_limited(model):
         return torch.sigmoid(logits) + mlp.gate.e_score_correction_bias.float()
     if hasattr(mlp, "e_score_correction_bias"):
@@ -1259,6 +1378,345 @@ def mla_note(cfg, mla):
             f"attention output matches the fp32 forward within {mla['mla_max_abs']:.1e}")
 
 
+def gpt_oss_rope(cfg):
+    """gpt-oss's RoPE written out (float64): (inv_freq [head_dim / 2], attention_factor, (low, high)).
+    YaRN with truncate false (the published rope_parameters): d = head_dim, theta = rope_theta, f = factor,
+    L = original_max_position_embeddings, dim(r) = d * ln(L / (2 pi r)) / (2 ln theta), low =
+    max(dim(beta_fast), 0), high = min(dim(beta_slow), d - 1) (NOT floored / ceiled: truncate false),
+    ramp_j = clamp((j - low) / (high - low), 0, 1), inv_freq_j = theta^(-2j/d) * (1 - ramp_j + ramp_j / f);
+    attention_factor = 0.1 * ln(f) + 1 multiplies cos and sin (so q.k by its square)."""
+    rp = cfg.rope_parameters
+    assert rp["rope_type"] == "yarn" and rp.get("truncate") is False, rp
+    assert rp.get("attention_factor") is None and rp.get("mscale") is None, rp
+    d, theta, f, length = cfg.head_dim, rp["rope_theta"], rp["factor"], rp["original_max_position_embeddings"]
+
+    def dim_of(rotations):
+        return d * math.log(length / (rotations * 2 * math.pi)) / (2 * math.log(theta))
+
+    low, high = max(dim_of(rp["beta_fast"]), 0.0), min(dim_of(rp["beta_slow"]), d - 1.0)
+    ramp = ((torch.arange(d // 2, dtype=torch.float64) - low) / (high - low)).clamp(0, 1)
+    inv_freq = theta ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
+    inv_freq = inv_freq * (1 - ramp) + inv_freq / f * ramp
+    return inv_freq, 0.1 * math.log(f) + 1.0, (low, high)
+
+
+# The usual mistakes a gpt-oss reimplementation can make; gpt_oss_reference(variant=...) computes each,
+# check_gpt_oss records how far each moves the logits (all must move them by far more than float32
+# rounding).  name -> what the variant does instead of transformers.
+GPT_OSS_VARIANTS = {
+    "no swiglu clamp": "no clamp of gate / up (swiglu_limit ignored)",
+    "clamp gate on both sides": "gate clamped to [-limit, limit] instead of (-inf, limit]",
+    "no sinks": "softmax over the keys only (sinks = -inf)",
+    "gate/up as halves": "gate = gate_up[..., :I], up = gate_up[..., I:] instead of interleaved ::2 / 1::2",
+    "up instead of (up + 1)": "expert hidden = up * glu instead of (up + 1) * glu",
+    "alpha 1 (plain SiLU gate)": "glu = gate * sigmoid(gate) instead of sigmoid(1.702 gate)",
+    "window sees 4 earlier": "sliding window: query s sees keys t > s - (window + 1) (one key more)",
+    "window sees 2 earlier": "sliding window: query s sees keys t > s - (window - 1) (one key fewer)",
+    "no sliding window": "every layer attends to all earlier keys",
+    "RoPE pairs (2j, 2j+1)": "interleaved RoPE instead of halves (j, j + d/2)",
+    "RoPE without attention_factor": "cos / sin not multiplied by 0.1 ln(factor) + 1",
+    "RoPE without YaRN": "plain RoPE theta^(-2j/d), no attention_factor",
+    "softmax over all experts": "weights = softmax over all E router logits at the top-k (not renormalised)",
+}
+
+
+def gpt_oss_reference(model, input_ids, variant=None):
+    """gpt-oss (GptOssForCausalLM) written out in float64 from model's weights and config, for input_ids
+    [B, T] at positions 0..T-1, no cache, no padding: returns (logits [B, T, V], [hidden after layer i]).
+    variant: None (transformers' computation) or a key of GPT_OSS_VARIANTS.  Every choice:
+      x = embed_tokens[id]  (no scaling)
+      rms(x, w) = w * x / sqrt(mean(x^2) + rms_norm_eps)
+      per layer: x = x + attn(rms(x, input_layernorm)); x = x + moe(rms(x, post_attention_layernorm))
+      attn: q, k, v = h @ W^T + b viewed per head (head_dim d); RoPE on q and k: dims j and j + d/2
+        rotated by pos * inv_freq_j (gpt_oss_rope), cos and sin times attention_factor; scores = q.k /
+        sqrt(d); key t visible from query s iff t <= s and, for sliding_attention, s - t < sliding_window;
+        p = softmax over [visible scores, sinks[head]] with the sink's column dropped afterwards (the
+        probabilities of the keys sum to < 1); kv heads shared by num_heads / num_kv consecutive query
+        heads; out = p @ v, then o_proj (with bias)
+      moe: r = h @ router.weight^T + router.bias; chosen = top-k of r; weights = softmax(r[chosen]);
+        per chosen expert e: gu = h @ gate_up_proj[e] + gate_up_proj_bias[e] ([E, H, 2I]: h @ W, not
+        W^T); gate = gu[..., 0::2], up = gu[..., 1::2] (interleaved); gate = min(gate, limit), up =
+        clamp(up, -limit, limit); y = (up + 1) * gate * sigmoid(alpha * gate); out_e = y @ down_proj[e]
+        + down_proj_bias[e]; moe = sum_e weight_e * out_e
+      logits = rms(x, norm) @ lm_head^T"""
+    cfg = model.config
+    assert variant is None or variant in GPT_OSS_VARIANTS, variant
+    w = {n: p.detach().double() for n, p in model.named_parameters()}
+    b, t = input_ids.shape
+    heads, kvh, d = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
+    eps, window, k_top = cfg.rms_norm_eps, cfg.sliding_window, cfg.num_experts_per_tok
+    inter, alpha, limit = cfg.intermediate_size, cfg.swiglu_alpha, cfg.swiglu_limit
+    inv_freq, att_factor, _ = gpt_oss_rope(cfg)
+    if variant == "RoPE without attention_factor":
+        att_factor = 1.0
+    if variant == "RoPE without YaRN":
+        inv_freq = cfg.rope_parameters["rope_theta"] ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
+        att_factor = 1.0
+    if variant == "window sees 4 earlier":
+        window += 1
+    if variant == "window sees 2 earlier":
+        window -= 1
+    if variant == "no swiglu clamp":
+        limit = float("inf")
+    if variant == "alpha 1 (plain SiLU gate)":
+        alpha = 1.0
+
+    def rms(v, weight):
+        return weight * v / torch.sqrt(v.pow(2).mean(-1, keepdim=True) + eps)
+
+    pos = torch.arange(t, dtype=torch.float64)
+    angle = pos[:, None] * inv_freq[None, :]  # [T, d/2]
+    cos, sin = (angle.cos() * att_factor)[None, :, None, :], (angle.sin() * att_factor)[None, :, None, :]
+
+    def rotate(v):  # v [B, T, heads, d]
+        if variant == "RoPE pairs (2j, 2j+1)":
+            x1, x2 = v[..., 0::2], v[..., 1::2]
+            return torch.stack((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1).flatten(-2)
+        x1, x2 = v[..., : d // 2], v[..., d // 2:]
+        return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
+
+    q_pos, k_pos = pos[:, None], pos[None, :]
+    x = w["model.embed_tokens.weight"][input_ids]
+    hidden = []
+    for i, kind in enumerate(cfg.layer_types):
+        p = f"model.layers.{i}."
+        h = rms(x, w[p + "input_layernorm.weight"])
+
+        def proj(name, n):
+            return (h @ w[p + f"self_attn.{name}.weight"].T + w[p + f"self_attn.{name}.bias"]).view(b, t, n, d)
+
+        q, k, v = rotate(proj("q_proj", heads)), rotate(proj("k_proj", kvh)), proj("v_proj", kvh)
+        k = k.repeat_interleave(heads // kvh, dim=2)
+        v = v.repeat_interleave(heads // kvh, dim=2)
+        scores = torch.einsum("bqhd,bkhd->bhqk", q, k) / math.sqrt(d)
+        visible = k_pos <= q_pos
+        if kind == "sliding_attention" and variant != "no sliding window":
+            visible = visible & (q_pos - k_pos < window)
+        else:
+            assert kind in ("full_attention", "sliding_attention"), kind
+        scores = scores.masked_fill(~visible, float("-inf"))
+        sinks = w[p + "self_attn.sinks"].view(1, heads, 1, 1).expand(b, heads, t, 1)
+        if variant == "no sinks":
+            sinks = torch.full_like(sinks, float("-inf"))
+        probs = torch.cat((scores, sinks), dim=-1).softmax(-1)[..., :-1]
+        a = torch.einsum("bhqk,bkhd->bqhd", probs, v).reshape(b, t, heads * d)
+        x = x + a @ w[p + "self_attn.o_proj.weight"].T + w[p + "self_attn.o_proj.bias"]
+
+        h = rms(x, w[p + "post_attention_layernorm.weight"]).reshape(b * t, -1)
+        r = h @ w[p + "mlp.router.weight"].T + w[p + "mlp.router.bias"]
+        top = r.topk(k_top, dim=-1)
+        if variant == "softmax over all experts":
+            weights = r.softmax(-1).gather(1, top.indices)
+        else:
+            weights = top.values.softmax(-1)
+        m = torch.zeros_like(h)
+        for slot in range(k_top):
+            e = top.indices[:, slot]
+            gu = torch.einsum("nh,nhj->nj", h, w[p + "mlp.experts.gate_up_proj"][e]) + \
+                w[p + "mlp.experts.gate_up_proj_bias"][e]
+            if variant == "gate/up as halves":
+                gate, up = gu[:, :inter], gu[:, inter:]
+            else:
+                gate, up = gu[:, 0::2], gu[:, 1::2]
+            if variant == "clamp gate on both sides":
+                gate = gate.clamp(-limit, limit)
+            else:
+                gate = gate.clamp(max=limit)
+            up = up.clamp(-limit, limit)
+            glu = gate * torch.sigmoid(alpha * gate)
+            y = up * glu if variant == "up instead of (up + 1)" else (up + 1) * glu
+            out = torch.einsum("ni,nih->nh", y, w[p + "mlp.experts.down_proj"][e]) + \
+                w[p + "mlp.experts.down_proj_bias"][e]
+            m = m + weights[:, slot: slot + 1] * out
+        x = x + m.view(b, t, -1)
+        hidden.append(x)
+    logits = rms(x, w["model.norm.weight"]) @ w["lm_head.weight"].T
+    return logits, hidden
+
+
+@torch.no_grad()
+def check_gpt_oss(model, input_ids, logits, hidden, info):
+    """gpt_oss: what transformers built is what the config says (RoPE buffers = gpt_oss_rope, cos/sin
+    factor attention_factor; per layer softmax scale head_dim^-0.5, sliding window on the
+    sliding_attention layers only, the experts' alpha and limit), and the fp32 forward (logits,
+    hidden) equals gpt_oss_reference (float64) to float32 rounding.  Also measured in transformers
+    itself (model copies): the swiglu clamp removed (experts.limit = inf) and the sinks set to -inf
+    must both move the logits by >= GPT_OSS_MATERIAL; zeroed router bias / expert biases / attention
+    biases (recorded); the share of routed gate / up values the clamp cuts (recorded: GptOssExperts.
+    _apply_gate wrapped for one forward); every GPT_OSS_VARIANTS entry in float64.  Returns a dict."""
+    import copy
+
+    cfg = model.config
+    emb = model.model.rotary_emb
+    inv_freq, att_factor, (low, high) = gpt_oss_rope(cfg)
+    assert torch.allclose(emb.inv_freq.double(), inv_freq, rtol=1e-6, atol=0), (emb.inv_freq, inv_freq)
+    assert math.isclose(emb.attention_scaling, att_factor, rel_tol=1e-12), emb.attention_scaling
+    for i, (layer, kind) in enumerate(zip(model.model.layers, cfg.layer_types)):
+        attn, experts = layer.self_attn, layer.mlp.experts
+        assert math.isclose(attn.scaling, cfg.head_dim ** -0.5, rel_tol=1e-12), i
+        assert attn.sliding_window == (cfg.sliding_window if kind == "sliding_attention" else None), i
+        assert experts.alpha == cfg.swiglu_alpha and experts.limit == cfg.swiglu_limit, i
+        assert experts.is_transposed and not experts.is_concatenated and experts.has_bias, i
+    ref_logits, ref_hidden = gpt_oss_reference(model, input_ids)
+    diff = (ref_logits - logits.double()).abs().max().item()
+    diff_h = max((r - h.double()).abs().max().item() for r, h in zip(ref_hidden, hidden))
+    assert diff < 1e-4 and diff_h < 1e-4, f"written-out gpt-oss differs from transformers' by {diff} / {diff_h}"
+
+    def moved(m):
+        out = run_forward(m, input_ids)[0]
+        d = (out - logits).abs()
+        argmax = int((out.argmax(-1) != logits.argmax(-1)).sum().item())
+        return dict(max_abs=d.max().item(), mean_abs=d.mean().item(), argmax_changed=argmax)
+
+    measured = {}
+    m = copy.deepcopy(model)
+    for layer in m.model.layers:
+        layer.mlp.experts.limit = float("inf")
+    measured["swiglu clamp removed (experts.limit = inf)"] = moved(m)
+    m = copy.deepcopy(model)
+    for layer in m.model.layers:
+        layer.self_attn.sinks.fill_(float("-inf"))
+    measured["sinks = -inf"] = moved(m)
+    m = copy.deepcopy(model)
+    for layer in m.model.layers:
+        layer.mlp.experts.gate_up_proj_bias.zero_()
+        layer.mlp.experts.down_proj_bias.zero_()
+    measured["expert biases = 0"] = moved(m)
+    m = copy.deepcopy(model)
+    for layer in m.model.layers:
+        for proj in ("q_proj", "k_proj", "v_proj", "o_proj"):
+            getattr(layer.self_attn, proj).bias.zero_()
+    measured["q/k/v/o biases = 0"] = moved(m)
+    m = copy.deepcopy(model)
+    for layer in m.model.layers:
+        layer.mlp.router.bias.zero_()
+    measured["router bias = 0"] = moved(m)
+    del m
+    for key in ("swiglu clamp removed (experts.limit = inf)", "sinks = -inf"):
+        assert measured[key]["max_abs"] >= GPT_OSS_MATERIAL, (key, measured[key])
+    # tokens whose chosen experts the router bias changes (fp32 forward's router logits)
+    bias_changes = {}
+    for i, r in info["router_logits"].items():
+        bias = model.model.layers[i].mlp.router.bias
+        plain = (r - bias).topk(cfg.num_experts_per_tok, dim=-1).indices.sort(-1).values
+        biased = info["topk_index"][i].sort(-1).values
+        bias_changes[i] = int((plain != biased).any(-1).sum().item())
+    assert max(bias_changes.values()) >= 3, f"router bias barely matters: {bias_changes}"
+
+    # share of the routed gate / up values the clamp changes
+    from transformers.models.gpt_oss.modeling_gpt_oss import GptOssExperts
+    seen = []
+    original = GptOssExperts._apply_gate
+
+    def recording(self, gate_up):
+        seen.append(gate_up.detach().clone())
+        return original(self, gate_up)
+
+    GptOssExperts._apply_gate = recording
+    try:
+        run_forward(model, input_ids)
+    finally:
+        GptOssExperts._apply_gate = original
+    gu = torch.cat(seen, dim=0)
+    limit = cfg.swiglu_limit
+    assert gu.shape == (cfg.num_hidden_layers * BATCH * SEQ * cfg.num_experts_per_tok,
+                        2 * cfg.intermediate_size), gu.shape
+    gate, up = gu[:, 0::2], gu[:, 1::2]
+    clamp = {"gate > limit": (gate > limit).float().mean().item(),
+             "gate < -limit (not clamped)": (gate < -limit).float().mean().item(),
+             "up > limit": (up > limit).float().mean().item(),
+             "up < -limit": (up < -limit).float().mean().item(),
+             "routed rows": gu.shape[0], "gate_up std": gu.std().item()}
+    for key in ("gate > limit", "up > limit", "up < -limit"):
+        assert clamp[key] >= 0.02, (key, clamp)
+
+    variants = {}
+    for name in GPT_OSS_VARIANTS:
+        variants[name] = (gpt_oss_reference(model, input_ids, name)[0] - ref_logits).abs().max().item()
+    assert min(variants.values()) > 100 * max(diff, 1e-6), variants
+    return dict(inv_freq=inv_freq.tolist(), attention_factor=att_factor, ramp=(low, high), max_abs=diff,
+                max_abs_hidden=diff_h, measured=measured, router_bias_changes_selection=bias_changes,
+                clamp=clamp, variants=variants)
+
+
+def check_gpt_oss_window(model, input_ids):
+    """Prove transformers applies gpt-oss's sliding window (eager), to the sliding_attention layers only.
+    1) the same weights with sliding_window = SEQ (every earlier key visible): outputs must differ,
+       positions < window must agree;
+    2) perturb the token at position j = 3 and find which positions of each layer's output change:
+       layer 0 (sliding): j .. j+W-1 (token i sees keys i-W+1 .. i: itself and W-1 earlier), layer 1
+       (full) and every later layer: j .. T-1.  "Changes" means by more than GPT_OSS_WINDOW_TOL: the
+       other positions move by float32 rounding only (the perturbed token's other experts change the
+       sizes of the experts' row groups, and with them the rounding of other tokens' products).
+    Returns (max |dlogit| vs no window, max |dlogit| of positions < window, {layer: changed positions},
+    the largest move of an unchanged position)."""
+    cfg = model.config
+    window = cfg.sliding_window
+    assert cfg.layer_types[:2] == ["sliding_attention", "full_attention"]
+    diff_full, early, j, per_pos = sliding_window_probe(model, input_ids)
+    changed, noise = {}, 0.0
+    for layer in range(cfg.num_hidden_layers):
+        last = j + window - 1 if layer == 0 else SEQ - 1
+        changed[layer] = (per_pos[layer] > GPT_OSS_WINDOW_TOL).nonzero().flatten().tolist()
+        expect = list(range(j, last + 1))
+        assert changed[layer] == expect, f"layer-{layer} receptive field {changed[layer]} != {expect}"
+        unchanged = [i for i in range(SEQ) if i not in expect]
+        noise = max(noise, per_pos[layer][unchanged].max().item() if unchanged else 0.0)
+    return diff_full, early, changed, noise
+
+
+def gpt_oss_note(cfg, chk):
+    """The reference.safetensors metadata "gpt_oss" of the gpt_oss fixture: every numeric detail."""
+    inv = [float(f"{x:.9g}") for x in chk["inv_freq"]]
+    rp = cfg.rope_parameters
+    layers = ", ".join(f"{i} {k.split('_')[0]}" for i, k in enumerate(cfg.layer_types))
+    low, high = chk["ramp"]
+    clamp = chk["clamp"]
+    def fmt(d):
+        return "; ".join(f"{k}: max {v['max_abs']:.2f}, mean {v['mean_abs']:.3f}, argmax changed at "
+                         f"{v['argmax_changed']} of {BATCH * SEQ} positions" for k, v in d.items())
+    return (
+        f"gpt-oss: x = embed_tokens[id] (no scaling); RMSNorm rms(x, w) = w * x / sqrt(mean(x^2) + "
+        f"{cfg.rms_norm_eps}) computed in float32 (bf16 forward: the bf16 weight times the float32 "
+        f"normalised x, rounded once to bf16); per layer: x = x + attn(input_layernorm(x)), x = x + "
+        f"moe(post_attention_layernorm(x)); logits = lm_head(norm(x)) (untied).  Attention: "
+        f"{cfg.num_attention_heads} heads, {cfg.num_key_value_heads} kv heads (query head h uses kv head "
+        f"h // {cfg.num_attention_heads // cfg.num_key_value_heads}), head_dim {cfg.head_dim}, q/k/v/o_proj "
+        f"all with bias; softmax scale head_dim^-0.5; layer types [{layers}]: sliding layers see keys t with "
+        f"s - t < sliding_window {cfg.sliding_window} and t <= s (itself and {cfg.sliding_window - 1} earlier "
+        f"keys), full layers every t <= s; attention sinks: per head one logit self_attn.sinks[h] (not "
+        f"scaled) joins every query row's softmax: p_t = exp(score_t) / (sum_visible exp(score) + "
+        f"exp(sink_h)), the sink's own probability is dropped (rows sum to < 1; transformers subtracts the "
+        f"row max, sink included, first, and runs this softmax in the activation dtype: bf16 in the bf16 "
+        f"forward, where Llama's eager attention uses float32).  RoPE: halves (rotate_half: dims j and "
+        f"j + {cfg.head_dim // 2}, "
+        f"not interleaved pairs), cos/sin [T, {cfg.head_dim // 2}] of pos * inv_freq times attention_factor "
+        f"0.1 * ln({rp['factor']}) + 1 = {chk['attention_factor']!r} (applied to q and k: scores grow by its "
+        f"square); YaRN rope_theta {rp['rope_theta']}, factor {rp['factor']}, beta_fast {rp['beta_fast']}, "
+        f"beta_slow {rp['beta_slow']}, original_max_position_embeddings "
+        f"{rp['original_max_position_embeddings']}, truncate false: ramp bounds low {low:.9g}, high "
+        f"{high:.9g} (unrounded), inv_freq_j = theta^(-2j/d) * (1 - ramp_j + ramp_j / factor) = {inv}; static "
+        f"(the same at every position; max_position_embeddings {cfg.max_position_embeddings} unused).  MoE "
+        f"(every layer): router logits r = h @ mlp.router.weight^T + mlp.router.bias; top-"
+        f"{cfg.num_experts_per_tok} of r (of {cfg.num_local_experts}); weights = softmax of the "
+        f"{cfg.num_experts_per_tok} chosen logits (in the activation dtype); expert e: gu = h @ "
+        f"experts.gate_up_proj[e] ([E, H, 2I]: x @ W, not x @ W^T) + gate_up_proj_bias[e]; gate = gu[..., 0::2], "
+        f"up = gu[..., 1::2] (interleaved columns); gate = min(gate, swiglu_limit {cfg.swiglu_limit}) (no "
+        f"lower clamp), up = clamp(up, -{cfg.swiglu_limit}, {cfg.swiglu_limit}); y = (up + 1) * gate * "
+        f"sigmoid(swiglu_alpha {cfg.swiglu_alpha} * gate); out = y @ experts.down_proj[e] ([E, I, H]) + "
+        f"down_proj_bias[e]; moe = sum of weight * out over the chosen (no shared expert).  The clamp "
+        f"engages on {100 * clamp['gate > limit']:.1f}% of the routed gate values (gate > limit), "
+        f"{100 * clamp['up > limit']:.1f}% / {100 * clamp['up < -limit']:.1f}% of the up values (above / "
+        f"below), while {100 * clamp['gate < -limit (not clamped)']:.1f}% of the gate values lie below "
+        f"-limit, unclamped ({clamp['routed rows']} routed rows, gate_up std {clamp['gate_up std']:.3f}).  "
+        f"Checked: written out in float64 (tools/make_model_fixtures.py gpt_oss_reference), logits within "
+        f"{chk['max_abs']:.1e} and every hidden.{{i}} within {chk['max_abs_hidden']:.1e} of the fp32 forward.  "
+        f"What the parts change, in transformers (fp32 logits vs the stored): {fmt(chk['measured'])}; the "
+        f"router bias changes the chosen experts of {chk['router_bias_changes_selection']} tokens per layer.  "
+        f"max |dlogit| of the usual mistakes (float64): "
+        + "; ".join(f"{k} {v:.2f}" for k, v in chk["variants"].items()))
+
+
 def routing_report(model, info, top_k, details=None):
     """Checks our reading of the router against the experts the model picked; returns
     (min over tokens and MoE layers of score[k-th] - score[(k+1)-th], {layer: that minimum}).
@@ -1289,6 +1747,10 @@ def routing_report(model, info, top_k, details=None):
         per_layer[i] = (top[:, top_k - 1] - top[:, top_k]).min().item()
         ours = scores.topk(top_k, dim=-1).indices.sort(dim=-1).values
         assert torch.equal(ours, theirs.values), f"layer {i}: routing does not match the model's top-k"
+        if is_gpt_oss(model):  # weights = softmax over the k chosen logits, in the logits' dtype
+            chosen = logits.gather(1, info["topk_index"][i])
+            w_ours = torch.softmax(chosen, dim=-1, dtype=logits.dtype)
+            assert torch.equal(w_ours, info["topk_weights"][i]), f"layer {i}: gpt-oss routing weights differ"
     return min(per_layer.values()), per_layer
 
 
@@ -1596,7 +2058,8 @@ def build_fixture(name, spec, out_root):
         init_from_text_fixture_(model, gen, text_dir)
     else:
         reinit_(model, gen, embed_std=spec.get("embed_std", 1.0), score_bias_std=spec.get("score_bias_std", 0.1),
-                norm_center=spec.get("norm_center", 1.0), norm_std=spec.get("norm_std", 0.1))
+                norm_center=spec.get("norm_center", 1.0), norm_std=spec.get("norm_std", 0.1),
+                sink_std=spec.get("sink_std", 1.0))
     model.eval()
 
     out_dir = os.path.join(out_root, name)
@@ -1691,11 +2154,17 @@ def build_fixture(name, spec, out_root):
             assert moe_layers == list(range(config.first_k_dense_replace, config.num_hidden_layers))
             first_moe = model.model.layers[moe_layers[0]].mlp
             extra["score_bias_dtype"] = {"fp32": str(first_moe.gate.e_score_correction_bias.dtype)}
+        if is_gpt_oss(model):
+            assert moe_layers == list(range(config.num_hidden_layers))
+            extra["gpt_oss"] = check_gpt_oss(model, input_ids, logits, hidden, info)
+            extra["gpt_oss_window_check"] = check_gpt_oss_window(model, input_ids)
 
     # bf16 reference = what transformers computes for this checkpoint loaded in bf16
     # (from_pretrained(dtype=bfloat16)): every weight rounded to bf16, RoPE inv_freq kept fp32.
     model_bf16 = load_model(out_dir, torch.bfloat16, experts)
     assert all(b.dtype == torch.float32 for b in rope_buffers(model_bf16).values())
+    if is_gpt_oss(model_bf16):  # _keep_in_fp32_modules (the norms) only applies to float16 loads
+        assert all(p.dtype == torch.bfloat16 for p in model_bf16.parameters())
     if moe:
         logits_bf16, hidden_bf16, info_bf16 = run_forward(model_bf16, input_ids, moe=True)
         extra["min_gap_bf16"], extra["min_gap_bf16_per_layer"] = routing_report(
@@ -1878,6 +2347,33 @@ def build_fixture(name, spec, out_root):
                     f"(unexpected keys) and the references do not depend on them")
             if "mla" in extra:
                 metadata["attention"] = mla_note(cfg, extra["mla"])
+        if "gpt_oss" in extra:
+            cfg = model.config
+            metadata["gpt_oss"] = gpt_oss_note(cfg, extra["gpt_oss"])
+            dw, early, changed, noise = extra["gpt_oss_window_check"]
+            metadata["sliding_window"] = (
+                f"checked: with sliding_window = {SEQ} (no window) the logits move by up to {dw:.2f} "
+                f"(positions < {cfg.sliding_window}: {early:.1e}); changing the token at position 3 changes "
+                f"(by > {GPT_OSS_WINDOW_TOL}) the outputs of layer 0 (sliding) at {changed[0]}, layer 1 (full) "
+                f"at {changed[1]}; the other positions move by <= {noise:.1e} (float32 rounding: other "
+                f"expert row groups)")
+            metadata["router_logits"] = metadata["router_logits"].replace("mlp.gate ", "mlp.router ") + (
+                " (router bias included)")
+            metadata["routing"] = (
+                f"top-{top_k} of the router logits (router_logits.{{i}}: bias included), weights = softmax "
+                f"over the {top_k} chosen logits in the activation dtype (bf16 in the bf16 forward).  Seed "
+                f"chosen so that the {top_k}-th and {top_k + 1}-th router logits of every token and layer are "
+                f">= {MIN_ROUTING_GAP} apart in the fp32 and the bf16 forward and the bf16 forward picks the "
+                f"fp32 forward's experts")
+            metadata["moe_note"] += (
+                "; mlp.{router, experts}; no shared expert; experts_implementation grouped_mm: per routed "
+                "row x @ W rounded to the activation dtype, then + bias (rounded again), _apply_gate, the "
+                "same for down_proj; in the bf16 forward each expert output * its bf16 weight is a bf16 "
+                "product and the k products are summed with float32 accumulation, rounded once to bf16")
+            metadata["reference"] += (
+                "; gpt_oss: GptOssPreTrainedModel._keep_in_fp32_modules (the norms) applies to float16 "
+                "loads only: in the bf16 load every weight, norms and sinks included, is bf16 (== the "
+                "plain cast, asserted)")
     write_safetensors(os.path.join(out_dir, "reference.safetensors"), tensors, metadata)
 
     stats = dict(
@@ -1986,6 +2482,24 @@ def main():
                 print(f"    MLA: inv_freq {[float(f'{v:.6g}') for v in mla['inv_freq']]}, softmax scale "
                       f"{mla['scale']:.9g}; written-out attention (mla_reference) vs transformers, "
                       f"every layer: max|diff| {mla['mla_max_abs']:.2e}")
+            if "gpt_oss" in st:
+                g = st["gpt_oss"]
+                print(f"    gpt-oss written out in float64 (gpt_oss_reference) vs transformers fp32: logits "
+                      f"{g['max_abs']:.2e}, hidden {g['max_abs_hidden']:.2e}; YaRN inv_freq "
+                      f"{[float(f'{v:.6g}') for v in g['inv_freq']]}, attention_factor "
+                      f"{g['attention_factor']:.9g}")
+                print("    clamp shares: " + ", ".join(f"{k} {v:.4g}" for k, v in g["clamp"].items()))
+                for k, v in g["measured"].items():
+                    print(f"    {k}: max|dlogit| {v['max_abs']:.3f}, mean {v['mean_abs']:.3f}, argmax changed "
+                          f"{v['argmax_changed']}/{BATCH * SEQ}")
+                print("    router bias changes the top-k of tokens per layer: "
+                      f"{g['router_bias_changes_selection']}")
+                print("    max|dlogit| of the usual mistakes: "
+                      + "; ".join(f"{k} {v:.3f}" for k, v in g["variants"].items()))
+                dfull, early, changed, noise = st["gpt_oss_window_check"]
+                print(f"    sliding_window check: vs no window max|dlogit| {dfull:.4f} (positions < window: "
+                      f"{early:.2e}); positions affected by token 3 per layer: {changed} (others move "
+                      f"<= {noise:.1e})")
             if "experts_split_layers" in st:
                 print(f"    shards: layers with expert tensors in both files: {st['experts_split_layers']}")
             if "bias_changes_selection" in st:

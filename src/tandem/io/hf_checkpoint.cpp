@@ -67,7 +67,8 @@ std::string HfCheckpoint::header_json() const {
   }
   return json{{"tensors", tensors},
               {"files", file_paths()},
-              {"fp8_block", {fp8_.block_rows, fp8_.block_cols}}}
+              {"fp8_block", {fp8_.block_rows, fp8_.block_cols}},
+              {"mxfp4", mxfp4_}}
       .dump();
 }
 
@@ -79,6 +80,7 @@ HfCheckpoint HfCheckpoint::from_header(const std::string& dir, const std::string
   checkpoint.paths_ = parsed.at("files").get<std::vector<std::string>>();
   checkpoint.fp8_ = {parsed.at("fp8_block").at(0).get<int64_t>(),
                      parsed.at("fp8_block").at(1).get<int64_t>()};
+  checkpoint.mxfp4_ = parsed.at("mxfp4").get<bool>();
   for (const json& tensor : parsed.at("tensors")) {
     safetensors::TensorInfo info;
     info.name = tensor.at("name").get<std::string>();
@@ -140,9 +142,12 @@ HfCheckpoint HfCheckpoint::open_files(const std::string& dir) {
                 "(tandem reads HF safetensors checkpoints; convert .bin files first)");
   }
   const std::string config_path = dir + "/config.json";
-  if (file_exists(config_path))
-    checkpoint.fp8_ =
+  if (file_exists(config_path)) {
+    const QuantizationConfig quantization =
         read_quantization_config(read_json_file(config_path, "checkpoint"), config_path);
+    checkpoint.fp8_ = quantization.fp8;
+    checkpoint.mxfp4_ = quantization.mxfp4;
+  }
   return checkpoint;
 }
 

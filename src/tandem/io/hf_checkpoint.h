@@ -60,6 +60,9 @@ class HfCheckpoint {
   at::Tensor read_weight(const std::string& name) const;
   /// The block of a block-wise FP8 checkpoint (config.json's quantization_config), or none.
   const BlockFp8& fp8() const { return fp8_; }
+  /// Whether config.json says the experts are MXFP4 (gpt-oss: `*_blocks` + `*_scales`,
+  /// io/mxfp4.h; read through models/stored_weights.h).
+  bool mxfp4() const { return mxfp4_; }
   /// From the headers alone, for a weight stored as FP8: its scale is there with the shape its
   /// block implies, and config.json declares the block. An Error naming the tensor otherwise;
   /// nothing for a weight stored as a float.
@@ -78,7 +81,8 @@ class HfCheckpoint {
   std::map<std::string, safetensors::TensorInfo> received_;  // receiving ranks: the header
   std::vector<std::string> paths_;                           // receiving ranks: the reader's files
   CheckpointBroadcast* broadcast_ = nullptr;                 // set when opened under one
-  BlockFp8 fp8_;  // from config.json (sent with the header to the receiving ranks)
+  BlockFp8 fp8_;        // from config.json (sent with the header to the receiving ranks)
+  bool mxfp4_ = false;  // likewise
 };
 
 /// Writes `tensors` as an HF weight set in `dir`: one `model.safetensors` when the total is at

@@ -51,7 +51,25 @@ struct BandedCall {
   at::Tensor local_visible;  // (B, Tq / G) bool or undefined
   AttentionOptions options;
   int64_t group_queries = 1;  // G
+  at::Tensor
+      sinks;  // (heads,) in the compute dtype: each head's sink logit (gpt-oss); or undefined
 };
+
+// The running softmax's start for a chunk of nq queries: nothing seen (max -inf, sum 0), or with
+// attention sinks the sink already seen, a key of logit sinks[h] and value 0 (max = the sink,
+// sum = 1), so the output and the log-sum-exp include it. Rows (B, kvh, nq * g): row t * g + r
+// of kv head j is query t of head j * g + r.
+std::pair<at::Tensor, at::Tensor> softmax_start(const BandedCall& call, int64_t batch,
+                                                int64_t kv_heads, int64_t nq, int64_t groups,
+                                                const at::TensorOptions& options) {
+  if (!call.sinks.defined())
+    return {at::full({batch, kv_heads, nq * groups}, -kInfinity, options),
+            at::zeros({batch, kv_heads, nq * groups}, options)};
+  const at::Tensor max = call.sinks.view({1, kv_heads, 1, groups})
+                             .expand({batch, kv_heads, nq, groups})
+                             .reshape({batch, kv_heads, nq * groups});
+  return {max, at::ones({batch, kv_heads, nq * groups}, options)};
+}
 
 // The working layout: query head j * g + r reads kv head j, and a query's g heads sit side by
 // side, so one chunk of queries is one contiguous (chunk * g) block of rows per kv head.
@@ -150,8 +168,8 @@ Forward banded_forward(const at::Tensor& rows, const at::Tensor& k, const at::Te
   for (int64_t c = 0; c < static_cast<int64_t>(chunks.size()); ++c) {
     const int64_t q0 = c * query_chunk, nq = std::min(query_chunk, queries - q0);
     const at::Tensor chunk_rows = rows.narrow(2, q0 * groups, nq * groups);  // (B, kvh, R, d)
-    RunningSoftmax softmax{at::full({batch, kv_heads, nq * groups}, -kInfinity, rows.options()),
-                           at::zeros({batch, kv_heads, nq * groups}, rows.options()),
+    auto [start_max, start_sum] = softmax_start(call, batch, kv_heads, nq, groups, rows.options());
+    RunningSoftmax softmax{start_max, start_sum,
                            at::zeros({batch, kv_heads, nq * groups, dim}, rows.options())};
     if (has_local) {
       const at::Tensor group_k = local_k.narrow(2, q0 / G, nq / G);
@@ -292,6 +310,7 @@ class BandedAttentionFunction : public torch::autograd::Function<BandedAttention
     ctx->saved_data["query_chunk"] = call->options.query_chunk;
     ctx->saved_data["key_chunk"] = call->options.key_chunk;
     ctx->saved_data["group_queries"] = call->group_queries;
+    // Sinks need not be kept: the saved log-sum-exp includes them, and a sink's value is 0.
     return output;
   }
 
@@ -351,10 +370,16 @@ void check_call(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
 at::Tensor banded_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                             const KeyBands& bands, const at::Tensor& local_k,
                             const at::Tensor& local_v, const at::Tensor& local_visible,
-                            const AttentionOptions& options) {
+                            const AttentionOptions& options, const at::Tensor& sinks) {
   check_call(q, k, v, bands, options);
   const int64_t batch = q.size(0), queries = q.size(2), dim = q.size(3), kv_heads = k.size(1);
-  BandedCall call{bands, local_visible, options, 1};
+  BandedCall call{bands, local_visible, options, 1, at::Tensor()};
+  if (sinks.defined()) {
+    check(sinks.dim() == 1 && sinks.size(0) == q.size(1) && sinks.device() == q.device(),
+          "[attention] sinks must be (heads,) = (", q.size(1), ") on ", q.device().str(), ", got ",
+          sinks.sizes(), " on ", sinks.device().str());
+    call.sinks = sinks.to(compute_dtype(q));
+  }
   if (local_k.defined()) {
     check(local_k.dim() == 5 && local_v.sizes() == local_k.sizes() && local_k.size(0) == batch &&
               local_k.size(1) == kv_heads && local_k.size(4) == dim && local_k.size(2) > 0 &&
@@ -385,7 +410,7 @@ at::Tensor banded_attention_with_step_keys(const at::Tensor& q, const at::Tensor
   if (step_k.empty())
     return banded_attention(q, k, v, bands, at::Tensor(), at::Tensor(), at::Tensor(), options);
   check_call(q, k, v, bands, options);  // the step tensors' shapes: ttt_attention checks them
-  BandedCall call{bands, at::Tensor(), options, 1};
+  BandedCall call{bands, at::Tensor(), options, 1, at::Tensor()};
   return BandedAttentionFunction::apply(q, k, v, at::TensorList(step_k), at::TensorList(step_v),
                                         &call);
 }

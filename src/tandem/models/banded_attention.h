@@ -27,12 +27,14 @@ namespace tandem {
 /// local_k, local_v (B, kv_heads, Tq / G, L, d) or undefined (no local keys): keys seen by the
 /// G consecutive queries of each group; local_visible (B, Tq / G) bool or undefined (all
 /// visible) hides a group's local keys. A query that sees no key at all outputs 0.
+/// `sinks` (heads,) or undefined: each head's attention sink (gpt-oss), one more logit in every
+/// query's softmax whose value is 0 (models/attention_sinks.h). Not differentiated.
 /// Softmax in fp32 (fp64 for fp64 inputs), scale 1/sqrt(d). Returns (B, heads, Tq, d) in q's
 /// dtype. Differentiable in q, k, v, local_k and local_v.
 at::Tensor banded_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                             const KeyBands& bands, const at::Tensor& local_k,
                             const at::Tensor& local_v, const at::Tensor& local_visible,
-                            const AttentionOptions& options);
+                            const AttentionOptions& options, const at::Tensor& sinks = {});
 
 /// The same with TTT's local keys given per unroll step: step_k/step_v, L tensors
 /// (B, kv_heads, Tq, d), key j of query t being step j's at position t (G = 1), as

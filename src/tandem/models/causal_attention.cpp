@@ -9,6 +9,7 @@
 #include <tuple>
 
 #include "tandem/core/error.h"
+#include "tandem/models/attention_sinks.h"
 #include "tandem/models/banded_attention.h"
 #include "tandem/models/decoder.h"
 #include "tandem/models/kernel_choice.h"
@@ -110,7 +111,7 @@ at::Tensor attention_mask(const AttentionLayout& layout, int64_t sliding_window)
 }
 
 CausalAttentionPlan plan_causal_attention(const AttentionLayout& layout, int64_t sliding_window,
-                                          const AttentionOptions& options) {
+                                          const AttentionOptions& options, bool sinks) {
   CausalAttentionPlan plan;
   plan.options = options;
   // A window no shorter than the row hides no key (query - key < T <= window): no window, so
@@ -118,6 +119,10 @@ CausalAttentionPlan plan_causal_attention(const AttentionLayout& layout, int64_t
   if (sliding_window >= layout.positions.size(1)) sliding_window = 0;
   if (options.kernel == AttentionKernel::Dense) {
     plan.dense_mask = attention_mask(layout, sliding_window);
+    return plan;
+  }
+  if (sinks) {  // the blockwise kernel, whose softmax takes the sinks, on every layer
+    plan.window_bands = causal_key_bands(layout, sliding_window);
     return plan;
   }
   const int64_t rows = layout.positions.size(0), length = layout.positions.size(1);
@@ -146,6 +151,22 @@ CausalAttentionPlan plan_causal_attention(const AttentionLayout& layout, int64_t
 }
 
 at::Tensor causal_attention(const QueryKeyValue& qkv, const CausalAttentionPlan& plan) {
+  if (qkv.sinks.defined()) {
+    if (plan.options.kernel == AttentionKernel::Dense) {
+      at::Tensor mask = plan.dense_mask;
+      if (!mask.defined()) {  // one causal document per row
+        const int64_t length = qkv.q.size(2);
+        mask = at::ones({length, length}, qkv.q.options().dtype(at::kBool))
+                   .tril()
+                   .view({1, 1, length, length});
+      }
+      return masked_attention_with_sinks(qkv.q, qkv.k, qkv.v, mask, qkv.sinks);
+    }
+    check(plan.window_bands.first.defined(),
+          "[attention] a layer with attention sinks needs a plan made for them");
+    return banded_attention(qkv.q, qkv.k, qkv.v, plan.window_bands, at::Tensor(), at::Tensor(),
+                            at::Tensor(), plan.options, qkv.sinks);
+  }
   if (plan.options.kernel == AttentionKernel::Dense)
     return sdpa(qkv.q, qkv.k, qkv.v, plan.dense_mask);
   if (plan.sequences.offsets.defined()) {

@@ -9,6 +9,9 @@
 //   - on CUDA in bf16/fp16, packed documents or a window: one variable-length flash call per
 //     layer (models/varlen_attention.h) in place of the two above, where its self-check passed;
 //   - AttentionKernel::Dense: the earlier path, one (B, 1, T, T) boolean mask through SDPA.
+// A model with attention sinks (gpt-oss, models/attention_sinks.h) runs the blockwise kernel on
+// every layer, windowed or not (its running softmax starts with the sink), and the dense path
+// through masked_attention_with_sinks.
 #include <ATen/core/Tensor.h>
 #include <c10/core/DeviceType.h>
 #include <c10/core/ScalarType.h>
@@ -31,7 +34,7 @@ struct CausalAttentionPlan {
   // Per row, the columns where its documents start, then T: [0, s_1, ..., T]. Empty when every
   // row is one causal sequence.
   std::vector<std::vector<int64_t>> document_bounds;
-  KeyBands window_bands;  // set for a sliding window (blockwise kernel)
+  KeyBands window_bands;  // set for a sliding window or attention sinks (blockwise kernel)
   at::Tensor dense_mask;  // (B or 1, 1, T, T) bool, set for AttentionKernel::Dense
   // On CUDA with the fused kernel, for packed documents or a window: the documents laid end to
   // end for one variable-length flash call per layer (models/varlen_attention.h), used where
@@ -41,9 +44,10 @@ struct CausalAttentionPlan {
 };
 
 /// The plan for `layout` and a sliding window (0: none; a window of at least the row's length
-/// is none). Reads the layout's document ids on the host (its host copy when it has one).
+/// is none), for a model with attention sinks when `sinks`. Reads the layout's document ids on
+/// the host (its host copy when it has one).
 CausalAttentionPlan plan_causal_attention(const AttentionLayout& layout, int64_t sliding_window,
-                                          const AttentionOptions& options);
+                                          const AttentionOptions& options, bool sinks = false);
 
 /// What decides which SDPA kernel can run a call.
 struct SdpaCall {
@@ -79,7 +83,8 @@ std::string sdpa_backend(const at::Tensor& q, const SdpaOperands& operands, cons
 at::Tensor sdpa(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                 const at::Tensor& mask, double scale = 0.0);
 
-/// q (B, heads, T, d), k/v (B, kv_heads, T, d) -> (B, heads, T, d) as the plan says.
+/// q (B, heads, T, d), k/v (B, kv_heads, T, d) -> (B, heads, T, d) as the plan says (with
+/// qkv.sinks when the layer has them: the plan must have been made with `sinks`).
 at::Tensor causal_attention(const QueryKeyValue& qkv, const CausalAttentionPlan& plan);
 
 /// The boolean attention mask (B or 1, 1, T, T) for `layout` and a sliding window, or an

@@ -7,6 +7,7 @@
 
 #include "tandem/core/error.h"
 #include "tandem/dist/sharding.h"
+#include "tandem/models/attention_sinks.h"
 #include "tandem/models/key_bands.h"
 #include "tandem/models/lean_layers.h"
 
@@ -49,6 +50,7 @@ AttentionImpl::AttentionImpl(const DecoderConfig& config, int64_t layer_index,
     q_norm = register_module("q_norm", RMSNorm(q_width, config.rms_norm_eps, options, centered));
     k_norm = register_module("k_norm", RMSNorm(k_width, config.rms_norm_eps, options, centered));
   }
+  if (config.attention_sinks) sinks = register_parameter("sinks", at::empty({num_heads}, options));
 }
 
 QueryKeyValue AttentionImpl::project_key_value(const at::Tensor& x, const RopeTables& rope) const {
@@ -75,6 +77,10 @@ QueryKeyValue AttentionImpl::project(const at::Tensor& x, const RopeTables& rope
   if (q_norm && !norm_across_heads) q = q_norm->forward(q);
   qkv.q = apply_rope(q.transpose(1, 2), rope);
   if (query_scale != 1.0) qkv.q = qkv.q * query_scale;
+  if (sinks.defined()) {  // a frozen model's: gathered when sharded, never differentiated
+    const FullParameters full({sinks});
+    qkv.sinks = sinks.detach().clone();
+  }
   return qkv;
 }
 
@@ -332,7 +338,10 @@ at::Tensor CausalLMImpl::forward_hidden(const at::Tensor& ids, const AttentionLa
   auto plan_for = [&](int64_t window) -> const CausalAttentionPlan& {
     auto plan = plans.find(window);
     if (plan == plans.end())
-      plan = plans.emplace(window, plan_causal_attention(layout, window, attention_options)).first;
+      plan = plans
+                 .emplace(window, plan_causal_attention(layout, window, attention_options,
+                                                        config_.attention_sinks))
+                 .first;
     return plan->second;
   };
   for (int64_t i = 0; i < num_layers; ++i) {
@@ -391,6 +400,9 @@ at::Tensor CausalLMImpl::forward_cached(const at::Tensor& ids, const at::Tensor&
     else
       hidden = layer.forward(hidden, ropes.of(layer), [&](const QueryKeyValue& qkv) {
         const auto [keys, values] = cache.append(i, qkv.k, qkv.v);
+        if (qkv.sinks.defined())
+          return masked_attention_with_sinks(qkv.q, keys, values, mask_for(layer.sliding_window),
+                                             qkv.sinks);
         return sdpa(qkv.q, keys, values, mask_for(layer.sliding_window));
       });
     if (captured != nullptr &&

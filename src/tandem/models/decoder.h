@@ -51,6 +51,7 @@ struct QueryKeyValue {
   at::Tensor k;     // (B, kv_heads, T, head_dim)
   at::Tensor v;     // (B, kv_heads, T, head_dim)
   at::Tensor gate;  // gated attention: (B, T, heads * head_dim), before the sigmoid; else undefined
+  at::Tensor sinks;  // attention sinks (gpt-oss): (heads,), the full values; else undefined
 };
 
 class AttentionImpl : public torch::nn::Module {
@@ -61,7 +62,7 @@ class AttentionImpl : public torch::nn::Module {
                 int64_t input_size = 0);
   /// x (B, T, input_size) -> q, k, v with q/k norms (Qwen3 per head, MiniMax-M2 across heads)
   /// and RoPE applied; gated attention (Qwen3.5, Qwen3-Next) also the output gate, from the
-  /// second half of each head's q_proj rows.
+  /// second half of each head's q_proj rows; a layer with attention sinks (gpt-oss) its sinks.
   QueryKeyValue project(const at::Tensor& x, const RopeTables& rope) const;
   /// The same without the query (left undefined): keys and values of tokens that ask nothing
   /// (the DFlash draft's context).
@@ -71,6 +72,7 @@ class AttentionImpl : public torch::nn::Module {
   at::Tensor output(const at::Tensor& attended, const at::Tensor& gate = {}) const;
   Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
   RMSNorm q_norm{nullptr}, k_norm{nullptr};  // Qwen3 (head_dim), MiniMax-M2 (heads * head_dim)
+  at::Tensor sinks;  // (heads,): gpt-oss's per-head sink logits (models/attention_sinks.h)
   int64_t num_heads, num_kv_heads, head_dim;
   // q is multiplied by it after RoPE: sqrt(head_dim / query_pre_attn_scalar) makes the kernels'
   // head_dim^-0.5 Gemma 3's query_pre_attn_scalar^-0.5. 1 elsewhere.

@@ -82,9 +82,6 @@ const FamilyTraits& parse_family(const json& config, const std::string& path) {
         ": missing 'model_type' (expected ", family_names(), ")");
   const std::string type = config["model_type"];
   const FamilyTraits* family = find_family(type);
-  if (const char* missing = not_implemented_yet(type))
-    throw Error("[config] ", path, ": model_type '", type, "' is not supported yet: ", missing,
-                " (tandem supports ", family_names(), ")");
   check(family != nullptr, "[config] ", path, ": unsupported model_type '", type,
         "' (tandem supports ", family_names(), ")");
   // Qwen3.5's decoder read alone, Gemma 3's wrapper: the architecture of that form.
@@ -138,8 +135,12 @@ void check_fields(const json& config, const std::string& path, const FamilyTrait
   for (const auto& item : config.items()) {
     const std::string& key = item.key();
     const json& value = item.value();
-    if (key == "quantization_config") {  // block-wise FP8 is read (io/block_fp8.h), no other
-      read_quantization_config(config, path);
+    if (key == "quantization_config") {  // block-wise FP8 (io/block_fp8.h), MXFP4 (io/mxfp4.h)
+      const QuantizationConfig quantization = read_quantization_config(config, path);
+      check(!quantization.mxfp4 || family.moe.gpt_oss_experts, "[config] ", path,
+            ": quantization_config says mxfp4, which tandem reads for gpt-oss's experts only, "
+            "not for model_type '",
+            name, "': dequantize it to bf16 first");
       continue;
     }
     const FieldRule* rule = family.rule(key);
@@ -272,8 +273,8 @@ void parse_sliding_window(const json& config, const std::string& path, const Fam
       if (use_sliding_window()) out.sliding_window.assign(layers, window);
       return;
     case WindowReading::LayerTypesOrPattern:
-      if (!reader.has("layer_types")) {  // transformers' default: every 6th layer full
-        const int64_t pattern = reader.integer_or("sliding_window_pattern", 6);
+      if (!reader.has("layer_types")) {  // transformers' default: every n-th layer full
+        const int64_t pattern = reader.integer_or("sliding_window_pattern", family.window_pattern);
         check(pattern >= 1, "[config] ", path, ": sliding_window_pattern must be >= 1, got ",
               pattern);
         check(window > 0 || pattern == 1, "[config] ", path,
@@ -356,6 +357,22 @@ void parse_deepseek_moe(const Reader& reader, const std::string& path, DecoderCo
   for (int64_t i = 0; i < dense; ++i) moe.sparse_layers[static_cast<size_t>(i)] = false;
 }
 
+// gpt-oss's experts: the clamped SwiGLU's limit and gain (transformers' defaults filled by the
+// family table), and the published configs' second spelling of top-k, which must agree.
+void parse_gpt_oss_experts(const Reader& reader, const std::string& path, DecoderConfig& out) {
+  ClampedSwiglu& swiglu = out.moe.gpt_oss_experts;
+  swiglu.limit = reader.number("swiglu_limit");
+  swiglu.alpha = reader.number("swiglu_alpha");
+  check(std::isfinite(swiglu.limit) && swiglu.limit > 0, "[config] ", path,
+        ": swiglu_limit must be a finite number > 0, got ", swiglu.limit);
+  check(std::isfinite(swiglu.alpha) && swiglu.alpha > 0, "[config] ", path,
+        ": swiglu_alpha must be a finite number > 0, got ", swiglu.alpha);
+  if (reader.has("experts_per_token"))
+    check(reader.integer("experts_per_token") == out.moe.experts_per_token, "[config] ", path,
+          ": experts_per_token (", reader.integer("experts_per_token"),
+          ") and num_experts_per_tok (", out.moe.experts_per_token, ") disagree");
+}
+
 // The sparse MLP: how many experts, top-k, their width, which layers have them, how routing
 // scores, as the family's MoeTraits say.
 void parse_moe(const json& config, const std::string& path, const MoeTraits& family,
@@ -403,6 +420,8 @@ void parse_moe(const json& config, const std::string& path, const MoeTraits& fam
   const double jitter = reader.number_or("router_jitter_noise", 0.0);
   check(jitter == 0.0, "[config] ", path, ": unsupported router_jitter_noise ", jitter,
         " (tandem routes without jitter; set it to 0.0)");
+
+  if (family.gpt_oss_experts) parse_gpt_oss_experts(reader, path, out);
 
   const int64_t layers = out.num_hidden_layers;
   moe.sparse_layers.assign(static_cast<size_t>(layers), true);
@@ -650,6 +669,7 @@ DecoderConfig DecoderConfig::from_json(const json& config, const std::string& pa
                     ? reader.boolean_or("use_qk_norm", false)
                     : family.qk_norm != QkNorm::None;
   out.qk_norm_across_heads = family.qk_norm == QkNorm::AcrossHeads;
+  out.attention_sinks = family.attention_sinks;
   if (family.moe.enabled) parse_moe(config, path, family.moe, out);
   if (family.latent_attention) parse_latent_attention(config, path, out);
   if (family.partial_rope) parse_partial_rope(config, path, family, out);
@@ -828,6 +848,7 @@ DecoderConfig DecoderConfig::draft_layers(DecoderFamily draft_family, int64_t nu
   draft.linear_attention = LinearAttentionConfig();
   draft.mtp_layers = 0;
   draft.gemma = GemmaLayers();
+  draft.attention_sinks = false;
   draft.mlp_activation = MlpActivation::Silu;
   if (latent_attention.enabled()) {  // plain heads as wide as the target's values
     draft.head_dim = latent_attention.v_head_dim;
@@ -855,7 +876,8 @@ DecoderConfig DecoderConfig::from_dir(const std::string& dir) {
 
 json DecoderConfig::to_json() const {
   const FamilyTraits& traits = family_traits(family);
-  check(!hybrid() && !gated_attention && !traits.moe.deepseek_layout && !traits.gemma_layers,
+  check(!hybrid() && !gated_attention && !traits.moe.deepseek_layout && !traits.gemma_layers &&
+            !attention_sinks && !moe.gpt_oss_experts.enabled(),
         "[export] ", traits.model_type, ": tandem does not write ", traits.model_type,
         " models (they are read as frozen targets only)");
   json out;

@@ -28,12 +28,13 @@ enum class DecoderFamily {
   Qwen3Next,   // Qwen3-Next: hybrid layers with fused projections, experts and a shared expert
   Glm4Moe,     // GLM-4.5/4.6: partial RoPE, q/k/v biases, group-routed experts and shared experts
   DeepseekV3,  // DeepSeek-V3/R1, Kimi-K2: multi-head latent attention, GLM-4.5's experts
-  Gemma3       // Gemma 3: sandwich norms, scaled embeddings, GeGLU, two RoPE bases
+  Gemma3,      // Gemma 3: sandwich norms, scaled embeddings, GeGLU, two RoPE bases
+  GptOss       // gpt-oss: attention sinks, alternating windows, biased clamped-SwiGLU experts
 };
 
 /// The config.json `model_type` from the family table: "llama", "mistral", "qwen2", "qwen3",
 /// "qwen3_moe", "mixtral", "minimax_m2", "qwen3_5", "qwen3_5_moe", "qwen3_next", "glm4_moe",
-/// "deepseek_v3" or "gemma3_text".
+/// "deepseek_v3", "gemma3_text" or "gpt_oss".
 const char* family_name(DecoderFamily family);
 
 /// How a mixture-of-experts router turns its logits (tokens, experts) into the chosen experts
@@ -42,11 +43,22 @@ enum class RouterScoring {
   Softmax,          // Qwen3-MoE, Mixtral: softmax in fp32, top-k of the probabilities
   SigmoidWithBias,  // MiniMax-M2: sigmoid in fp32; top-k of sigmoid + e_score_correction_bias,
                     // weighted by the sigmoids alone
-  GroupedSigmoid    // GLM-4.5, DeepSeek-V3: the router's logits in fp32, sigmoid; the experts
+  GroupedSigmoid,   // GLM-4.5, DeepSeek-V3: the router's logits in fp32, sigmoid; the experts
                     // (split into `groups` groups) are chosen among the `top_groups` groups
                     // whose two best sigmoid + e_score_correction_bias sum highest, top-k of
                     // sigmoid + bias there; weighted by the sigmoids (normalised when
                     // normalize_top_k) times routed_scaling_factor
+  SoftmaxOfTopK     // gpt-oss: top-k of the logits (the router has a bias), weighted by the
+                    // softmax over those k alone, in the logits' dtype
+};
+
+/// gpt-oss's experts (MoeConfig::gpt_oss_experts): every projection biased, and the clamped
+/// SwiGLU (g = min(gate, limit), u = clamp(up, -limit, limit), out = (u + 1) g sigmoid(alpha g)).
+struct ClampedSwiglu {
+  double limit = 0;  // swiglu_limit; 0: the experts are plain SwiGLU without biases
+  double alpha = 1.702;
+
+  bool enabled() const { return limit > 0; }
 };
 
 /// The sparse MLP of a mixture-of-experts decoder. `num_experts == 0`: a dense model.
@@ -70,6 +82,9 @@ struct MoeConfig {
   int64_t groups = 1;
   int64_t top_groups = 1;
   double routed_scaling_factor = 1.0;
+  // gpt-oss: the router (`mlp.router`, with a bias) and experts with biases
+  // (experts.gate_up_proj_bias, experts.down_proj_bias) and the clamped SwiGLU.
+  ClampedSwiglu gpt_oss_experts;
 
   bool enabled() const { return num_experts > 0; }
 };
@@ -189,6 +204,9 @@ struct DecoderConfig {
   // attention kernels see, values zero-padded to it) and rotary_dim qk_rope_head_dim.
   LatentAttentionConfig latent_attention;
   GemmaLayers gemma;
+  // gpt-oss: each attention head has a learned logit `sinks` in its softmax's denominator (a key
+  // every query sees whose value is 0): out = softmax-weighted values x sigmoid(lse - sink).
+  bool attention_sinks = false;
   // The checkpoint is a vision-language wrapper (Qwen3_5ForConditionalGeneration,
   // Gemma3ForConditionalGeneration): config.json holds the decoder in `text_config` and the
   // weights live where the family's WrappedStorage says (`model.language_model.`,

@@ -1,7 +1,5 @@
 #include "tandem/models/family_traits.h"
 
-#include <map>
-
 #include "tandem/core/error.h"
 
 namespace tandem {
@@ -322,6 +320,45 @@ const std::vector<FamilyTraits>& family_table() {
                                  {"sliding_window", 4096},
                                  {"query_pre_attn_scalar", 256},
                                  {"tie_word_embeddings", true}})},
+
+      // gpt-oss (20B, 120B): Llama-shaped attention with every projection biased and a sink
+      // logit per head, sliding-window and full layers alternating (layer_types; transformers'
+      // default starts with a sliding one), YaRN RoPE; every layer sparse: a biased router's
+      // top-k, softmax over those k, experts with biases and the clamped SwiGLU. Published
+      // checkpoints store the experts as MXFP4 (io/mxfp4.h).
+      {.family = DecoderFamily::GptOss,
+       .model_type = "gpt_oss",
+       .architecture = "GptOssForCausalLM",
+       .attention_sinks = true,
+       .windows = WindowReading::LayerTypesOrPattern,
+       .window_pattern = 2,
+       .moe = {.enabled = true,
+               .scoring = RouterScoring::SoftmaxOfTopK,
+               .weights_in_model_dtype = true,
+               .gpt_oss_experts = true},
+       .fields = rules({moe_fields(),
+                        {accepted("swiglu_limit"), accepted("swiglu_alpha"),
+                         // the published configs' spelling of num_experts_per_tok (must agree)
+                         accepted("experts_per_token"),
+                         // the context the model was pretrained at: YaRN's
+                         // original_max_position_embeddings says it to the RoPE
+                         accepted("initial_context_length")}}),
+       // GptOssConfig's defaults (transformers 5.23) where they differ from the common reader's;
+       // its YaRN as rope_scaling, which rope_parameters (transformers 5's spelling) overrides.
+       .defaults = json::object(
+           {{"attention_bias", true},
+            {"rope_theta", 150000.0},
+            {"rope_scaling", json::object({{"rope_type", "yarn"},
+                                           {"factor", 32.0},
+                                           {"beta_fast", 32.0},
+                                           {"beta_slow", 1.0},
+                                           {"truncate", false},
+                                           {"original_max_position_embeddings", 4096}})},
+            {"sliding_window", 128},
+            {"head_dim", 64},
+            {"rms_norm_eps", 1e-5},
+            {"swiglu_limit", 7.0},
+            {"swiglu_alpha", 1.702}})},
   };
   return table;
 }
@@ -355,16 +392,6 @@ bool is_wrapper_type(const FamilyTraits& family, const std::string& model_type) 
 
 const char* text_model_type(const FamilyTraits& family) {
   return family.hybrid.text_model_type ? family.hybrid.text_model_type : family.model_type;
-}
-
-const char* not_implemented_yet(const std::string& model_type) {
-  static const std::map<std::string, const char*> missing = {
-      {"gpt_oss",
-       "gpt-oss's attention sinks, clamped SwiGLU experts with biases and MXFP4 expert weights "
-       "are not implemented yet (its YaRN RoPE is)"},
-  };
-  const auto found = missing.find(model_type);
-  return found == missing.end() ? nullptr : found->second;
 }
 
 std::string family_names(bool (*include)(const FamilyTraits&)) {

@@ -45,8 +45,8 @@ enum class WindowReading {
   EveryLayer,  // sliding_window alone, on every layer (Mistral, Mixtral); layer_types overrides
   MaxWindowLayers,  // use_sliding_window, layers from max_window_layers on; layer_types overrides
   AllOrNone,        // use_sliding_window alone: every layer or none; layer_types is not read
-  // layer_types, else every sliding_window_pattern-th layer (default 6) full and the others
-  // windowed (Gemma 3)
+  // layer_types, else every sliding_window_pattern-th layer full and the others windowed
+  // (FamilyTraits::window_pattern when config.json has none: Gemma 3 6, gpt-oss 2)
   LayerTypesOrPattern,
 };
 
@@ -73,6 +73,11 @@ struct MoeTraits {
   // under the router (`mlp.gate.`), n_shared_experts ungated `shared_experts` of
   // moe_intermediate_size each, the first first_k_dense_replace layers dense.
   bool deepseek_layout = false;
+  // gpt-oss's sparse MLP (MoeConfig::gpt_oss_experts): the router `mlp.router` with a bias,
+  // experts with biases and the clamped SwiGLU (swiglu_limit, swiglu_alpha), stored as
+  // transformers writes them (gate_up_proj (E, H, 2I), gate and up interleaved; down_proj
+  // (E, I, H)) or as MXFP4 blocks and scales (io/mxfp4.h).
+  bool gpt_oss_experts = false;
 };
 
 /// A hybrid family (Qwen3.5/3.6, Qwen3-Next): Gated DeltaNet layers and gated full-attention
@@ -133,11 +138,16 @@ struct FamilyTraits {
   // scaled by sqrt(hidden_size), GeGLU (hidden_activation gelu_pytorch_tanh),
   // query_pre_attn_scalar, a second RoPE base for the sliding-window layers.
   bool gemma_layers = false;
+  // gpt-oss: a learned logit per head in every softmax's denominator (`self_attn.sinks`).
+  bool attention_sinks = false;
   QkNorm qk_norm = QkNorm::None;
   bool partial_rope = false;  // rotary_dim / partial_rotary_factor are read (else full RoPE)
   // transformers' partial_rotary_factor when config.json gives none (0: full RoPE).
   double default_partial_rotary_factor = 0.0;
   WindowReading windows = WindowReading::MaxWindowLayers;
+  // WindowReading::LayerTypesOrPattern without layer_types or sliding_window_pattern: every
+  // window_pattern-th layer is full (transformers' defaults).
+  int64_t window_pattern = 6;
   MoeTraits moe = {};
   HybridTraits hybrid = {};
 
@@ -165,9 +175,6 @@ const FamilyTraits* find_family(const std::string& model_type);
 bool is_wrapper_type(const FamilyTraits& family, const std::string& model_type);
 /// The model_type of the family's decoder read alone: its text_model_type, or its model_type.
 const char* text_model_type(const FamilyTraits& family);
-/// For a model_type users train drafts against that tandem does not load yet (gpt_oss): what is
-/// missing, for the error; nullptr otherwise.
-const char* not_implemented_yet(const std::string& model_type);
 /// "llama, mistral, ... or minimax_m2": the model_types of the entries `include` keeps.
 std::string family_names(bool (*include)(const FamilyTraits&) = nullptr);
 /// The fields every family accepts: metadata (how the model was trained, cached or tokenised)

@@ -4,6 +4,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 
 #include <cmath>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -57,19 +58,28 @@ at::Tensor RouterLoad::loss() const {
 }
 
 ExpertsImpl::ExpertsImpl(int64_t num_experts, int64_t hidden_size, int64_t intermediate_size,
-                         const at::TensorOptions& options) {
+                         const at::TensorOptions& options, bool biases) {
+  // transformers' order (gpt-oss: gate_up_proj, its bias, down_proj, its bias).
   gate_up_proj = register_parameter(
       "gate_up_proj", at::empty({num_experts, 2 * intermediate_size, hidden_size}, options));
+  if (biases)
+    gate_up_proj_bias = register_parameter(
+        "gate_up_proj_bias", at::empty({num_experts, 2 * intermediate_size}, options));
   down_proj = register_parameter("down_proj",
                                  at::empty({num_experts, hidden_size, intermediate_size}, options));
+  if (biases)
+    down_proj_bias =
+        register_parameter("down_proj_bias", at::empty({num_experts, hidden_size}, options));
 }
 
 SparseMoeImpl::SparseMoeImpl(const DecoderConfig& config, const at::TensorOptions& options)
     : moe(config.moe) {
   check(moe.enabled(), "[moe] a sparse MLP needs num_experts > 0");
-  gate = register_module("gate", Linear(config.hidden_size, moe.num_experts, false, options));
+  const bool gpt_oss = moe.gpt_oss_experts.enabled();
+  gate = register_module(gpt_oss ? "router" : "gate",
+                         Linear(config.hidden_size, moe.num_experts, gpt_oss, options));
   experts = register_module("experts", Experts(moe.num_experts, config.hidden_size,
-                                               moe.expert_intermediate_size, options));
+                                               moe.expert_intermediate_size, options, gpt_oss));
   if (moe.scoring == RouterScoring::SigmoidWithBias)
     e_score_correction_bias =
         register_buffer("e_score_correction_bias", at::zeros({moe.num_experts}, options));
@@ -94,6 +104,11 @@ SparseMoeImpl::SparseMoeImpl(const DecoderConfig& config, const at::TensorOption
 std::pair<at::Tensor, at::Tensor> route_tokens(const at::Tensor& router_logits,
                                                const at::Tensor& bias, const MoeConfig& moe) {
   const int64_t k = moe.experts_per_token;
+  if (moe.scoring == RouterScoring::SoftmaxOfTopK) {
+    // gpt-oss: the k best logits, then a softmax over those k in the logits' dtype.
+    auto [top, indices] = at::topk(router_logits, k, -1);
+    return {indices, at::softmax(top, -1)};
+  }
   if (moe.scoring == RouterScoring::GroupedSigmoid) {
     const at::Tensor scores = at::sigmoid(router_logits.to(at::kFloat));  // (N, E)
     const at::Tensor choice = scores + bias;                              // (N, E)
@@ -135,26 +150,31 @@ namespace {
 // by expert, `per_expert` (E,) int64 on the device; each expert's rows end at the running sum of
 // the counts. No host wait: the offsets stay on the device.
 at::Tensor grouped_expert_rows(const at::Tensor& rows, const at::Tensor& per_expert,
-                               const at::Tensor& gate_up_proj, const at::Tensor& down_proj) {
-  const int64_t intermediate = down_proj.size(2);
+                               const at::Tensor& expert_of_row, const at::Tensor& gate_up_proj,
+                               const at::Tensor& down_proj, const ExpertExtras& extras) {
   const at::Tensor ends = per_expert.cumsum(0).to(at::kInt);  // (E,)
   // a (P, K) x each expert's b (E, K, N) -> (P, N). On the meta device (a planned run; ATen's
   // grouped matmul reads the offsets there) one matmul of the same shapes stands in for it.
   const auto grouped_matmul = [&](const at::Tensor& a, const at::Tensor& b) {
     return a.is_meta() ? at::matmul(a, b[0]) : at::_grouped_mm(a, b, ends);
   };
-  const at::Tensor gate_up = grouped_matmul(rows, gate_up_proj.transpose(1, 2));  // (P, 2I)
-  const at::Tensor hidden = swiglu(gate_up.narrow(1, 0, intermediate),
-                                   gate_up.narrow(1, intermediate, intermediate));  // (P, I)
-  return grouped_matmul(hidden, down_proj.transpose(1, 2));                         // (P, H)
+  // Each row's expert's bias, (P, 2I) and (P, H), where the experts have them.
+  const auto biased = [&](at::Tensor out, const at::Tensor& bias) {
+    return bias.defined() ? out + bias.index_select(0, expert_of_row) : out;
+  };
+  const at::Tensor gate_up =
+      biased(grouped_matmul(rows, gate_up_proj.transpose(1, 2)), extras.gate_up_bias);  // (P, 2I)
+  const at::Tensor hidden = expert_activation(gate_up, extras.swiglu);                  // (P, I)
+  return biased(grouped_matmul(hidden, down_proj.transpose(1, 2)), extras.down_bias);   // (P, H)
 }
 
 // The same, one expert at a time, sized by the counts read on the host: the one device wait of
 // a MoE layer. On the meta device there is no routing to count: every pair is planned for
 // expert 0.
 at::Tensor looped_expert_rows(const at::Tensor& rows, const at::Tensor& per_expert,
-                              const at::Tensor& gate_up_proj, const at::Tensor& down_proj) {
-  const int64_t experts = gate_up_proj.size(0), intermediate = down_proj.size(2);
+                              const at::Tensor& gate_up_proj, const at::Tensor& down_proj,
+                              const ExpertExtras& extras) {
+  const int64_t experts = gate_up_proj.size(0);
   at::Tensor stand_in;
   if (rows.is_meta()) {
     stand_in = at::zeros({experts}, at::kLong);
@@ -166,11 +186,14 @@ at::Tensor looped_expert_rows(const at::Tensor& rows, const at::Tensor& per_expe
   int64_t start = 0;
   for (int64_t e = 0; e < experts; ++e) {
     if (count[e] == 0) continue;
-    const at::Tensor mine = rows.narrow(0, start, count[e]);       // (n_e, H)
-    const at::Tensor gate_up = at::linear(mine, gate_up_proj[e]);  // (n_e, 2I)
-    const at::Tensor hidden = swiglu(gate_up.narrow(1, 0, intermediate),
-                                     gate_up.narrow(1, intermediate, intermediate));  // (n_e, I)
-    outputs.push_back(at::linear(hidden, down_proj[e]));                              // (n_e, H)
+    const auto bias_of = [e](const at::Tensor& bias) {
+      return bias.defined() ? std::optional<at::Tensor>(bias[e]) : std::nullopt;
+    };
+    const at::Tensor mine = rows.narrow(0, start, count[e]);  // (n_e, H)
+    const at::Tensor gate_up =
+        at::linear(mine, gate_up_proj[e], bias_of(extras.gate_up_bias));             // (n_e, 2I)
+    const at::Tensor hidden = expert_activation(gate_up, extras.swiglu);             // (n_e, I)
+    outputs.push_back(at::linear(hidden, down_proj[e], bias_of(extras.down_bias)));  // (n_e, H)
     start += count[e];
   }
   check(start == rows.size(0), "[moe] expert rows ", start, " != tokens x top-k ", rows.size(0));
@@ -178,6 +201,17 @@ at::Tensor looped_expert_rows(const at::Tensor& rows, const at::Tensor& per_expe
 }
 
 }  // namespace
+
+at::Tensor expert_activation(const at::Tensor& gate_up, const ClampedSwiglu& clamped) {
+  const int64_t intermediate = gate_up.size(-1) / 2;
+  const at::Tensor gate = gate_up.narrow(-1, 0, intermediate);
+  const at::Tensor up = gate_up.narrow(-1, intermediate, intermediate);
+  if (!clamped.enabled()) return swiglu(gate, up);
+  // gpt-oss, in the activations' dtype as transformers computes it.
+  const at::Tensor g = gate.clamp_max(clamped.limit);
+  const at::Tensor u = up.clamp(-clamped.limit, clamped.limit);
+  return (u + 1) * (g * at::sigmoid(g * clamped.alpha));
+}
 
 ExpertGemm choose_expert_gemm(c10::DeviceType device, c10::ScalarType dtype, int64_t hidden_size,
                               int64_t intermediate_size, bool cuda_verified) {
@@ -196,8 +230,8 @@ ExpertGemm choose_expert_gemm(c10::DeviceType device, c10::ScalarType dtype, int
 }
 
 at::Tensor run_experts(const at::Tensor& x, const at::Tensor& indices, const at::Tensor& weights,
-                       const at::Tensor& gate_up_proj, const at::Tensor& down_proj,
-                       ExpertGemm gemm) {
+                       const at::Tensor& gate_up_proj, const at::Tensor& down_proj, ExpertGemm gemm,
+                       const ExpertExtras& extras) {
   const int64_t tokens = x.size(0), k = indices.size(1), experts = gate_up_proj.size(0);
   // The (token, expert) pairs sorted by expert: pair p of the sorted order is token
   // token_of[p] sent to its expert with weight sorted_weights[p].
@@ -210,8 +244,9 @@ at::Tensor run_experts(const at::Tensor& x, const at::Tensor& indices, const at:
   const at::Tensor rows = x.index_select(0, token_of);  // (N*k, H)
   const at::Tensor expert_out =
       gemm == ExpertGemm::Grouped
-          ? grouped_expert_rows(rows, per_expert, gate_up_proj, down_proj)
-          : looped_expert_rows(rows, per_expert, gate_up_proj, down_proj);  // (N*k, H)
+          ? grouped_expert_rows(rows, per_expert, flat.index_select(0, order), gate_up_proj,
+                                down_proj, extras)
+          : looped_expert_rows(rows, per_expert, gate_up_proj, down_proj, extras);  // (N*k, H)
   // Weighted in the weights' dtype (fp32 for Mixtral and MiniMax-M2, the model's for Qwen3-MoE),
   // back in token order, then each token's k outputs summed at once (fp32 accumulation) and
   // rounded to the model's dtype: what transformers' grouped experts do, and deterministic on
@@ -249,19 +284,28 @@ at::Tensor SparseMoeImpl::forward(const at::Tensor& x, RouterLoad* load) const {
   const int64_t batch = x.size(0), length = x.size(1), hidden = x.size(2);
   const MoeConfig config = moe;
   const at::Tensor bias = e_score_correction_bias;
+  // The router's weight, the experts' two projections, then (gpt-oss) the router's bias and the
+  // experts' biases.
+  std::vector<at::Tensor> parameters = {gate->weight, experts->gate_up_proj, experts->down_proj};
+  const bool biased = experts->gate_up_proj_bias.defined();
+  if (biased)
+    parameters.insert(parameters.end(),
+                      {gate->bias, experts->gate_up_proj_bias, experts->down_proj_bias});
   const std::vector<at::Tensor> out = with_full_parameters(
-      {gate->weight, experts->gate_up_proj, experts->down_proj}, {x.reshape({-1, hidden})},
-      [config, bias](const auto& in, const auto& w) {
+      parameters, {x.reshape({-1, hidden})}, [config, bias, biased](const auto& in, const auto& w) {
         // (N, E): in the model's dtype, or in fp32 from fp32 copies (GroupedSigmoid)
-        const at::Tensor router_logits = config.scoring == RouterScoring::GroupedSigmoid
-                                             ? at::linear(in[0].to(at::kFloat), w[0].to(at::kFloat))
-                                             : at::linear(in[0], w[0]);
+        const at::Tensor router_logits =
+            config.scoring == RouterScoring::GroupedSigmoid
+                ? at::linear(in[0].to(at::kFloat), w[0].to(at::kFloat))
+                : at::linear(in[0], w[0], biased ? std::optional<at::Tensor>(w[3]) : std::nullopt);
         auto [indices, weights] = route_tokens(router_logits, bias, config);
         const ExpertGemm gemm = choose_expert_gemm(
             in[0].device().type(), w[1].scalar_type(), w[1].size(2), w[2].size(2),
             in[0].is_cuda() && grouped_expert_gemm_verified(in[0].device(), w[1].scalar_type()));
-        return std::vector<at::Tensor>{run_experts(in[0], indices, weights, w[1], w[2], gemm),
-                                       router_logits};
+        ExpertExtras extras;
+        if (biased) extras = {w[4], w[5], config.gpt_oss_experts};
+        return std::vector<at::Tensor>{
+            run_experts(in[0], indices, weights, w[1], w[2], gemm, extras), router_logits};
       });
   if (load) load->add(out[1], moe.experts_per_token);
   const at::Tensor routed = out[0].view({batch, length, hidden});

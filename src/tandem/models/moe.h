@@ -16,7 +16,11 @@
 // transformers holds in memory: `gate.weight` (E, H), `experts.gate_up_proj` (E, 2I, H; the gate
 // rows, then the up rows), `experts.down_proj` (E, H, I), and for MiniMax-M2 the buffer
 // `e_score_correction_bias` (E,), which only steers the choice of experts and is never trained.
-// Checkpoints store experts one tensor each; models/stored_weights.h maps the names.
+// gpt-oss names its router `router.weight` (E, H) with `router.bias` (E,) and biases its experts,
+// `experts.gate_up_proj_bias` (E, 2I; gate, then up) and `experts.down_proj_bias` (E, H); its
+// experts apply the clamped SwiGLU (ClampedSwiglu).
+// Checkpoints store experts one tensor each, or transformed (gpt-oss); models/stored_weights.h
+// maps the names.
 #include <ATen/core/Tensor.h>
 #include <c10/core/Device.h>
 #include <c10/core/ScalarType.h>
@@ -51,9 +55,11 @@ struct RouterLoad {
 class ExpertsImpl : public torch::nn::Module {
  public:
   ExpertsImpl(int64_t num_experts, int64_t hidden_size, int64_t intermediate_size,
-              const at::TensorOptions& options);
-  at::Tensor gate_up_proj;  // (E, 2I, H)
-  at::Tensor down_proj;     // (E, H, I)
+              const at::TensorOptions& options, bool biases = false);
+  at::Tensor gate_up_proj;       // (E, 2I, H)
+  at::Tensor down_proj;          // (E, H, I)
+  at::Tensor gate_up_proj_bias;  // (E, 2I), gpt-oss; else undefined
+  at::Tensor down_proj_bias;     // (E, H), gpt-oss; else undefined
 };
 TORCH_MODULE(Experts);
 
@@ -63,7 +69,7 @@ class SparseMoeImpl : public torch::nn::Module {
   /// x (B, T, H) -> (B, T, H). When `load` is given, the router's logits are added to it.
   at::Tensor forward(const at::Tensor& x, RouterLoad* load = nullptr) const;
 
-  Linear gate{nullptr};  // the router: (E, H), no bias
+  Linear gate{nullptr};  // the router: (E, H), no bias (gpt-oss: named `router`, with a bias)
   Experts experts{nullptr};
   // (E,) buffer: MiniMax-M2's (here, model dtype) or DeepSeek-V3 layout's (`gate.`, fp32);
   // undefined otherwise
@@ -100,9 +106,21 @@ ExpertGemm choose_expert_gemm(c10::DeviceType device, c10::ScalarType dtype, int
 /// tried once per device and dtype and remembered. False when it throws or differs.
 bool grouped_expert_gemm_verified(const c10::Device& device, c10::ScalarType dtype);
 
+/// What some families' experts add to the plain SwiGLU expert (gpt-oss): biases after each
+/// projection, and the clamped SwiGLU. Empty: silu(gate) * up, no biases.
+struct ExpertExtras {
+  at::Tensor gate_up_bias;  // (E, 2I): gate, then up; or undefined
+  at::Tensor down_bias;     // (E, H) or undefined
+  ClampedSwiglu swiglu;     // disabled: silu(gate) * up
+};
+
+/// An expert's activation of its gate_up rows (P, 2I) (gate, then up) -> (P, I): SwiGLU, or the
+/// clamped SwiGLU (u + 1) g sigmoid(alpha g), g = min(gate, limit), u = clamp(up, -limit, limit).
+at::Tensor expert_activation(const at::Tensor& gate_up, const ClampedSwiglu& swiglu);
+
 /// sum over k of weights[n, k] * expert_{indices[n, k]}(x[n]), for x (N, H), grouped by expert.
 at::Tensor run_experts(const at::Tensor& x, const at::Tensor& indices, const at::Tensor& weights,
-                       const at::Tensor& gate_up_proj, const at::Tensor& down_proj,
-                       ExpertGemm gemm);
+                       const at::Tensor& gate_up_proj, const at::Tensor& down_proj, ExpertGemm gemm,
+                       const ExpertExtras& extras = {});
 
 }  // namespace tandem

@@ -15,6 +15,11 @@
 // nor are GLM-4.5's, numbered on after the decoder's (`model.layers.{num_hidden_layers + i}.`).
 // GLM-4.5 stores its experts as Qwen3-MoE does, its shared experts as `mlp.shared_experts.*`
 // and its routing bias under the router, `mlp.gate.e_score_correction_bias` (fp32).
+// gpt-oss stores each layer's experts stacked, as transformers holds them: mlp.experts.gate_up_proj
+// (E, H, 2I) with gate and up columns alternating, gate_up_proj_bias (E, 2I) alternating alike,
+// down_proj (E, I, H); or, as published, the two projections as MXFP4 (io/mxfp4.h) of their
+// (E, out, in) form: gate_up_proj_blocks / _scales (rows alternating gate, up) and
+// down_proj_blocks / _scales. The model holds (E, 2I, H) gate rows then up rows, (E, H, I).
 #include <ATen/core/Tensor.h>
 
 #include <string>
@@ -33,8 +38,14 @@ struct StoredWeight {
   // pieces[e]: the tensors concatenated along dim 0 into slice e of a stacked (E, ...) tensor
   // (gate then up for gate_up_proj); one list of one name: the tensor is stored whole.
   std::vector<std::vector<std::string>> pieces;
+  // gpt-oss's experts (one piece): how the stored tensor differs from the model's (E, out, in).
+  bool transposed = false;   // stored (E, in, out)
+  bool interleaved = false;  // dim 1 alternates gate, up (the model: gate rows, then up rows)
+  bool mxfp4 = false;        // the piece names the `_blocks` of an MXFP4 pair (io/mxfp4.h)
 
   bool stacked() const;
+  /// Whether the stored tensor is transformed on its way to the model (gpt-oss's experts).
+  bool transformed() const { return transposed || interleaved || mxfp4; }
   /// Every checkpoint name it reads.
   std::vector<std::string> names() const;
 };

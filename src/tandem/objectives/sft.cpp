@@ -83,10 +83,10 @@ DecoderConfig student_decoder_config(const SftOptions& options) {
         " is a hybrid (Gated DeltaNet) model, which tandem reads as a frozen target, teacher or "
         "reference only: training one (SFT, distillation student, DPO or GRPO policy) is not "
         "supported yet");
-  // DeepSeek-V3's MoE layout (GLM-4.5, DeepSeek-V3), Gemma 3: read, never written
-  // (DecoderConfig::to_json).
+  // DeepSeek-V3's MoE layout (GLM-4.5, DeepSeek-V3), Gemma 3, gpt-oss: read, never written
+  // (DecoderConfig::to_json); gpt-oss's sinks have no gradient either.
   const FamilyTraits& traits = family_traits(config.family);
-  check(!traits.moe.deepseek_layout && !traits.gemma_layers, "[model] ",
+  check(!traits.moe.deepseek_layout && !traits.gemma_layers && !traits.attention_sinks, "[model] ",
         options.model_path.empty() ? options.model_config : options.model_path, ": ",
         family_name(config.family),
         " is read as a frozen target, teacher or reference only: training one (SFT, distillation "
