@@ -37,9 +37,13 @@ TEST(ModelFlops, ASlidingWindowLayerCountsItsWindow) {
   // Per layer: matmuls 2 x 144 x 10 = 2880; attention 2 x pairs x 4.
   EXPECT_DOUBLE_EQ(tandem::decoder_forward_flops(config, 10, 100, false),
                    2 * 2880.0 + 2 * 54 * 4 + 2 * 100 * 4);
-  // Documents shorter than the window: nothing hidden.
+  // Documents shorter than the window: nothing hidden, also when the batch is (window 3, 4
+  // tokens in two documents; window 64, 10 tokens in one).
   EXPECT_DOUBLE_EQ(tandem::decoder_forward_flops(config, 4, 8, false),
                    2 * 2 * 144 * 4.0 + 2 * (2 * 8 * 4));
+  config.sliding_window = {64, 0};
+  EXPECT_DOUBLE_EQ(tandem::decoder_forward_flops(config, 10, 100, false),
+                   2 * 2880.0 + 2 * (2 * 100 * 4));
 }
 
 // A mixture-of-experts layer counts its active parameters: the router and top-k experts.

@@ -413,6 +413,19 @@ TEST(Mxfp4, BrokenCheckpointsNameTheTensor) {
   missing.erase(scales);
   error = error_loading(missing, true);
   EXPECT_NE(error.find("missing tensors " + scales), std::string::npos) << error;
+  // config.json says mxfp4 and neither form is stored: the blocks and scales are what is missing.
+  missing.erase(blocks);
+  error = error_loading(missing, true);
+  EXPECT_NE(error.find("missing tensors " + blocks + ", " + scales), std::string::npos) << error;
+  // A NaN scale (E8M0 255) is found when the values are read, naming both tensors.
+  auto nan_scale = tensors;
+  nan_scale[scales] = nan_scale[scales].clone();
+  nan_scale[scales].view(-1)[5] = 255;
+  error = error_loading(nan_scale, false);
+  EXPECT_NE(error.find("tensor '" + blocks + "' with its scales '" + scales + "'"),
+            std::string::npos)
+      << error;
+  EXPECT_NE(error.find("255"), std::string::npos) << error;
 }
 
 }  // namespace

@@ -33,21 +33,27 @@ at::Tensor masked_attention_with_sinks(const at::Tensor& q, const at::Tensor& k,
   const int64_t per_query = std::max<int64_t>(1, batch * heads * k.size(2));
   const int64_t chunk_size =
       std::max<int64_t>(1, std::min(query_chunk, (int64_t{1} << 26) / per_query));
-  const at::Tensor keys_t = k.to(dtype).transpose(-1, -2).unsqueeze(2);  // (B, kvh, 1, d, Tk)
-  const at::Tensor values = v.to(dtype).unsqueeze(2);                    // (B, kvh, 1, Tk, d)
+  // Each kv head's g query heads as g * n rows against its keys: no copy of the keys or values.
+  const at::Tensor keys_t = k.to(dtype).transpose(-1, -2);  // (B, kvh, d, Tk)
+  const at::Tensor values = v.to(dtype);                    // (B, kvh, Tk, d)
   // (1, kvh, g, 1, 1): head j * g + r is group r of kv head j.
   const at::Tensor sink = sinks.to(dtype).view({1, kv_heads, groups, 1, 1});
   const at::Tensor allowed = mask.to(at::kBool);
   at::Tensor out = at::empty({batch, heads, queries, dim}, q.options());
   for (int64_t q0 = 0; q0 < queries; q0 += chunk_size) {
     const int64_t n = std::min(chunk_size, queries - q0);
-    const at::Tensor chunk = q.narrow(2, q0, n).to(dtype).view({batch, kv_heads, groups, n, dim});
-    at::Tensor scores = at::matmul(chunk, keys_t).mul_(scale);  // (B, kvh, g, n, Tk)
-    scores.masked_fill_(allowed.narrow(2, q0, n).logical_not().unsqueeze(2), -INFINITY);
-    const at::Tensor top = at::maximum(scores.amax(-1, true), sink);  // finite: the sink is
-    const at::Tensor weights = (scores - top).exp_();
+    const at::Tensor rows =
+        q.narrow(2, q0, n).to(dtype).reshape({batch, kv_heads, groups * n, dim});
+    at::Tensor scores = at::matmul(rows, keys_t).mul_(scale);  // (B, kvh, g * n, Tk)
+    const at::Tensor grouped = scores.view({batch, kv_heads, groups, n, -1});
+    grouped.masked_fill_(allowed.narrow(2, q0, n).logical_not().unsqueeze(2), -INFINITY);
+    // The shift keeps exp finite (the sink is finite, so it is too) and cancels in the result:
+    // no gradient flows through it, and the scores become the weights in place.
+    const at::Tensor top = at::maximum(grouped.amax(-1, true), sink).detach();
+    const at::Tensor weights = grouped.sub_(top).exp_();  // (B, kvh, g, n, Tk)
     const at::Tensor denominator = weights.sum(-1, true) + (sink - top).exp();
-    const at::Tensor attended = at::matmul(weights, values) / denominator;  // (B, kvh, g, n, d)
+    const at::Tensor attended =
+        at::matmul(scores, values).view({batch, kv_heads, groups, n, dim}) / denominator;
     out.narrow(2, q0, n).copy_(attended.view({batch, heads, n, dim}));
   }
   return out;

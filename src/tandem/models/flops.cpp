@@ -67,7 +67,8 @@ double decoder_forward_flops(const DecoderConfig& c, double tokens, double atten
     const int64_t window = c.sliding_window.empty() ? 0 : c.sliding_window.at(layer);
     if (window <= 0) return attention_pairs;
     const double w = static_cast<double>(window);
-    return std::min(attention_pairs, std::max(0.0, 2.0 * w * tokens - w * (w - 1.0)));
+    if (tokens <= w) return attention_pairs;  // no document is longer than the window
+    return std::min(attention_pairs, 2.0 * w * tokens - w * (w - 1.0));
   };
   double body = 0;
   for (int64_t layer = 0; layer < c.num_hidden_layers; ++layer) {

@@ -48,7 +48,10 @@ std::optional<StoredWeight> gpt_oss_expert_form(const std::string& model_name,
   StoredWeight out{model_name, {{name}}};
   out.interleaved = gate_up || gate_up_bias;
   if (gate_up_bias) return out;
-  if (checkpoint && checkpoint->mxfp4() && checkpoint->contains(mxfp4_blocks_name(name))) {
+  // MXFP4 where the blocks are stored, or where config.json says so and no float tensor is (the
+  // missing blocks and scales are then what an error names).
+  if (checkpoint && checkpoint->mxfp4() &&
+      (checkpoint->contains(mxfp4_blocks_name(name)) || !checkpoint->contains(name))) {
     out.pieces = {{mxfp4_blocks_name(name)}};
     out.mxfp4 = true;
   } else {
@@ -201,7 +204,9 @@ at::Tensor read_stored_weight(const StoredWeight& weight, at::IntArrayRef shape,
   const c10::ScalarType dtype = c10::typeMetaToScalarType(options.dtype());
   if (weight.transformed()) {  // one expert at a time: no fp32 copy of the whole tensor
     const std::vector<std::string> names = weight.names();
-    const std::string where = "[checkpoint] " + checkpoint.dir() + ": tensor '" + names[0] + "'";
+    const std::string where =
+        "[checkpoint] " + checkpoint.dir() + ": tensor '" + names[0] + "'" +
+        (weight.mxfp4 ? " with its scales '" + names[1] + "'" : std::string());
     const at::Tensor stored =
         weight.mxfp4 ? checkpoint.read(names[0]) : checkpoint.read_weight(names[0]);
     const at::Tensor scales = weight.mxfp4 ? checkpoint.read(names[1]) : at::Tensor();
