@@ -10,6 +10,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
+#include "fixture_tensors.h"
 #include "tandem/core/json_file.h"
 #include "tandem/io/block_fp8.h"
 #include "tandem/io/hf_checkpoint.h"
@@ -22,15 +23,9 @@ namespace {
 
 using nlohmann::json;
 using tandem::testing::error_of;
+using tandem::testing::fixture_tensors;
 using tandem::testing::model_fixture;
 using tandem::testing::ScratchDir;
-
-std::map<std::string, at::Tensor> read_file(const std::string& path) {
-  const auto file = tandem::safetensors::File::open(path);
-  std::map<std::string, at::Tensor> out;
-  for (const auto& info : file.header().tensors) out[info.name] = tandem::read_tensor(file, info);
-  return out;
-}
 
 json fixture_config() {
   return tandem::read_json_file(model_fixture("minimax_m2_fp8") + "/config.json", "test");
@@ -81,7 +76,7 @@ TEST(BlockFp8, QuantizationConfigIsReadOrRefusedByName) {
 // Edge blocks: a (40, 72) weight in blocks of 32 (the last block row 8 tall, the last block
 // column 8 wide), against the generator's dequantization.
 TEST(BlockFp8, PartialEdgeBlocksDequantizeAsTheGenerator) {
-  const auto odd = read_file(model_fixture("minimax_m2_fp8") + "/odd_blocks.safetensors");
+  const auto odd = fixture_tensors("tests/fixtures/models/minimax_m2_fp8/odd_blocks.safetensors");
   ASSERT_EQ(odd.at("odd.weight").scalar_type(), at::kFloat8_e4m3fn);
   const at::Tensor ours = tandem::dequantize_block_fp8(
       odd.at("odd.weight"), odd.at("odd.weight_scale_inv"), {32, 32}, "odd.weight");
@@ -105,14 +100,16 @@ TEST(BlockFp8, PartialEdgeBlocksDequantizeAsTheGenerator) {
 TEST(BlockFp8, CheckpointLoadsAsTransformersDequantizesIt) {
   const std::string dir = model_fixture("minimax_m2_fp8");
   const auto checkpoint = tandem::HfCheckpoint::open(dir);
-  const auto expected = read_file(dir + "/dequantized.safetensors");
+  const auto expected =
+      fixture_tensors("tests/fixtures/models/minimax_m2_fp8/dequantized.safetensors");
   ASSERT_FALSE(expected.empty());
   for (const auto& [name, value] : expected) {
     EXPECT_EQ(checkpoint.info(name).dtype, tandem::safetensors::Dtype::F8_E4M3) << name;
     EXPECT_TRUE(checkpoint.contains(tandem::fp8_scale_name(name))) << name;
     EXPECT_TRUE(at::equal(checkpoint.read_weight(name), value)) << name;
   }
-  const auto reference = read_file(dir + "/reference.safetensors");
+  const auto reference =
+      fixture_tensors("tests/fixtures/models/minimax_m2_fp8/reference.safetensors");
   tandem::RunContext run;
   const tandem::CausalLM model = tandem::load_causal_lm(dir, at::kFloat, run);
   const at::Tensor ids = reference.at("input_ids");
@@ -133,7 +130,7 @@ TEST(BlockFp8, CheckpointLoadsAsTransformersDequantizesIt) {
 // shape, FP8 weights under a config.json that declares no quantization.
 TEST(BlockFp8, BrokenCheckpointsNameTheTensor) {
   const std::string dir = model_fixture("minimax_m2_fp8");
-  auto tensors = read_file(dir + "/model.safetensors");
+  auto tensors = fixture_tensors("tests/fixtures/models/minimax_m2_fp8/model.safetensors");
   const std::string weight = "model.layers.1.self_attn.k_proj.weight";
   const auto write = [&](const ScratchDir& scratch, const std::map<std::string, at::Tensor>& t,
                          const json& config) {

@@ -13,12 +13,11 @@
 #include <nlohmann/json.hpp>
 
 #include "config_test_util.h"
+#include "fixture_tensors.h"
 #include "gradients.h"
 #include "tandem/core/run_context.h"
 #include "tandem/io/hf_checkpoint.h"
 #include "tandem/io/mxfp4.h"
-#include "tandem/io/safetensors.h"
-#include "tandem/io/tensor_io.h"
 #include "tandem/models/attention_sinks.h"
 #include "tandem/models/causal_attention.h"
 #include "tandem/models/decoder.h"
@@ -32,16 +31,10 @@ using nlohmann::json;
 using tandem::DecoderConfig;
 using tandem::testing::error_of;
 using tandem::testing::expect_config_error;
+using tandem::testing::fixture_tensors;
 using tandem::testing::model_fixture;
 using tandem::testing::parse_config;
 using tandem::testing::ScratchDir;
-
-std::map<std::string, at::Tensor> read_file(const std::string& path) {
-  const auto file = tandem::safetensors::File::open(path);
-  std::map<std::string, at::Tensor> out;
-  for (const auto& info : file.header().tensors) out[info.name] = tandem::read_tensor(file, info);
-  return out;
-}
 
 // transformers' in-memory layout of gpt-oss's experts -> tandem's: gate_up (E, H, 2I) with gate
 // and up columns alternating -> (E, 2I, H), gate rows then up rows; down (E, I, H) -> (E, H, I).
@@ -349,7 +342,8 @@ TEST(GptOssConfig, IsNeverWrittenAndDraftsLoseItsParts) {
 // tandem's layout, and the model gives the logits of transformers holding those weights.
 TEST(Mxfp4, CheckpointLoadsAsTheGeneratorDequantizesIt) {
   const std::string dir = model_fixture("gpt_oss_mxfp4");
-  const auto reference = read_file(dir + "/reference.safetensors");
+  const auto reference =
+      fixture_tensors("tests/fixtures/models/gpt_oss_mxfp4/reference.safetensors");
   tandem::RunContext run;
   const tandem::CausalLM model = tandem::load_causal_lm(dir, at::kFloat, run);
   std::map<std::string, at::Tensor> loaded;
@@ -381,7 +375,7 @@ TEST(Mxfp4, CheckpointLoadsAsTheGeneratorDequantizesIt) {
 TEST(Mxfp4, BrokenCheckpointsNameTheTensor) {
   const std::string dir = model_fixture("gpt_oss_mxfp4");
   const json config = tandem::testing::fixture_config("gpt_oss_mxfp4");
-  const auto tensors = read_file(dir + "/model.safetensors");
+  const auto tensors = fixture_tensors("tests/fixtures/models/gpt_oss_mxfp4/model.safetensors");
   const std::string scales = "model.layers.2.mlp.experts.gate_up_proj_scales";
   const std::string blocks = "model.layers.2.mlp.experts.gate_up_proj_blocks";
   const auto error_loading = [&](const std::map<std::string, at::Tensor>& t, bool dry_run) {
