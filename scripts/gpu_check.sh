@@ -763,6 +763,36 @@ check_gloo2() {  # MODE
     "$work/gloo-$mode-2/export/model.safetensors" 1e-6
 }
 
+# g. Generation on CUDA: `tandem eval` decodes with the drafts the loss checks trained there (the
+# KV cache, chain verification of each draft's proposals) and checks its output against the
+# target's own greedy decoding on the same device, token for token (exit 4 on a mismatch). In fp32
+# with the cache and without it, and in bf16 without that check (it runs; tau is reported). The
+# CPU's tau beside CUDA's is information, not a bound.
+check_generate() {
+  local kind exported line=""
+  local args=(--target "$fixture" --data "$work/docs.jsonl" --format pretokenized --num-prompts 8
+    --max-new-tokens 24 --cache-dir "$work/cache")
+  tau_of() { "$python" -c 'import json, sys; print(f"{json.load(open(sys.argv[1]))["tau"]:.3f}")' "$1"; }
+  for kind in eagle3 dflash; do
+    exported=$work/loss-$kind-cuda/export
+    [ -d "$exported" ] || { detail="no $kind export in $exported (loss-$kind did not finish)"; return 1; }
+    tandem_run eval "${args[@]}" --draft "$exported" --device "$dev" --out "$work/eval-$kind-cuda.json" ||
+      { detail="$kind: eval on $dev exited $? (4: speculative != greedy): $(last_error "$clog")"; return 1; }
+    tandem_run eval "${args[@]}" --draft "$exported" --device "$dev" --no-kv-cache \
+      --out "$work/eval-$kind-cuda-nocache.json" ||
+      { detail="$kind: eval --no-kv-cache on $dev exited $?: $(last_error "$clog")"; return 1; }
+    tandem_run eval "${args[@]}" --draft "$exported" --device "$dev" --dtype bf16 --no-greedy-check \
+      --out "$work/eval-$kind-cuda-bf16.json" ||
+      { detail="$kind: eval --dtype bf16 on $dev exited $?: $(last_error "$clog")"; return 1; }
+    tandem_run eval "${args[@]}" --draft "$exported" --device cpu --out "$work/eval-$kind-cpu.json" ||
+      { detail="$kind: eval on the CPU exited $?: $(last_error "$clog")"; return 1; }
+    line="$line$kind tau fp32 $(tau_of "$work/eval-$kind-cuda.json") (uncached"
+    line="$line $(tau_of "$work/eval-$kind-cuda-nocache.json"), cpu $(tau_of "$work/eval-$kind-cpu.json"))"
+    line="$line bf16 $(tau_of "$work/eval-$kind-cuda-bf16.json"); "
+  done
+  detail="speculative = greedy on $dev in fp32, cached and uncached; ${line%; }"
+}
+
 # The order: the most telling per second first, so that a deadline skips the slow ones. Bounds
 # in seconds, each several times what the check takes (docs/gpu.md, "The GPU check").
 gtest_filter='Cuda*:*DecoderParity*:Device*:StepParity*-*OnMeta*:*CudaDryRun*'
@@ -780,6 +810,7 @@ run_check loss-sft 45 check_losses sft model.dtype
 run_check loss-eagle3 45 check_losses eagle3 draft.dtype target.dtype=fp32
 run_check loss-dflash 45 check_losses dflash draft.dtype target.dtype
 run_check loss-distill 45 check_losses distill model.dtype teacher.dtype
+run_check generate 60 check_generate
 run_check gloo2-ddp 60 check_gloo2 ddp
 run_check gloo2-shard 60 check_gloo2 shard
 
