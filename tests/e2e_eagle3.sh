@@ -5,7 +5,8 @@
 # + offline training (same first-step loss as online; a frozen lm_head survives export), and
 # `tandem eval` (output = greedy; with KV caches the same accepted tokens as the uncached
 # decoders, prompt by prompt); `tandem export --dtype bf16` casts the weights and keeps the
-# vocabulary maps' integer and bool types.
+# vocabulary maps' integer and bool types; an EAGLE-3.1 draft trains, exports (both formats checked
+# the same way) and evaluates.
 # Usage: tests/e2e_eagle3.sh BUILD_DIR   (run by ctest; needs scripts/setup.sh --tools)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -85,6 +86,16 @@ assert r["kv_cache"] and not u["kv_cache"] and u["greedy_identical"] == 6, u
 assert [p["accepted"] for p in r["per_prompt"]] == [p["accepted"] for p in u["per_prompt"]]
 print("tau", r["tau"], "(uncached", u["tau"], "); accepted per step, prompt 0:", r["per_prompt"][0]["accepted"])
 PY
+echo "== EAGLE-3.1 (draft.fc_norm, draft.norm_output): both exports as the engines and speculators read them, eval"
+"$tandem" train "$work/eagle3.yaml" "training.run_dir=$work/e31" training.steps=2 training.save_every=0 \
+  draft.fc_norm=true draft.norm_output=true > "$work/e31.log"
+tools/check_eagle3_export.sh --sglang "$work/e31/export/sglang" \
+  --speculators "$work/e31/export/speculators" --target tests/fixtures/models/llama3
+"$tandem" eval --target tests/fixtures/models/llama3 --draft "$work/e31/export" \
+  --data "$work/docs.jsonl" --format pretokenized --num-prompts 3 --max-new-tokens 8 \
+  --draft-tokens 3 --cache-dir "$work/cache" --out "$work/eval-e31.json" > /dev/null
+python3 -c "import json,sys; r=json.load(open(sys.argv[1])); assert r['greedy_identical'] == r['prompts'] == 3, r" \
+  "$work/eval-e31.json"
 echo "== tandem export --dtype bf16: float weights cast, d2t and t2d keep their types, eval loads it"
 "$tandem" export "$work/online" --dtype bf16 --out "$work/bf16"
 python3 - "$work/bf16/sglang/model.safetensors" <<'PY'

@@ -27,6 +27,9 @@ speculators format (vLLM's SpeculatorsConfig path, speculators_model_type eagle3
     match the state dict of speculators' own Eagle3DraftModel built from that config (on the meta
     device), minus the keys it may miss (embed_tokens, d2t, t2d, ...);
   * weights exactly {fc, layers.0.*, norm, lm_head, d2t, t2d} (+ optional embed_tokens).
+EAGLE-3.1 (fc_norm and/or norm_output true, in both configs alike): fc_norm.{j}.weight
+[target_hidden] for each aux layer j in both exports, and norm_before_fc false in the speculators
+config (speculators refuses it together with fc_norm).
 Both: d2t int64 [draft_vocab] offsets, t2d bool [vocab], t2d.sum() == draft_vocab,
 d2t[i] + i strictly increasing inside the vocab and marked in t2d; with both dirs, identical
 tensors and consistent configs. Exit status 1 and one line per problem on failure.
@@ -155,8 +158,8 @@ def int_list(v):
 class Dims:
     """The numbers the weight shapes follow from."""
 
-    def __init__(self, H, Ht, n_aux, heads, kv_heads, head_dim, inter, V, Dv):
-        self.H, self.Ht, self.n_aux = H, Ht, n_aux
+    def __init__(self, H, Ht, n_aux, heads, kv_heads, head_dim, inter, V, Dv, fc_norm=False):
+        self.H, self.Ht, self.n_aux, self.fc_norm = H, Ht, n_aux, fc_norm
         self.heads, self.kv_heads, self.head_dim = heads, kv_heads, head_dim
         self.inter, self.V, self.Dv = inter, V, Dv
 
@@ -225,6 +228,8 @@ def expected_weights(d, prefix, embed):
         "norm.weight": (H,),
         "lm_head.weight": (d.Dv, H),
     }
+    if d.fc_norm:   # EAGLE-3.1: one norm per captured hidden state
+        w.update({f"fc_norm.{j}.weight": (d.Ht,) for j in range(d.n_aux)})
     required = {k: (s, None) for k, s in w.items()}
     optional = {"embed_tokens.weight": ((d.V, H), None)}
     vocab = {"d2t": ((d.Dv,), torch.int64), "t2d": ((d.V,), torch.bool)}
@@ -381,7 +386,7 @@ def check_sglang(d, rep, target):
         H, inter, heads, kv, hd, V = ld
         if Dv > V:
             rep.err(W, f"draft_vocab_size {Dv} > vocab_size {V}")
-        dims = Dims(H, Ht, n_aux, heads, kv, hd, inter, V, Dv)
+        dims = Dims(H, Ht, n_aux, heads, kv, hd, inter, V, Dv, cfg.get("fc_norm") is True)
     return cfg, dims, ids
 
 
@@ -470,9 +475,16 @@ def check_speculators(d, rep, target):
     elif cfg["norm_before_residual"] is not False:
         rep.err(W, f"norm_before_residual = {cfg['norm_before_residual']!r}; tandem's residual is "
                    "the raw hidden state (false)")
-    for key in ("norm_before_fc", "fc_norm", "norm_output"):
-        if cfg.get(key, False):
-            rep.err(W, f"{key} is true; tandem's draft has no such norm")
+    if cfg.get("norm_before_fc", False):
+        rep.err(W, "norm_before_fc is true; tandem's draft has no norm over the concatenated "
+                   "aux states (EAGLE-3.1's fc_norm is one norm per state)")
+    eagle31 = [k for k in ("fc_norm", "norm_output") if k in cfg]
+    for key in eagle31:
+        if not isinstance(cfg[key], bool):
+            rep.err(W, f"{key} = {cfg[key]!r}, expected a bool")
+    if eagle31 and cfg.get("norm_before_fc", None) is not False:
+        rep.err(W, "an EAGLE-3.1 config must write norm_before_fc false (the speculators "
+                   "training CLI defaults it to true, which speculators refuses beside fc_norm)")
     ids = cfg.get("eagle_aux_hidden_state_layer_ids")
     nt = target["num_hidden_layers"] if target else None
     if ids is None:
@@ -486,7 +498,7 @@ def check_speculators(d, rep, target):
         if Dv > V:
             rep.err(W, f"draft_vocab_size {Dv} > transformer_layer_config.vocab_size {V}")
         n_aux = len(ids) if ids else 3
-        dims = Dims(H, Ht or H, n_aux, heads, kv, hd, inter, V, Dv)
+        dims = Dims(H, Ht or H, n_aux, heads, kv, hd, inter, V, Dv, cfg.get("fc_norm") is True)
     return cfg, dims, ids
 
 
@@ -644,7 +656,8 @@ def cross_check(sg, sp, rep, compare_values):
     W = "cross"
     (scfg, sdims, sids, sweights), (pcfg, pdims, pids, pweights) = sg, sp
     if sdims and pdims:
-        for field in ("H", "Ht", "n_aux", "heads", "kv_heads", "head_dim", "inter", "V", "Dv"):
+        for field in ("H", "Ht", "n_aux", "heads", "kv_heads", "head_dim", "inter", "V", "Dv",
+                      "fc_norm"):
             a, b = getattr(sdims, field), getattr(pdims, field)
             if a != b:
                 rep.err(W, f"{field}: sglang {a} vs speculators {b}")
@@ -654,6 +667,9 @@ def cross_check(sg, sp, rep, compare_values):
     sgl = ec.get("eagle_aux_hidden_state_layer_ids")
     if int_list(sgl) and int_list(pids) and [x + 1 for x in sgl] != pids:
         rep.err(W, f"sglang eagle_config ids {sgl} + 1 != speculators ids {pids}")
+    for key in ("fc_norm", "norm_output"):
+        if scfg.get(key, False) != pcfg.get(key, False):
+            rep.err(W, f"{key}: sglang {scfg.get(key)!r} vs speculators {pcfg.get(key)!r}")
     tl = pcfg.get("transformer_layer_config") or {}
     for key in ("rms_norm_eps", "rope_theta", "rope_scaling", "max_position_embeddings",
                 "torch_dtype"):

@@ -28,6 +28,10 @@ Draft weight names: fc.weight [64,192], midlayer.self_attn.{q_proj [64,128], k_p
   down_proj [64,96]}.weight, midlayer.{input_layernorm,hidden_norm,post_attention_layernorm}.weight
   [64], norm.weight [64], lm_head.weight [96,64].
 
+Also writes tests/fixtures/eagle3/reference_3_1.safetensors: EAGLE-3.1 (fc_norm.{0,1,2}: an
+RMSNorm per captured hidden state before fc; norm_output: the normed layer output feeds both
+lm_head and the next TTT step) on the same batch, features and vocab map (write_eagle31).
+
 Deterministic: fixed seeds, CPU, single thread; running it twice gives byte-identical files.
 Run (from the repository root):
     <venv-tools>/bin/python tools/make_eagle3_fixtures.py [--out tests/fixtures/eagle3]
@@ -168,8 +172,11 @@ class DraftLayer(nn.Module):
 
 
 class Draft(nn.Module):
-    def __init__(self, cfg, target_hidden):
+    def __init__(self, cfg, target_hidden, eagle31=False):
         super().__init__()
+        self.eagle31 = eagle31
+        if eagle31:   # EAGLE-3.1: one RMSNorm per captured hidden state, before the concat and fc
+            self.fc_norm = nn.ModuleList([LlamaRMSNorm(target_hidden, cfg.rms_norm_eps) for _ in AUX_LAYERS])
         self.fc = nn.Linear(3 * target_hidden, cfg.hidden_size, bias=False)
         self.midlayer = DraftLayer(cfg)
         self.norm = LlamaRMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
@@ -180,7 +187,8 @@ class Draft(nn.Module):
         with torch.no_grad():
             for name, p in self.named_parameters():
                 r = torch.randn(p.shape, generator=gen)
-                p.copy_(1.0 + 0.1 * r if name.endswith("norm.weight") else 0.05 * r)
+                is_norm = name.endswith("norm.weight") or name.startswith("fc_norm.")
+                p.copy_(1.0 + 0.1 * r if is_norm else 0.05 * r)
 
 
 def dense_attention(q, keys, vals, doc):
@@ -223,7 +231,11 @@ def ttt_forward(draft, embed, batch, aux, nsteps, check=False):
     """Returns the draft logits [B,T,Vd] of every TTT step."""
     ids, pos, doc = batch["input_ids"], batch["position_ids"], batch["document_ids"]
     layer, att = draft.midlayer, draft.midlayer.self_attn
-    h = draft.fc(aux)
+    if draft.eagle31:
+        parts = aux.chunk(len(AUX_LAYERS), dim=-1)
+        h = draft.fc(torch.cat([norm(x) for norm, x in zip(draft.fc_norm, parts)], dim=-1))
+    else:
+        h = draft.fc(aux)
     keys, vals, logits = [], [], []
     for i in range(nsteps):
         src = torch.arange(T) + 1 + i
@@ -247,7 +259,11 @@ def ttt_forward(draft, embed, batch, aux, nsteps, check=False):
             assert d64 <= 1e-6 and d32 <= 1e-5 * max(1.0, ref.abs().max().item()), (i, d64, d32)
         r = h + att.o_proj(a.transpose(1, 2).reshape(B, T, att.nh * att.hd))
         h = r + layer.mlp(layer.post_attention_layernorm(r))
-        logits.append(draft.lm_head(draft.norm(h)))
+        if draft.eagle31:   # norm_output: the normed state goes to lm_head AND into the next step
+            h = draft.norm(h)
+            logits.append(draft.lm_head(h))
+        else:               # EAGLE-3: lm_head reads norm(h); the next step reads h itself
+            logits.append(draft.lm_head(draft.norm(h)))
     return logits
 
 
@@ -269,6 +285,16 @@ def ttt_loss(logits, batch, target_logits, used, t2d):
         total = total + DECAY ** i * loss
         steps.append(dict(loss=loss, acc=acc, count=count, valid=valid, lmask=lmask, dl=dl, tl=tl))
     return total, steps
+
+
+def warm_up(draft, embed, batch, aux, target_logits, used, t2d):
+    """A few deterministic Adam steps on this batch, so that the stored draft predicts the
+    target's argmax at some positions (random weights give acc_i == 0 everywhere)."""
+    opt = torch.optim.Adam(draft.parameters(), lr=WARMUP_LR)
+    for _ in range(WARMUP_STEPS):
+        opt.zero_grad()
+        ttt_loss(ttt_forward(draft, embed, batch, aux, TTT), batch, target_logits, used, t2d)[0].backward()
+        opt.step()
 
 
 def top2_gap(x, mask):
@@ -305,14 +331,7 @@ def main():
     draft.init_(gen)
     embed = model.model.embed_tokens
 
-    # Warm-up: a few deterministic Adam steps on this batch, so that the stored draft predicts the
-    # target's argmax at some positions (random weights give acc_i == 0 everywhere).
-    opt = torch.optim.Adam(draft.parameters(), lr=WARMUP_LR)
-    for _ in range(WARMUP_STEPS):
-        opt.zero_grad()
-        ttt_loss(ttt_forward(draft, embed, batch, aux, TTT), batch, target_logits, used, t2d)[0].backward()
-        opt.step()
-    del opt
+    warm_up(draft, embed, batch, aux, target_logits, used, t2d)
     names = [n for n, _ in draft.named_parameters()]
 
     tensors = dict(batch)
@@ -378,6 +397,54 @@ def main():
                  "acc over valid / max(count,1); total = sum 0.8^i loss_i.",
     }
     path = os.path.join(args.out, "reference.safetensors")
+    write_safetensors(path, {k: v.contiguous() for k, v in tensors.items()}, metadata)
+    print(f"wrote {path}: {len(tensors)} tensors, {os.path.getsize(path)} B")
+    write_eagle31(args.out, dcfg, tcfg, embed, batch, aux, target_logits, used, t2d)
+
+
+def write_eagle31(out, dcfg, tcfg, embed, batch, aux, target_logits, used, t2d):
+    """EAGLE-3.1 (fc_norm + norm_output) on the same batch, target features and vocab map, with
+    its own seeded draft: reference_3_1.safetensors holds draft.{name} (the EAGLE-3 names plus
+    fc_norm.{0,1,2}.weight [64]), logits.{i}, loss.{i}, acc.{i}, count.{i}, loss_total and
+    grad.{name} for TTT 4."""
+    gen = torch.Generator().manual_seed(SEED + 31)
+    draft = Draft(dcfg, tcfg.hidden_size, eagle31=True)
+    draft.init_(gen)
+    warm_up(draft, embed, batch, aux, target_logits, used, t2d)
+    tensors = {f"draft.{n}": p.detach().clone() for n, p in draft.named_parameters()}
+    draft.zero_grad()
+    total, steps = ttt_loss(ttt_forward(draft, embed, batch, aux, TTT), batch, target_logits, used, t2d)
+    total.backward()
+    tensors["loss_total"] = total.detach()
+    tensors.update({f"grad.{n}": p.grad.clone() for n, p in draft.named_parameters()})
+    for i, s in enumerate(steps):
+        lm = s["lmask"]
+        hits = round(s["acc"].item() * s["count"].item())
+        assert 0 < hits < lm.sum().item(), f"3.1 step {i}: want some in-vocab hits and misses"
+        assert top2_gap(s["dl"], s["valid"]) > 1e-3, "argmax near-tie"
+        print(f"3.1 step {i}: loss {s['loss'].item():.6f}  acc {s['acc'].item():.6f}  count {s['count'].item()}")
+        tensors.update({f"logits.{i}": s["dl"].detach(), f"loss.{i}": s["loss"].detach(),
+                        f"acc.{i}": s["acc"], f"count.{i}": s["count"]})
+    print(f"3.1 loss_total {total.item():.6f}")
+    # The two norms must matter on this batch: the same weights read as an EAGLE-3 draft (no
+    # fc_norm, the un-normed state carried) give other logits at every step.
+    with torch.no_grad():
+        plain = Draft(dcfg, tcfg.hidden_size)
+        plain.load_state_dict({k: v for k, v in draft.state_dict().items() if not k.startswith("fc_norm.")})
+        for i, (a, b) in enumerate(zip(ttt_forward(plain, embed, batch, aux, TTT), [s["dl"] for s in steps])):
+            gap = (a - b).abs().max().item()
+            assert gap > 1e-2, f"3.1 step {i}: EAGLE-3 and EAGLE-3.1 logits differ by only {gap}"
+            print(f"3.1 step {i}: |EAGLE-3.1 - EAGLE-3 logits| max {gap:.3f}")
+    assert all(torch.isfinite(t.float()).all() for t in tensors.values())
+    metadata = {
+        "generator": GENERATOR, "seed": str(SEED + 31), "torch_version": torch.__version__,
+        "transformers_version": transformers.__version__, "ttt_length": str(TTT),
+        "notes": "EAGLE-3.1 on reference.safetensors' batch, features and vocab map: fc_norm.j = "
+                 "RMSNorm(target hidden, draft eps) on aux layer j's slice before fc; after each step "
+                 "h = norm(layer output), logits = lm_head(h) and h is the next step's hidden input. "
+                 "Weights seeded, then the same warm-up as reference.safetensors.",
+    }
+    path = os.path.join(out, "reference_3_1.safetensors")
     write_safetensors(path, {k: v.contiguous() for k, v in tensors.items()}, metadata)
     print(f"wrote {path}: {len(tensors)} tensors, {os.path.getsize(path)} B")
 

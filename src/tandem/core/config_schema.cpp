@@ -322,6 +322,11 @@ const IntListKey aux_layer_ids{
     IntRange::between(0, kMaxLayers - 1), "three target decoder layers (0-based outputs)"};
 const IntKey ttt_length{group, "ttt_length", 7, IntRange::between(1, 64),
                         "unrolled training-time-test steps"};
+const BoolKey fc_norm{group, "fc_norm", false,
+                      "EAGLE-3.1: an RMSNorm on each captured hidden state before `fc`"};
+const BoolKey norm_output{group, "norm_output", false,
+                          "EAGLE-3.1: each step's output is normed before the next step reads "
+                          "it"};
 const NumberKey decay{group, "decay", 0.8, NumberRange::above(0), "step i's loss weight decay^i"};
 const IntKey draft_vocab_size{group, "draft_vocab_size", 32000, IntRange::between(1, kMaxTokens),
                               "the draft's vocabulary, capped at the target's"};

@@ -162,6 +162,8 @@ namespace eagle3_draft {
 extern KeyGroup group;
 extern const IntListKey aux_layer_ids;
 extern const IntKey ttt_length;
+extern const BoolKey fc_norm;
+extern const BoolKey norm_output;
 extern const NumberKey decay;
 extern const IntKey draft_vocab_size;
 extern const BoolKey train_lm_head;

@@ -44,7 +44,7 @@ void Eagle3Proposer::extend(const std::vector<int64_t>& ids, const at::Tensor& f
   state_.step_k.clear();  // the last proposal's unroll
   state_.step_v.clear();
   const at::Tensor embeds = head_.embed(decode_row(shifted, device)).to(dtype_);
-  const at::Tensor hidden = draft_.fc->forward(features.to(dtype_));
+  const at::Tensor hidden = draft_.fuse(features.to(dtype_));
   const at::Tensor positions = at::arange(first, first + count, at::kLong).view({1, count});
   // From an empty context: step 0 of the training unroll over all of it, causal (the uncached
   // reference comes here every step). After: only the new positions join the context, which

@@ -45,6 +45,11 @@ Eagle3DraftImpl::Eagle3DraftImpl(const Eagle3Config& config, const at::TensorOpt
     : config_(config) {
   config_.validate("draft config");
   const int64_t hidden = config.layer.hidden_size;
+  if (config.fc_norm) {
+    fc_norm = register_module("fc_norm", torch::nn::ModuleList());
+    for (size_t j = 0; j < config.aux_layer_ids.size(); ++j)
+      fc_norm->push_back(RMSNorm(config.target_hidden_size, config.layer.rms_norm_eps, options));
+  }
   fc = register_module("fc", Linear(3 * config.target_hidden_size, hidden, false, options));
   midlayer = register_module(
       "midlayer", DecoderLayer(config.layer, 0, options, LayerInput::EmbeddingAndHidden));
@@ -68,10 +73,29 @@ at::Tensor Eagle3DraftImpl::run_layer(const at::Tensor& embeds, const at::Tensor
   return layer.run(hidden, input, rope, attend);
 }
 
+at::Tensor Eagle3DraftImpl::carried(const at::Tensor& out) const {
+  return config_.norm_output ? norm->forward(out) : out;
+}
+
+at::Tensor Eagle3DraftImpl::fuse(const at::Tensor& aux) const {
+  if (!config_.fc_norm) return fc->forward(aux);
+  std::vector<at::Tensor> parts = aux.split(config_.target_hidden_size, -1);  // 3 x (B, T, H_t)
+  check(parts.size() == fc_norm->size(), "[eagle3] fuse: ", parts.size(),
+        " aux hidden states of width ", config_.target_hidden_size, ", the draft has ",
+        fc_norm->size(), " fc_norm weights");
+  for (size_t j = 0; j < parts.size(); ++j)
+    parts[j] = fc_norm->at<RMSNormImpl>(j).forward(parts[j]);
+  return fc->forward(at::cat(parts, -1));
+}
+
+at::Tensor Eagle3DraftImpl::head_input(const at::Tensor& out) const {
+  return config_.norm_output ? out : norm->forward(out);
+}
+
 at::Tensor Eagle3DraftImpl::step(const at::Tensor& embeds, const at::Tensor& hidden,
                                  const at::Tensor& positions, const KeyBands& context_bands,
                                  TttState& state) const {
-  return run_layer(embeds, hidden, positions, [&](const QueryKeyValue& qkv) {
+  return carried(run_layer(embeds, hidden, positions, [&](const QueryKeyValue& qkv) {
     if (!state.context_k.defined()) {
       state.context_k = qkv.k;
       state.context_v = qkv.v;
@@ -81,7 +105,7 @@ at::Tensor Eagle3DraftImpl::step(const at::Tensor& embeds, const at::Tensor& hid
     }
     return ttt_attention(qkv.q, state.context_k, state.context_v, context_bands, state.step_k,
                          state.step_v, attention_options);
-  });
+  }));
 }
 
 at::Tensor Eagle3DraftImpl::extend_context(const at::Tensor& embeds, const at::Tensor& hidden,
@@ -96,16 +120,16 @@ at::Tensor Eagle3DraftImpl::extend_context(const at::Tensor& embeds, const at::T
   const at::Device device = embeds.device();
   const KeyBands causal = KeyBands::from_host(at::zeros_like(last), last, device);
   const at::Tensor positions = to_device(host_positions, device);
-  return run_layer(embeds, hidden, positions, [&](const QueryKeyValue& qkv) {
+  return carried(run_layer(embeds, hidden, positions, [&](const QueryKeyValue& qkv) {
     state.context_k = before == 0 ? qkv.k : at::cat({state.context_k, qkv.k}, 2);
     state.context_v = before == 0 ? qkv.v : at::cat({state.context_v, qkv.v}, 2);
     return ttt_attention(qkv.q, state.context_k, state.context_v, causal, {}, {},
                          attention_options);
-  });
+  }));
 }
 
 at::Tensor Eagle3DraftImpl::logits(const at::Tensor& out) const {
-  return lm_head->forward(norm->forward(out));
+  return lm_head->forward(head_input(out));
 }
 
 at::Tensor Eagle3DraftImpl::draft_to_target() const {

@@ -43,6 +43,8 @@ Eagle3Options eagle3_options(const Config& config, const RunContext& run) {
   options.aux_layer_ids =
       keys::eagle3_draft::aux_layer_ids.find(config).value_or(std::vector<int64_t>{});
   options.ttt_length = keys::eagle3_draft::ttt_length.read(config);
+  options.fc_norm = keys::eagle3_draft::fc_norm.read(config);
+  options.norm_output = keys::eagle3_draft::norm_output.read(config);
   options.decay = keys::eagle3_draft::decay.read(config);
   options.draft_vocab_size = keys::eagle3_draft::draft_vocab_size.read(config);
   options.intermediate_size = keys::draft::intermediate_size.read(config);
@@ -98,6 +100,8 @@ Eagle3Objective::Eagle3Objective(const Eagle3Options& options)
     config.layer.rope_theta = *options.rope_theta;
     config.layer.rope_scaling = RopeScaling{};
   }
+  config.fc_norm = options.fc_norm;
+  config.norm_output = options.norm_output;
   check_servable_layers(config.aux_layer_ids, "aux layer", "draft.aux_layer_ids");
   check_capture_layers(config.aux_layer_ids, /*needs_last=*/true);
   draft_ = Eagle3Draft(
@@ -212,7 +216,7 @@ Eagle3Result Eagle3Objective::unroll(const PackedBatch& batch, const TargetFeatu
 
   Eagle3Result result;
   TttState state;
-  at::Tensor hidden = draft_->fc->forward(features.aux.to(dtype));  // (B, T, H)
+  at::Tensor hidden = draft_->fuse(features.aux.to(dtype));  // (B, T, H)
   at::Tensor loss = at::zeros({}, hidden.options().dtype(at::kFloat));
   for (int64_t i = 0; i < options_.ttt_length; ++i) {
     const at::Tensor ids = shift_left(batch.input_ids, 1 + i, 0);  // x_{t+1+i}
@@ -222,7 +226,7 @@ Eagle3Result Eagle3Objective::unroll(const PackedBatch& batch, const TargetFeatu
       embeds = head_->embed(ids).to(dtype);
     }
     hidden = draft_->step(embeds, hidden, batch.position_ids + i, context_bands, state);
-    const at::Tensor normed = draft_->norm->forward(hidden);  // (B, T, H)
+    const at::Tensor normed = draft_->head_input(hidden);  // (B, T, H): lm_head's input
 
     // The target's view of x_{t+2+i}: its logits at t+1+i.
     const at::Tensor valid = eagle3_step_targets(batch, i);  // (B, T)

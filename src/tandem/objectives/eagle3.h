@@ -34,6 +34,8 @@ struct Eagle3Options {
   c10::ScalarType draft_dtype = c10::ScalarType::Float;
   std::vector<int64_t> aux_layer_ids;  // empty: the default for the target's depth
   int64_t ttt_length = 7;
+  bool fc_norm = false;      // EAGLE-3.1's per-aux-state norms before fc (models/eagle3.h)
+  bool norm_output = false;  // EAGLE-3.1's normed output carried between steps
   double decay = 0.8;
   int64_t draft_vocab_size = 32000;
   int64_t intermediate_size = 0;     // 0: the target's

@@ -47,6 +47,15 @@ void write_export_dir(const std::string& dir, const nlohmann::json& config,
   });
 }
 
+// EAGLE-3.1's two switches, under the names speculators, SpecForge and vLLM read, written only
+// when one is on (an EAGLE-3 export stays as it was). Returns whether it wrote them.
+bool add_eagle31_flags(const Eagle3Config& config, nlohmann::json& json) {
+  if (!config.fc_norm && !config.norm_output) return false;
+  json["fc_norm"] = config.fc_norm;
+  json["norm_output"] = config.norm_output;
+  return true;
+}
+
 }  // namespace
 
 nlohmann::json eagle3_sglang_config(const Eagle3Config& config, c10::ScalarType dtype) {
@@ -64,6 +73,7 @@ nlohmann::json eagle3_sglang_config(const Eagle3Config& config, c10::ScalarType 
   json["norm_before_residual"] = false;
   json["attention_bias"] = false;
   json["tie_word_embeddings"] = false;
+  add_eagle31_flags(config, json);
   return json;
 }
 
@@ -85,6 +95,7 @@ nlohmann::json eagle3_speculators_config(const Eagle3Config& config, c10::Scalar
   json["norm_before_residual"] = false;
   json["eagle_aux_hidden_state_layer_ids"] = vllm_layer_ids(config);
   json["torch_dtype"] = hf_dtype_name(dtype);
+  if (add_eagle31_flags(config, json)) json["norm_before_fc"] = false;
   json["speculators_config"] = {
       {"algorithm", "eagle3"},
       {"default_proposal_method", "greedy"},
@@ -128,9 +139,9 @@ Eagle3Draft load_eagle3_export(const std::string& dir, c10::ScalarType dtype) {
   Eagle3Config config;
   nlohmann::json layer = json;
   layer["architectures"] = {"LlamaForCausalLM"};
-  for (const char* key :
-       {"draft_vocab_size", "target_hidden_size", "num_aux_hidden_states",
-        "eagle_aux_hidden_state_layer_ids", "eagle_config", "norm_before_residual"})
+  for (const char* key : {"draft_vocab_size", "target_hidden_size", "num_aux_hidden_states",
+                          "eagle_aux_hidden_state_layer_ids", "eagle_config",
+                          "norm_before_residual", "fc_norm", "norm_output"})
     layer.erase(key);
   config.layer = DecoderConfig::from_json(layer, path);
   try {
@@ -140,6 +151,8 @@ Eagle3Draft load_eagle3_export(const std::string& dir, c10::ScalarType dtype) {
     config.target_hidden_size = json.at("target_hidden_size").get<int64_t>();
     config.aux_layer_ids =
         json.at("eagle_config").at("eagle_aux_hidden_state_layer_ids").get<std::vector<int64_t>>();
+    config.fc_norm = json.value("fc_norm", false);
+    config.norm_output = json.value("norm_output", false);
   } catch (const nlohmann::json::exception& e) {
     throw Error("[eagle3] ", path, ": ", e.what());
   }
