@@ -13,7 +13,8 @@
 #                     the first two (which warm up the allocator and the kernels' autotuning)
 #     --work DIR      where the random target, data and runs go (default: a temporary folder,
 #                     removed at the end)
-#     --only NAMES    eagle3,dflash (default both)
+#     --only NAMES    eagle3,eagle3.1,dflash (default eagle3,dflash; eagle3.1 needs eagle3 in the
+#                     list: it is eagle3's run with draft.fc_norm and draft.norm_output)
 #     --prepare-only  write the random target and the data into --work, then stop (to overlap
 #                     with a build; TANDEM is not run)
 #
@@ -218,6 +219,13 @@ $(common_training eagle3 "$work/runs/eagle3")
 YAML
   say "eagle3: TTT 7, draft vocab $e3_vocab, 1 x $e3_seq tokens per step, bf16 target and draft"
   run_one eagle3 "$work/eagle3.yaml" || status=1
+fi
+if [[ ,$only, == *,eagle3.1,* ]]; then  # the same run with EAGLE-3.1's two norms
+  sed -e 's/train_lm_head: true, dtype: bf16}/train_lm_head: true, dtype: bf16,\n        fc_norm: true, norm_output: true}/' \
+    -e "s#$work/runs/eagle3#$work/runs/eagle3.1#" "$work/eagle3.yaml" > "$work/eagle3.1.yaml" 2> /dev/null ||
+    true
+  say "eagle3.1: as eagle3, with draft.fc_norm and draft.norm_output"
+  run_one eagle3.1 "$work/eagle3.1.yaml" || status=1
 fi
 if [[ ,$only, == *,dflash,* ]]; then
   cat > "$work/dflash.yaml" << YAML
