@@ -25,6 +25,16 @@ pyarrow=$(.venv-parquet/bin/python -c 'import os, pyarrow; print(os.path.dirname
 flags=(-std=c++20 -O1 -g -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=all
        -I src)
 
+# Through ccache when it is installed (scripts/setup.sh installs it), in the same cache as the
+# main build: a fresh clone recompiles only what changed. The debug info names the checkout as
+# ".", so the objects do not depend on where it is.
+compile=(clang++)
+if command -v ccache > /dev/null; then
+  compile=(env "CCACHE_DIR=${TANDEM_CACHE:-$HOME/.cache/tandem}/ccache" "CCACHE_BASEDIR=$PWD"
+           CCACHE_NOHASHDIR=1 CCACHE_COMPRESS=1 ccache clang++)
+fi
+flags+=("-fdebug-prefix-map=$PWD=.")
+
 # The engine sources each target needs (compiled once, shared by the targets).
 core=(src/tandem/core/json_parse.cpp src/tandem/core/file_io.cpp src/tandem/core/hash.cpp
       src/tandem/core/json_file.cpp)
@@ -55,7 +65,7 @@ for source in $needed; do
   object=$(object_of "$source")
   if [ ! -f "$object" ] || [ "$source" -nt "$object" ] ||
      [ -n "$(find src fuzz -name '*.h' -newer "$object" -print -quit)" ]; then echo "$source"; fi
-done | xargs -r -P 2 -I{} sh -c 'clang++ "$@" $(case {} in *parquet_rows.cpp) echo "-DTANDEM_WITH_PARQUET -I'"$pyarrow"'/include";; esac) -c {} -o "'"$obj_dir"'/$(echo {} | tr / _).o"' _ "${flags[@]}"
+done | xargs -r -P 2 -I{} sh -c '"$@" $(case {} in *parquet_rows.cpp) echo "-DTANDEM_WITH_PARQUET -I'"$pyarrow"'/include";; esac) -c {} -o "'"$obj_dir"'/$(echo {} | tr / _).o"' _ "${compile[@]}" "${flags[@]}"
 
 # Seeds: committed files each target reads in real use.
 seed() {  # seed TARGET FILE [PREFIX-BYTE [BYTES]]: FILE's first BYTES into TARGET's corpus

@@ -22,7 +22,7 @@ done
 
 # 1. Debian packages (C++ toolchain, libraries, clang for the fuzzer, clang-format for the lint).
 debian_packages=(build-essential cmake pkg-config git python3 python3-venv clang libclang-rt-14-dev
-  clang-format-14
+  clang-format-14 ccache
   nlohmann-json3-dev libyaml-cpp-dev libcli11-dev libfmt-dev libpcre2-dev libgtest-dev
   libgloo-dev)  # libgloo-dev: headers for libtorch's own c10d Gloo backend (distributed training)
 missing=()
@@ -79,8 +79,16 @@ if ((want_build)); then
   torch_prefix=$("$venv/bin/python" -c 'import torch.utils; print(torch.utils.cmake_prefix_path)')
   jobs=${TANDEM_JOBS:-$(nproc)}
   pyarrow_dir=$("$parquet_venv/bin/python" -c 'import os, pyarrow; print(os.path.dirname(pyarrow.__file__))')
+  # A new build directory compiles through ccache, its cache beside the Python envs, so a fresh
+  # clone (CI) reuses the objects of earlier builds of the same sources. The settings travel in
+  # the launcher: every later build of this directory uses them. BASEDIR makes the checkout's
+  # own paths relative; the sloppiness lets the precompiled header be cached.
+  launcher=()
+  if [ ! -f build/CMakeCache.txt ] && command -v ccache >/dev/null; then
+    launcher=("-DCMAKE_CXX_COMPILER_LAUNCHER=env;CCACHE_DIR=$cache/ccache;CCACHE_BASEDIR=$root;CCACHE_SLOPPINESS=pch_defines,time_macros,include_file_mtime,include_file_ctime;CCACHE_MAXSIZE=8G;CCACHE_COMPRESS=1;ccache")
+  fi
   cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$torch_prefix" \
-    -DTANDEM_PYARROW_DIR="$pyarrow_dir" >/dev/null
+    -DTANDEM_PYARROW_DIR="$pyarrow_dir" "${launcher[@]}" >/dev/null
   cmake --build build -j "$jobs"
   echo "[setup] built $root/build/tandem"
 fi

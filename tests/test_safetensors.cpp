@@ -16,6 +16,7 @@
 
 #include "tandem/core/error.h"
 #include "tandem/io/safetensors.h"
+#include "test_util.h"
 
 namespace st = tandem::safetensors;
 
@@ -213,8 +214,8 @@ TEST_F(SafetensorsTest, WriteIntoMissingDirectoryNamesPath) {
 
 TEST_F(SafetensorsTest, ReadsFileWrittenByHfPython) {
   // Values from tools/make_safetensors_fixture.py.
-  const st::File file = st::File::open(std::string(TANDEM_SOURCE_DIR) +
-                                       "/tests/fixtures/safetensors/hf_written.safetensors");
+  const st::File file = st::File::open(
+      tandem::testing::source_path("tests/fixtures/safetensors/hf_written.safetensors"));
   const std::map<std::string, std::string> metadata = {{"format", "pt"},
                                                        {"source", "make_safetensors_fixture.py"}};
   EXPECT_EQ(file.header().metadata, metadata);

@@ -13,8 +13,12 @@
 
 namespace tandem::testing {
 
+// The checkout and the built binary (the generated test_paths.cpp in the build directory).
+extern const char* const kSourceDir;
+extern const char* const kTandemBinary;
+
 inline std::string source_path(const std::string& relative) {
-  return std::string(TANDEM_SOURCE_DIR) + "/" + relative;
+  return std::string(kSourceDir) + "/" + relative;
 }
 
 inline std::string model_fixture(const std::string& name) {
@@ -54,7 +58,7 @@ inline CommandResult run_command(const std::string& command) {
   return result;
 }
 
-inline std::string tandem_binary() { return TANDEM_BINARY; }
+inline std::string tandem_binary() { return kTandemBinary; }
 
 /// The message of the tandem::Error that `action` throws, or "(no error)".
 inline std::string error_of(const std::function<void()>& action) {
