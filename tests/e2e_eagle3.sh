@@ -41,7 +41,9 @@ test -f "$work/online/export/sglang/model.safetensors"
 test -f "$work/online/export/speculators/config.json"
 
 echo "== tandem export of step 2"
-"$tandem" export "$work/online" --step 2 --out "$work/step2"
+"$tandem" export "$work/online" --step 2 --out "$work/step2" --verifier-name org/target-model
+python3 -c "import json,sys; v=json.load(open(sys.argv[1]))['speculators_config']['verifier']; assert v == {'name_or_path': 'org/target-model', 'architectures': ['LlamaForCausalLM']}, v" \
+  "$work/step2/speculators/config.json"
 if cmp -s "$work/step2/sglang/model.safetensors" "$work/online/export/sglang/model.safetensors"; then
   echo "step 2 export equals the final one: the draft did not train" >&2
   exit 1

@@ -30,6 +30,17 @@ data: {path: $work/chat.jsonl, format: conversations, tokenizer: data/demo/token
 training: {objective: sft, run_dir: $work/base, steps: 3, lr: 3.0e-3, log_every: 1}
 YAML
 test -f "$work/base/export/config.json"
+# The export as transformers reads it: its config, its generation config (the sampling defaults
+# and stop ids vLLM takes from it), its tokenizer.
+.venv-tools/bin/python - "$work/base/export" <<'PY'
+import sys
+from transformers import AutoConfig, AutoTokenizer, GenerationConfig
+config = AutoConfig.from_pretrained(sys.argv[1])
+generation = GenerationConfig.from_pretrained(sys.argv[1])
+AutoTokenizer.from_pretrained(sys.argv[1])
+assert generation.eos_token_id == config.eos_token_id, (generation.eos_token_id, config.eos_token_id)
+print(f"  transformers reads the export: {config.model_type}, eos {generation.eos_token_id}")
+PY
 
 # Preference pairs: the true continuation of a passage is chosen over another passage's.
 python3 - "$work/chat.jsonl" "$work/pairs.jsonl" <<'PY'

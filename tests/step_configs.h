@@ -43,7 +43,7 @@ class StepConfigs {
     tandem::SftOptions fresh;
     fresh.model_config = tandem::testing::source_path("configs/demo-student-model.json");
     fresh.seed = 3;
-    tandem::export_causal_lm(tandem::make_causal_lm(fresh), (dir_ / "policy"));
+    tandem::export_causal_lm(tandem::make_causal_lm(fresh), (dir_ / "policy"), /*source_dir=*/"");
   }
 
   std::string data(const std::string& extra = "") const {

@@ -5,6 +5,7 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -440,6 +441,37 @@ TEST(Eagle3Export, BothFormatsHaveExactlyTheKeysShapesAndConfigEnginesRead) {
         << parameter.key();
   EXPECT_TRUE(loaded->d2t.equal(objective.draft()->d2t));
   EXPECT_EQ(loaded->config().aux_layer_ids, (std::vector<int64_t>{0, 1, 2}));
+}
+
+// The speculators config's verifier: the target's own classes from its config.json, and its hub
+// id when target.name gives one (else the path as given), so vLLM on another machine finds it.
+TEST(Eagle3Export, TheVerifierIsTheTargetsOwnClassAndTheGivenName) {
+  const std::string qwen3 = tandem::testing::model_fixture("qwen3");
+  const tandem::VerifierInfo by_path = tandem::verifier_of(qwen3, "");
+  EXPECT_EQ(by_path.name_or_path, qwen3);
+  EXPECT_EQ(by_path.architectures, (std::vector<std::string>{"Qwen3ForCausalLM"}));
+  EXPECT_EQ(tandem::verifier_of(qwen3, "Qwen/Qwen3-8B").name_or_path, "Qwen/Qwen3-8B");
+
+  ScratchDir dir;
+  tandem::Eagle3Options options = fixture_options(4);
+  options.target_name = "meta-llama/Llama-3.1-8B-Instruct";
+  tandem::Eagle3Objective objective(options);
+  objective.export_model(dir.path());
+  const auto config = nlohmann::json::parse(std::ifstream(dir / "speculators/config.json"));
+  EXPECT_EQ(config["speculators_config"]["verifier"],
+            nlohmann::json({{"name_or_path", "meta-llama/Llama-3.1-8B-Instruct"},
+                            {"architectures", {"LlamaForCausalLM"}}}));
+
+  // A target config without `architectures` is an error naming the file.
+  std::filesystem::create_directories(dir / "bare");
+  std::ofstream(dir / "bare/config.json") << R"({"model_type": "qwen3"})";
+  try {
+    tandem::verifier_of(dir / "bare", "");
+    FAIL() << "expected an error";
+  } catch (const tandem::Error& e) {
+    EXPECT_NE(std::string(e.what()).find(dir / "bare/config.json"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("architectures"), std::string::npos) << e.what();
+  }
 }
 
 TEST(SpeculativeDecoding, OutputEqualsGreedyDecodingOfTheTarget) {

@@ -65,6 +65,25 @@ TEST_P(ExportParity, FreshExportHasTheSameFormat) {
   EXPECT_TRUE(at::equal(reloaded.forward(ids, layout, {}).logits, original));
 }
 
+// generation_config.json (the sampling defaults and stop ids vLLM and transformers read): copied
+// from the checkpoint the model started from, else written from its config's bos/eos/pad.
+TEST(ExportGenerationConfig, CopiedFromTheStartingCheckpointElseWrittenFromTheConfig) {
+  tandem::testing::ScratchDir dir;
+  auto json_of = [](const std::string& path) { return nlohmann::json::parse(std::ifstream(path)); };
+  tandem::SftOptions from_checkpoint;
+  from_checkpoint.model_path = tandem::testing::model_fixture("llama3");
+  tandem::SftObjective(from_checkpoint).export_model(dir / "copied");
+  EXPECT_EQ(json_of(dir / "copied/generation_config.json"),
+            json_of(from_checkpoint.model_path + "/generation_config.json"));
+
+  tandem::SftOptions fresh;
+  fresh.model_config = export_fixture("llama-fp32.model.json");  // bos 1, eos 2, no pad
+  tandem::SftObjective(fresh).export_model(dir / "written");
+  EXPECT_EQ(
+      json_of(dir / "written/generation_config.json"),
+      nlohmann::json({{"_from_model_config", true}, {"bos_token_id", 1}, {"eos_token_id", 2}}));
+}
+
 INSTANTIATE_TEST_SUITE_P(Exports, ExportParity,
                          ::testing::Values("llama-fp32", "qwen3-bf16", "minimax-moe-fp32"),
                          [](const auto& info) {

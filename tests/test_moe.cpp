@@ -277,7 +277,7 @@ TEST(MoeCheckpoint, StackedAndPerExpertFormsAgreeAndExportsRoundTrip) {
     EXPECT_TRUE(at::equal(fixture_logits(stacked_dir), expected)) << fixture;
 
     ScratchDir exported;
-    tandem::export_causal_lm(model, exported.path());
+    tandem::export_causal_lm(model, exported.path(), /*source_dir=*/"");
     const auto original = read_all(dir);
     const auto written = read_all(exported.path());
     std::map<std::string, at::Tensor> by_name(written.begin(), written.end());

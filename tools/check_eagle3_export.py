@@ -452,6 +452,15 @@ def check_speculators(d, rep, target):
                    f"{sc.get('default_proposal_method')!r}; speculators requires it (no default) "
                    "and it must name a proposal_type")
     ver = sc.get("verifier")
+    if isinstance(ver, dict) and target and target.get("architectures") is not None and \
+            ver.get("architectures") != target["architectures"]:
+        rep.err(W, f"speculators_config.verifier.architectures = {ver.get('architectures')!r}, the "
+                   f"target's config.json says {target['architectures']!r} (vLLM loads the "
+                   "verifier with it)")
+    if isinstance(ver, dict) and isinstance(ver.get("name_or_path"), str) and \
+            os.path.isabs(ver["name_or_path"]):
+        rep.warn(W, f"verifier.name_or_path {ver['name_or_path']!r} is a local absolute path: "
+                    "an engine on another machine will not find it (set target.name)")
     if not isinstance(ver, dict) or "name_or_path" not in ver:
         rep.err(W, "speculators_config.verifier.name_or_path is missing (vLLM reads it)")
     elif not isinstance(ver.get("architectures"), list):
@@ -698,12 +707,13 @@ def cross_check(sg, sp, rep, compare_values):
 
 
 def read_target(d, rep):
-    cfg = load_json(os.path.join(d, "config.json"))
-    cfg = cfg.get("text_config", cfg)
+    top = load_json(os.path.join(d, "config.json"))
+    cfg = top.get("text_config", top)
     out = {k: cfg.get(k) for k in ("num_hidden_layers", "hidden_size", "vocab_size")}
     if None in out.values():
         rep.err("target", f"target config lacks one of {list(out)}")
         return None
+    out["architectures"] = top.get("architectures")
     return out
 
 

@@ -8,7 +8,7 @@ namespace tandem::cli {
 
 Runner add_export_command(CLI::App& root) {
   struct Options {
-    std::string run_dir, out, dtype;
+    std::string run_dir, out, dtype, verifier_name;
     int64_t step = -1;
   };
   auto options = std::make_shared<Options>();
@@ -24,9 +24,14 @@ Runner add_export_command(CLI::App& root) {
   command->add_option("--dtype", options->dtype,
                       "cast the trained weights before writing them: fp32 | bf16 | fp16 "
                       "(default: the dtype they were trained in)");
+  command->add_option("--verifier-name", options->verifier_name,
+                      "an EAGLE-3 draft: the target's hub id (e.g. Qwen/Qwen3-8B) for the "
+                      "speculators config's verifier (default: the run's target.name, else "
+                      "target.path as given)");
   return [options]() {
     const std::string out = options->out.empty() ? options->run_dir + "/export" : options->out;
-    const ExportResult result = export_run(options->run_dir, options->step, out, options->dtype);
+    const ExportResult result =
+        export_run(options->run_dir, options->step, out, options->dtype, options->verifier_name);
     std::cout << "[export] step " << result.step << " (" << result.checkpoint_dir << ") -> "
               << result.out_dir << "\n";
     return 0;

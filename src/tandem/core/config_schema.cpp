@@ -287,6 +287,14 @@ const StringKey path{group, "path", Required{}, "the target's HF checkpoint"};
 const DtypeKey dtype{group, "dtype", Computed{kFrozenDtype}, kDtypes, "the target's dtype"};
 }  // namespace target
 
+namespace verifier {
+KeyGroup group{"target", "the target as a draft's exports name it"};
+const StringKey name{group, "name", "",
+                     "the target's hub id (e.g. `Qwen/Qwen3-8B`): the verifier the speculators "
+                     "export names, so that an engine on another machine finds it; empty: "
+                     "target.path as given"};
+}  // namespace verifier
+
 namespace capture {
 KeyGroup group{"data", "a draft's offline training"};
 const StringKey capture{group, "capture", "",

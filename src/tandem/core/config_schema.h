@@ -142,6 +142,11 @@ extern const StringKey path;
 extern const DtypeKey dtype;
 }  // namespace target
 
+namespace verifier {  // the target's name in exports (drafts whose exports name a verifier)
+extern KeyGroup group;
+extern const StringKey name;
+}  // namespace verifier
+
 namespace capture {  // offline features of a draft's target
 extern KeyGroup group;
 extern const StringKey capture;  // data.capture

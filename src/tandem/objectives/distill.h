@@ -37,7 +37,9 @@ class DistillObjective : public Objective {
   torch::nn::Module& trainable() override { return *student_; }
   StepTotals count(const PackedBatch& batch) const override;
   ObjectiveOutput compute(const PackedBatch& batch, const StepTotals& totals) override;
-  void export_model(const std::string& dir) const override { export_causal_lm(student_, dir); }
+  void export_model(const std::string& dir) const override {
+    export_causal_lm(student_, dir, options_.student.model_path);
+  }
   double model_flops(const PackedBatch& batch) const override;
 
   CausalLM& student() { return student_; }

@@ -49,7 +49,9 @@ class DpoObjective : public Objective {
   Normalization normalization() const override { return Normalization::Documents; }
   StepTotals count(const PackedBatch& batch) const override;
   ObjectiveOutput compute(const PackedBatch& batch, const StepTotals& totals) override;
-  void export_model(const std::string& dir) const override { export_causal_lm(policy_, dir); }
+  void export_model(const std::string& dir) const override {
+    export_causal_lm(policy_, dir, options_.policy.model_path);
+  }
   double model_flops(const PackedBatch& batch) const override;
   /// Checks the data are preference pairs, and that a reference cache was made from them.
   void attach_data(const DataContext& data) override;

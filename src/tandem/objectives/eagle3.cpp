@@ -38,6 +38,7 @@ Eagle3Options eagle3_options(const Config& config, const RunContext& run) {
   Eagle3Options options;
   options.run = run;
   options.target_path = keys::target::path.read(config);
+  options.target_name = keys::verifier::name.read(config);
   options.target_dtype = keys::target::dtype.read(config, keys::default_dtype(run.device));
   options.draft_dtype = keys::draft::dtype.read(config, keys::default_dtype(run.device));
   options.aux_layer_ids =
@@ -293,7 +294,7 @@ std::vector<std::string> Eagle3Objective::acceptance_metrics() const {
 
 void Eagle3Objective::export_model(const std::string& dir) const {
   Eagle3ExportInfo info;
-  info.target_path = options_.target_path;
+  info.verifier = verifier_of(options_.target_path, options_.target_name);
   info.speculative_tokens = options_.ttt_length;
   write_eagle3_exports(*draft_, dir, info);
 }
@@ -302,7 +303,8 @@ ObjectiveDescription eagle3_description() {
   ObjectiveDescription description;
   description.name = "eagle3";
   description.summary = "an EAGLE-3 draft against a frozen target (test-time training)";
-  description.keys = {&keys::target::group, &keys::draft::group, &keys::eagle3_draft::group,
+  description.keys = {&keys::target::group,       &keys::verifier::group,
+                      &keys::draft::group,        &keys::eagle3_draft::group,
                       &keys::chunked_loss::group, &keys::capture::group};
   description.make = [](const Config& config, const RunContext& run) {
     return std::make_unique<Eagle3Objective>(eagle3_options(config, run));

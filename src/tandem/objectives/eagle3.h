@@ -30,6 +30,7 @@ namespace tandem {
 
 struct Eagle3Options {
   std::string target_path;
+  std::string target_name;  // target.name: the verifier's hub id in exports ("" = target_path)
   c10::ScalarType target_dtype = c10::ScalarType::Float;
   c10::ScalarType draft_dtype = c10::ScalarType::Float;
   std::vector<int64_t> aux_layer_ids;  // empty: the default for the target's depth

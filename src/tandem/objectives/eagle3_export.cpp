@@ -2,7 +2,9 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <filesystem>
+#include <iostream>
 
 #include "tandem/core/dtype.h"
 #include "tandem/core/error.h"
@@ -58,6 +60,27 @@ bool add_eagle31_flags(const Eagle3Config& config, nlohmann::json& json) {
 
 }  // namespace
 
+VerifierInfo verifier_of(const std::string& target_path, const std::string& name) {
+  VerifierInfo verifier;
+  verifier.name_or_path = name.empty() ? target_path : name;
+  if (name.empty() && std::filesystem::path(target_path).is_absolute())
+    std::cerr << "[export] the speculators config names its verifier by the local path "
+              << target_path
+              << ": an engine on another machine will not find it; set target.name to the "
+                 "target's hub id (or pass it to `tandem export --verifier-name`)\n";
+  const std::string path = target_path + "/config.json";
+  const nlohmann::json config = read_json_file(path, "export");
+  const nlohmann::json architectures = config.value("architectures", nlohmann::json());
+  check(architectures.is_array() && !architectures.empty() &&
+            std::all_of(architectures.begin(), architectures.end(),
+                        [](const nlohmann::json& a) { return a.is_string(); }),
+        "[export] ", path,
+        ": no `architectures` list of class names; the speculators export records the "
+        "verifier's class (e.g. [\"Qwen3ForCausalLM\"]): add it to the target's config.json");
+  verifier.architectures = architectures.get<std::vector<std::string>>();
+  return verifier;
+}
+
 nlohmann::json eagle3_sglang_config(const Eagle3Config& config, c10::ScalarType dtype) {
   nlohmann::json json = layer_json(config, dtype);
   json["architectures"] = {"LlamaForCausalLMEagle3"};
@@ -101,7 +124,9 @@ nlohmann::json eagle3_speculators_config(const Eagle3Config& config, c10::Scalar
       {"default_proposal_method", "greedy"},
       {"proposal_methods",
        {{{"proposal_type", "greedy"}, {"speculative_tokens", info.speculative_tokens}}}},
-      {"verifier", {{"name_or_path", info.target_path}, {"architectures", {"LlamaForCausalLM"}}}}};
+      {"verifier",
+       {{"name_or_path", info.verifier.name_or_path},
+        {"architectures", info.verifier.architectures}}}};
   return json;
 }
 

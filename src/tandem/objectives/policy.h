@@ -40,7 +40,9 @@ class PolicyObjective : public Objective {
   /// Labelled tokens, and documents with at least one labelled token.
   StepTotals count(const PackedBatch& batch) const override;
   ObjectiveOutput compute(const PackedBatch& batch, const StepTotals& totals) override;
-  void export_model(const std::string& dir) const override { export_causal_lm(policy_, dir); }
+  void export_model(const std::string& dir) const override {
+    export_causal_lm(policy_, dir, options_.policy.model_path);
+  }
   double model_flops(const PackedBatch& batch) const override;
   /// Takes the rollouts (old log-probs, advantages); checks their ids against the vocabulary.
   void attach_data(const DataContext& data) override;

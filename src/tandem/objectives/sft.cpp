@@ -146,14 +146,17 @@ ObjectiveOutput SftObjective::compute(const PackedBatch& batch, const StepTotals
   return output;
 }
 
-void SftObjective::export_model(const std::string& dir) const { export_causal_lm(model_, dir); }
+void SftObjective::export_model(const std::string& dir) const {
+  export_causal_lm(model_, dir, options_.model_path);
+}
 
 double SftObjective::model_flops(const PackedBatch& batch) const {
   return 3 * decoder_forward_flops(model_->config(), static_cast<double>(batch.num_tokens),
                                    batch.attention_pairs(), /*with_lm_head=*/true);
 }
 
-void export_causal_lm(const CausalLM& model, const std::string& dir) {
+void export_causal_lm(const CausalLM& model, const std::string& dir,
+                      const std::string& source_dir) {
   std::filesystem::create_directories(dir);
   // In the hub form: one tensor per expert for mixture-of-experts models (what transformers
   // writes and vLLM / SGLang read; models/stored_weights.h), plus the weight buffers.
@@ -165,6 +168,19 @@ void export_causal_lm(const CausalLM& model, const std::string& dir) {
   config.torch_dtype = hf_dtype_name(dtype);
   write_hf_weights(dir, weights);
   replace_file(dir + "/config.json", config.to_json().dump(2) + "\n", "[export]");
+  // vLLM and transformers take a model's sampling defaults (and its stop ids) from here.
+  const std::string source = source_dir + "/generation_config.json";
+  if (!source_dir.empty() && std::filesystem::exists(source)) {
+    replace_file(dir + "/generation_config.json", read_json_file(source, "export").dump(2) + "\n",
+                 "[export]");
+  } else {
+    nlohmann::json generation = {{"_from_model_config", true}};
+    if (config.bos_token_id) generation["bos_token_id"] = *config.bos_token_id;
+    if (config.eos_token_ids.size() == 1) generation["eos_token_id"] = config.eos_token_ids[0];
+    if (config.eos_token_ids.size() > 1) generation["eos_token_id"] = config.eos_token_ids;
+    if (config.pad_token_id) generation["pad_token_id"] = *config.pad_token_id;
+    replace_file(dir + "/generation_config.json", generation.dump(2) + "\n", "[export]");
+  }
 }
 
 ObjectiveDescription sft_description() {

@@ -67,7 +67,10 @@ class SftObjective : public Objective {
 
 /// Writes `model` as an HF checkpoint directory (config.json + safetensors) that transformers
 /// loads; the tied lm_head is not stored.
-void export_causal_lm(const CausalLM& model, const std::string& dir);
+/// Writes `model` as an HF checkpoint into `dir`: config.json, the weights and
+/// generation_config.json (the sampling defaults engines read: copied from `source_dir`, the
+/// checkpoint the model started from, when it has one; else bos/eos/pad from the config).
+void export_causal_lm(const CausalLM& model, const std::string& dir, const std::string& source_dir);
 
 /// training.objective: sft (objectives/description.h).
 ObjectiveDescription sft_description();

@@ -6,6 +6,7 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <vector>
 
 #include "tandem/core/config.h"
 #include "tandem/core/config_schema.h"
@@ -19,7 +20,7 @@
 namespace tandem {
 
 ExportResult export_run(const std::string& run_dir, int64_t step, const std::string& out_dir,
-                        const std::string& dtype) {
+                        const std::string& dtype, const std::string& verifier_name) {
   std::optional<c10::ScalarType> cast;  // checked before anything is read
   if (!dtype.empty()) cast = parse_compute_dtype(dtype, "tandem export --dtype");
   std::optional<CheckpointReader> reader;
@@ -31,8 +32,10 @@ ExportResult export_run(const std::string& run_dir, int64_t step, const std::str
   } else {
     reader.emplace(CheckpointReader::open(run_dir + "/" + checkpoint_dir_name(step)));
   }
+  std::vector<std::string> overrides;
+  if (!verifier_name.empty()) overrides.push_back("target.name=" + verifier_name);
   const Config config =
-      Config::parse(reader->read_text("config.yaml"), reader->dir() + "/config.yaml");
+      Config::parse(reader->read_text("config.yaml"), reader->dir() + "/config.yaml", overrides);
   // On the CPU whatever device the run trained on: checkpoints hold device-independent tensors,
   // and an export needs no GPU.
   std::unique_ptr<Objective> objective = make_objective(config, RunContext(at::kCPU));

@@ -15,9 +15,10 @@ struct ExportResult {
 /// the config the checkpoint stored, with the run's tokenizer files (data.tokenizer) beside it.
 /// Frozen models are read only where the objective needs them. `dtype` ("" = as trained, or
 /// fp32 | bf16 | fp16) casts the trained weights before they are written, e.g. to ship a model
-/// trained in fp32 at half the size.
+/// trained in fp32 at half the size. `verifier_name` (a draft's) sets target.name for this
+/// export: the verifier's hub id its speculators config records.
 ExportResult export_run(const std::string& run_dir, int64_t step, const std::string& out_dir,
-                        const std::string& dtype = "");
+                        const std::string& dtype = "", const std::string& verifier_name = "");
 
 /// Copies tokenizer.json, tokenizer_config.json and special_tokens_map.json (those that exist)
 /// from `tokenizer_dir` into `export_dir`, as serving engines expect them beside the weights.
