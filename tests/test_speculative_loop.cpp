@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "tandem/eval/draft_proposer.h"
+#include "tandem/eval/greedy_check.h"
 #include "tandem/eval/speculative.h"
 #include "tandem/eval/uncached_decode.h"
 #include "tandem/models/frozen.h"
@@ -142,6 +143,33 @@ TEST(SpeculativeLoop, TheCachedLoopHandsTheDraftEachVerifiedPositionOnceWithItsF
     EXPECT_TRUE(at::allclose(handed, expected, 1e-5, 1e-5))
         << "offset " << offset << ": max diff " << (handed - expected).abs().max().item<float>();
   }
+}
+
+}  // namespace
+
+namespace {
+
+// eval's greedy check (eval/greedy_check.h), by hand.
+TEST(GreedyCheck, FirstDivergenceByHand) {
+  EXPECT_FALSE(tandem::first_divergence(3, {5, 6, 7}, {5, 6, 7}).has_value());
+  const auto differs = tandem::first_divergence(3, {5, 6, 7, 8}, {5, 6, 9, 8});
+  ASSERT_TRUE(differs.has_value());
+  EXPECT_EQ(differs->document, 3);
+  EXPECT_EQ(differs->position, 2);
+  EXPECT_EQ(differs->speculative_token, 7);
+  EXPECT_EQ(differs->greedy_token, 9);
+  const auto ended = tandem::first_divergence(4, {5, 6}, {5, 6, 2});  // speculative stopped early
+  ASSERT_TRUE(ended.has_value());
+  EXPECT_EQ(ended->position, 2);
+  EXPECT_EQ(ended->speculative_token, -1);
+  EXPECT_EQ(ended->greedy_token, 2);
+}
+
+TEST(GreedyCheck, AMismatchFailsInFp32OrWhenStrict) {
+  EXPECT_TRUE(tandem::greedy_mismatch_fails(at::kFloat, false));
+  EXPECT_FALSE(tandem::greedy_mismatch_fails(at::kBFloat16, false));
+  EXPECT_FALSE(tandem::greedy_mismatch_fails(at::kHalf, false));
+  EXPECT_TRUE(tandem::greedy_mismatch_fails(at::kBFloat16, true));
 }
 
 }  // namespace
