@@ -21,7 +21,7 @@ inline std::string write_random_model(const DecoderConfig& config, const std::st
                                       uint64_t seed = 0) {
   CausalLM model(config, at::TensorOptions().dtype(at::kFloat));
   init_normal_(*model, 0.02, seed);
-  export_causal_lm(model, dir);
+  export_causal_lm(model, dir, /*source_dir=*/"");
   return dir;
 }
 
