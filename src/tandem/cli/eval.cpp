@@ -119,8 +119,7 @@ Runner add_eval_command(CLI::App& root) {
     AcceptanceStats stats(draft_tokens);
     int64_t prompts = 0, identical = 0, generated = 0;
     double speculative_seconds = 0, greedy_seconds = 0;
-    std::vector<int64_t> mismatched;
-    nlohmann::json mismatches = nlohmann::json::array();
+    std::vector<GreedyMismatch> mismatches;  // each differing output's first divergence
     nlohmann::json per_prompt = nlohmann::json::array();
     for (int64_t i = 0; i < dataset.size() && (o->num_prompts <= 0 || prompts < o->num_prompts);
          ++i) {
@@ -146,15 +145,10 @@ Runner add_eval_command(CLI::App& root) {
                             : greedy_decode(target, prompt, decode);
         greedy_seconds +=
             std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-        if (const auto mismatch = first_divergence(i, output.tokens, greedy)) {
-          mismatched.push_back(i);
-          mismatches.push_back({{"document", mismatch->document},
-                                {"position", mismatch->position},
-                                {"speculative_token", mismatch->speculative_token},
-                                {"greedy_token", mismatch->greedy_token}});
-        } else {
+        if (const auto mismatch = first_divergence(i, output.tokens, greedy))
+          mismatches.push_back(*mismatch);
+        else
           identical += 1;
-        }
       }
     }
     check(prompts > 0, "[eval] ", o->data, ": no document gave a prompt");
@@ -173,9 +167,17 @@ Runner add_eval_command(CLI::App& root) {
     report["speculative_tokens_per_s"] = generated / std::max(speculative_seconds, 1e-9);
     if (o->greedy_check) {
       report["greedy_identical"] = identical;
-      report["greedy_mismatched_documents"] = mismatched;
+      nlohmann::json documents = nlohmann::json::array(), divergences = nlohmann::json::array();
+      for (const GreedyMismatch& mismatch : mismatches) {
+        documents.push_back(mismatch.document);
+        divergences.push_back({{"document", mismatch.document},
+                               {"position", mismatch.position},
+                               {"speculative_token", mismatch.speculative_token},
+                               {"greedy_token", mismatch.greedy_token}});
+      }
+      report["greedy_mismatched_documents"] = documents;
       report["greedy_match_rate"] = static_cast<double>(identical) / static_cast<double>(prompts);
-      report["greedy_mismatches"] = mismatches;  // each one's first divergence
+      report["greedy_mismatches"] = divergences;
       report["greedy_seconds"] = greedy_seconds;
       report["greedy_tokens_per_s"] = generated / std::max(greedy_seconds, 1e-9);
       report["speedup"] = greedy_seconds / std::max(speculative_seconds, 1e-9);
@@ -207,11 +209,11 @@ Runner add_eval_command(CLI::App& root) {
       check(out.good(), "[eval] ", o->out, ": write failed");
     }
     if (o->greedy_check && identical != prompts) {
-      for (const nlohmann::json& mismatch : mismatches)
-        std::cerr << "[eval] document " << mismatch["document"].get<int64_t>()
-                  << ": first divergence at generated token " << mismatch["position"].get<int64_t>()
-                  << " (speculative " << mismatch["speculative_token"].get<int64_t>() << ", greedy "
-                  << mismatch["greedy_token"].get<int64_t>() << "; -1: ended)\n";
+      for (const GreedyMismatch& mismatch : mismatches)
+        std::cerr << "[eval] document " << mismatch.document
+                  << ": first divergence at generated token " << mismatch.position
+                  << " (speculative " << mismatch.speculative_token << ", greedy "
+                  << mismatch.greedy_token << "; -1: ended)\n";
       if (greedy_mismatch_fails(dtype, o->strict_greedy_check)) {
         std::cerr << "[eval] error: speculative output differs from greedy decoding for "
                   << prompts - identical << " of " << prompts << " prompts"

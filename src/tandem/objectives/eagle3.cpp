@@ -103,6 +103,7 @@ Eagle3Objective::Eagle3Objective(const Eagle3Options& options)
   }
   config.fc_norm = options.fc_norm;
   config.norm_output = options.norm_output;
+  verifier_ = verifier_of(options.target_path, options.target_name);
   check_servable_layers(config.aux_layer_ids, "aux layer", "draft.aux_layer_ids");
   check_capture_layers(config.aux_layer_ids, /*needs_last=*/true);
   draft_ = Eagle3Draft(
@@ -294,7 +295,7 @@ std::vector<std::string> Eagle3Objective::acceptance_metrics() const {
 
 void Eagle3Objective::export_model(const std::string& dir) const {
   Eagle3ExportInfo info;
-  info.verifier = verifier_of(options_.target_path, options_.target_name);
+  info.verifier = verifier_;
   info.speculative_tokens = options_.ttt_length;
   write_eagle3_exports(*draft_, dir, info);
 }

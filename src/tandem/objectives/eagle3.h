@@ -24,6 +24,7 @@
 #include "tandem/models/frozen.h"
 #include "tandem/objectives/description.h"
 #include "tandem/objectives/draft_objective.h"
+#include "tandem/objectives/eagle3_export.h"
 #include "tandem/objectives/objective.h"
 
 namespace tandem {
@@ -118,6 +119,7 @@ class Eagle3Objective : public DraftObjective {
 
   Eagle3Options options_;
   Eagle3Draft draft_{nullptr};
+  VerifierInfo verifier_;  // what the speculators export names as its target, read at start-up
 };
 
 /// training.objective: eagle3 (objectives/description.h): capture and eval included.

@@ -24,7 +24,7 @@ struct VerifierInfo {
 /// The verifier of a draft trained against `target_path`: `name` when set, else the path as
 /// given (a warning on stderr when that path is absolute: an engine on another machine will not
 /// find it); the architectures from `target_path`/config.json (an error naming the file when it
-/// has none).
+/// has none). Read once, when the objective is built.
 VerifierInfo verifier_of(const std::string& target_path, const std::string& name);
 
 struct Eagle3ExportInfo {
