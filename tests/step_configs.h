@@ -50,10 +50,13 @@ class StepConfigs {
     return "data: {path: " + (dir_ / "docs.jsonl") + ", format: pretokenized, seq_len: 32, " +
            "micro_batch_rows: 2, cache_dir: " + (dir_ / "cache") + extra + "}\n";
   }
-  std::string config(const std::string& objective) const {
+  /// A one-step job of `objective` on this directory's data; `training` adds training keys
+  /// ("run_dir: ..., steps: 12").
+  std::string config(const std::string& objective, const std::string& training_keys = "") const {
     const std::string llama = tandem::testing::model_fixture("llama3");
     const std::string qwen3 = tandem::testing::model_fixture("qwen3");
-    const std::string training = "training: {objective: " + objective + ", seed: 0}\n";
+    const std::string training = "training: {objective: " + objective + ", seed: 0" +
+                                 (training_keys.empty() ? "" : ", " + training_keys) + "}\n";
     if (objective == "sft")
       return "model: {path: " + llama + ", dtype: fp32}\nloss: {chunk_tokens: 16}\n" + data() +
              training;
@@ -67,6 +70,12 @@ class StepConfigs {
              ", dtype: fp32}\ndraft: {num_layers: 2, target_layer_ids: [0, 2], "
              "block_size: 4, mask_token_id: 511, dtype: fp32}\nloss: {max_anchors: 8, "
              "chunk_tokens: 16}\n" +
+             data() + training;
+    if (objective == "dspark")
+      return "target: {path: " + qwen3 +
+             ", dtype: fp32}\ndraft: {num_layers: 2, target_layer_ids: [0, 2], "
+             "block_size: 4, mask_token_id: 511, markov_rank: 8, dtype: fp32}\nloss: "
+             "{max_anchors: 8, chunk_tokens: 16}\n" +
              data() + training;
     if (objective == "distill")
       return "model: {config: " + llama + "/config.json, dtype: fp32}\nteacher: {path: " + llama +
@@ -103,6 +112,6 @@ class StepConfigs {
   ScratchDir dir_;
 };
 
-inline const char* kObjectives[] = {"sft", "eagle3", "dflash", "distill", "dpo", "gspo"};
+inline const char* kObjectives[] = {"sft", "eagle3", "dflash", "dspark", "distill", "dpo", "gspo"};
 
 }  // namespace tandem::testing

@@ -25,6 +25,7 @@
 #include "tandem/objectives/distill.h"
 #include "tandem/objectives/distill_loss.h"
 #include "tandem/objectives/dpo.h"
+#include "tandem/objectives/dspark.h"
 #include "tandem/objectives/eagle3.h"
 #include "tandem/objectives/policy.h"
 #include "tandem/objectives/policy_loss.h"
@@ -62,6 +63,8 @@ const std::map<std::string, Reader>& objective_readers() {
        [](const Config& c, const tandem::RunContext& r) { tandem::eagle3_options(c, r); }},
       {"dflash",
        [](const Config& c, const tandem::RunContext& r) { tandem::dflash_options(c, r); }},
+      {"dspark",
+       [](const Config& c, const tandem::RunContext& r) { tandem::dspark_options(c, r); }},
       {"distill",
        [](const Config& c, const tandem::RunContext& r) { tandem::distill_options(c, r); }},
       {"dpo", [](const Config& c, const tandem::RunContext& r) { tandem::dpo_options(c, r); }},
@@ -155,7 +158,7 @@ TEST(ConfigSchema, OutOfRangeValuesNameTheFileTheKeyAndTheRange) {
       "data: {format: csv}\n",
       "run.yaml");
   for (const auto& [read, phrase] : std::vector<std::pair<std::function<void()>, std::string>>{
-           {[&] { keys::dflash_loss::max_anchors.read(config); },
+           {[&] { keys::block_loss::max_anchors.read(config); },
             "[config] run.yaml: loss.max_anchors: must be in 1..1048576, got 0"},
            {[&] { keys::distill_loss::temperature.read(config); },
             "run.yaml: loss.temperature: must be a finite number > 0, got nan"},
@@ -172,13 +175,13 @@ TEST(ConfigSchema, OutOfRangeValuesNameTheFileTheKeyAndTheRange) {
             "preference, rollout"},
            {[&] { keys::training::steps.read(config); },
             "run.yaml: training.steps: required an integer is missing"},
-           {[&] { keys::dflash_loss::gamma.read(config); }, "internal"}})
+           {[&] { keys::block_loss::gamma.read(config); }, "internal"}})
     EXPECT_NE(error_of(read).find(phrase), std::string::npos) << phrase << "\n" << error_of(read);
   // Defaults come from the declarations and are recorded in the resolved config.
   const Config empty = Config::parse("", "empty.yaml");
   EXPECT_EQ(keys::chunked_loss::chunk_tokens.read(empty), 1024);
   EXPECT_DOUBLE_EQ(keys::gspo_loss::epsilon_high.read(empty), 4e-4);
-  EXPECT_EQ(keys::dflash_loss::gamma.read(empty, 7.0), 7.0);
+  EXPECT_EQ(keys::block_loss::gamma.read(empty, 7.0), 7.0);
   EXPECT_FALSE(keys::dflash_draft::mask_token_id.find(empty).has_value());
   EXPECT_NE(empty.resolved_yaml().find("chunk_tokens: 1024"), std::string::npos);
 }

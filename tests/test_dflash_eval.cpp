@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "overfit.h"
+#include "speculative_fixtures.h"
 #include "tandem/data/packing.h"
 #include "tandem/eval/dflash_decode.h"
 #include "tandem/eval/uncached_decode.h"
@@ -33,18 +34,11 @@ tandem::DFlashOptions draft_options(const std::string& target, int64_t block_siz
   return options;
 }
 
-tandem::FrozenModel load_target(const std::string& dir) {
-  return tandem::FrozenModel::load(dir, at::kFloat, at::Device(at::kCPU));
-}
+using tandem::testing::random_prompts;
+using tandem::testing::sharpened_target;
 
-std::vector<std::vector<int64_t>> random_prompts(int count, int64_t length, uint64_t seed) {
-  at::manual_seed(seed);
-  std::vector<std::vector<int64_t>> prompts;
-  for (int i = 0; i < count; ++i) {
-    const at::Tensor ids = at::randint(3, 512, {length}, at::kLong);
-    prompts.emplace_back(ids.data_ptr<int64_t>(), ids.data_ptr<int64_t>() + length);
-  }
-  return prompts;
+tandem::FrozenModel load_target(const std::string& dir) {
+  return tandem::testing::load_cpu_target(dir);
 }
 
 TEST(DFlashDecoding, OutputEqualsGreedyDecodingOfTheTargetForARandomDraft) {
@@ -109,24 +103,6 @@ TEST(DFlashDecoding, TheExportedDraftDecodesLikeTheTrainedOne) {
   }
 }
 
-// The fixture target with its lm_head scaled up (as tests/test_eagle3_overfit.cpp): a random
-// model's next-token distributions are nearly flat, with near-ties; sharper logits make the
-// greedy choice well defined. The DFlash draft predicts through this same frozen lm_head.
-constexpr double kSharpen = 100;
-
-std::string sharpened_target(const std::string& dir) {
-  const std::string source = tandem::testing::model_fixture("llama3");
-  const auto checkpoint = tandem::HfCheckpoint::open(source);
-  std::vector<std::pair<std::string, at::Tensor>> weights;
-  for (const std::string& name : checkpoint.names())
-    weights.emplace_back(
-        name, name == "lm_head.weight" ? checkpoint.read(name) * kSharpen : checkpoint.read(name));
-  std::filesystem::create_directories(dir);
-  tandem::write_hf_weights(dir, weights);
-  std::filesystem::copy_file(source + "/config.json", dir + "/config.json");
-  return dir;
-}
-
 void expect_overfit_reaches_block_size(int64_t block_size) {
   const int64_t verify_steps = 4, prompt_length = 6;
   ScratchDir scratch;
@@ -143,19 +119,8 @@ void expect_overfit_reaches_block_size(int64_t block_size) {
   tandem::DecodeOptions longer = decode;
   longer.max_new_tokens = decode.max_new_tokens + block_size + 2;
   const auto prompts = random_prompts(4, prompt_length, 7);
-  std::vector<tandem::TokenizedDocument> documents;
-  for (const auto& prompt : prompts) {
-    tandem::TokenizedDocument document;
-    for (int64_t id : prompt)
-      document.ids.push_back(static_cast<int32_t>(id)), document.loss_mask.push_back(0);
-    for (int64_t id : tandem::greedy_decode(target, prompt, longer))
-      document.ids.push_back(static_cast<int32_t>(id)), document.loss_mask.push_back(1);
-    documents.push_back(document);
-  }
-  tandem::PackingOptions packing;
-  packing.seq_len = prompt_length + 1 + (verify_steps + 1) * block_size + 2;
-  packing.mode = tandem::PackingMode::Padded;
-  const tandem::PackedBatch batch = tandem::pack_documents(documents, packing);
+  const tandem::PackedBatch batch = tandem::testing::greedy_continuations(
+      target, prompts, longer, prompt_length + 1 + (verify_steps + 1) * block_size + 2);
 
   // Train until every slot of every block is right, then some more for margin.
   const tandem::testing::OverfitResult trained =

@@ -9,6 +9,7 @@
 #include <iostream>
 
 #include "overfit.h"
+#include "speculative_fixtures.h"
 #include "tandem/data/packing.h"
 #include "tandem/eval/eagle3_decode.h"
 #include "tandem/eval/speculative.h"
@@ -19,23 +20,8 @@
 
 namespace {
 
-// The fixture target with its lm_head scaled up: a random model's next-token distributions are
-// nearly flat, with near-ties between its top choices that a soft-target draft cannot resolve
-// exactly. Sharper logits make the greedy choice well defined; the model is otherwise the same.
-constexpr double kSharpen = 100;
-
-std::string sharpened_target(const std::string& dir) {
-  const std::string source = tandem::testing::model_fixture("llama3");
-  const auto checkpoint = tandem::HfCheckpoint::open(source);
-  std::vector<std::pair<std::string, at::Tensor>> weights;
-  for (const std::string& name : checkpoint.names())
-    weights.emplace_back(
-        name, name == "lm_head.weight" ? checkpoint.read(name) * kSharpen : checkpoint.read(name));
-  std::filesystem::create_directories(dir);
-  tandem::write_hf_weights(dir, weights);
-  std::filesystem::copy_file(source + "/config.json", dir + "/config.json");
-  return dir;
-}
+using tandem::testing::kSharpen;
+using tandem::testing::sharpened_target;
 
 TEST(Eagle3Overfit, DraftTrainedOnAFewSamplesReachesMaximumAcceptanceLength) {
   const int64_t ttt_length = 7, verify_steps = 4, prompt_length = 6;

@@ -13,11 +13,13 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iterator>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <thread>
 
+#include "step_configs.h"
 #include "tandem/core/device.h"
 #include "tandem/io/hf_checkpoint.h"
 #include "tandem/train/checkpoint.h"
@@ -82,13 +84,16 @@ void expect_identical_runs(const std::string& a, const std::string& b, int steps
   EXPECT_EQ(state_a, state_b);  // step, documents_seen, tokens_seen, sampler position
 }
 
-TEST(TrainResume, SigkillAtRandomStepThenResumeIsBitIdentical) {
-  ScratchDir dir;
-  const std::string straight = write_job(dir, dir / "straight");
+// `job(run_dir)` writes a config of kSteps steps, each saved, and returns its path: run straight,
+// and killed with SIGKILL after a random committed step then resumed, the two give the same
+// bytes (weights, optimizer, RNG, metrics, trainer state).
+void expect_sigkill_resume_is_bit_identical(
+    const ScratchDir& dir, const std::function<std::string(const std::string&)>& job) {
+  const std::string straight = job(dir / "straight");
   const auto uninterrupted = run_command(train_command(straight));
   ASSERT_EQ(uninterrupted.exit_code, 0) << uninterrupted.output;
 
-  const std::string killed = write_job(dir, dir / "killed");
+  const std::string killed = job(dir / "killed");
   // The kill point: reproducible from a seed (TANDEM_TEST_SEED to replay one, printed below).
   const char* seed_env = std::getenv("TANDEM_TEST_SEED");
   const unsigned seed = seed_env ? static_cast<unsigned>(std::stoul(seed_env))
@@ -116,6 +121,26 @@ TEST(TrainResume, SigkillAtRandomStepThenResumeIsBitIdentical) {
   std::printf("[resume] killed at step %ld (>= %ld)\n", static_cast<long>(interrupted->step()),
               static_cast<long>(kill_after));
   expect_identical_runs(dir / "straight", dir / "killed");
+}
+
+TEST(TrainResume, SigkillAtRandomStepThenResumeIsBitIdentical) {
+  ScratchDir dir;
+  expect_sigkill_resume_is_bit_identical(
+      dir, [&](const std::string& run_dir) { return write_job(dir, run_dir); });
+}
+
+// A draft objective: DSpark against the fixture target, its anchors drawn per document and epoch.
+TEST(TrainResume, SigkillThenResumeIsBitIdenticalForADSparkDraft) {
+  ScratchDir dir;
+  const tandem::testing::StepConfigs configs;
+  expect_sigkill_resume_is_bit_identical(dir, [&](const std::string& run_dir) {
+    const std::string path = run_dir + ".yaml";
+    std::ofstream(path) << configs.config("dspark", "run_dir: " + run_dir +
+                                                        ", steps: " + std::to_string(kSteps) +
+                                                        ", save_every: 1, lr: 1.0e-3, "
+                                                        "export: false");
+    return path;
+  });
 }
 
 TEST(TrainResume, SigtermSavesExitsWithCode75AndResumesBitIdentical) {
@@ -261,7 +286,10 @@ TEST(TrainDryRun, DraftsAgainstMixtureOfExpertsTargets) {
        {Case{"eagle3", "qwen3_moe", "{aux_layer_ids: [0, 1, 2], draft_vocab_size: 64}",
              "frozen: target, "},
         Case{"dflash", "minimax_m2", "{num_layers: 2, block_size: 4}",
-             "frozen: target, 363,840 parameters"}}) {
+             "frozen: target, 363,840 parameters"},
+        Case{"dspark", "qwen3_moe",
+             "{num_layers: 2, block_size: 4, markov_rank: 8, mask_token_id: 511}",
+             "frozen: target, "}}) {
     const std::string config = dir / (c.objective + ".yaml");
     std::ofstream(config) << "target: {path: " << tandem::testing::model_fixture(c.fixture)
                           << ", dtype: fp32}\ndraft: " << c.draft << "\n"

@@ -29,6 +29,7 @@ struct EvalOptions {
   std::string template_kwargs;
   std::string dtype = "fp32", out, cache_dir, device = "auto";
   int64_t num_prompts = 0, prompt_tokens = 32, max_new_tokens = 64, draft_tokens = 0;
+  double confidence_threshold = 0;
   bool greedy_check = true, strict_greedy_check = false, no_kv_cache = false;
 };
 
@@ -61,6 +62,9 @@ Runner add_eval_command(CLI::App& root) {
   command->add_option("--draft-tokens", o->draft_tokens,
                       "draft tokens per step k (default: the draft's own: its TTT length, or "
                       "block_size - 1 for a block draft)");
+  command->add_option("--confidence-threshold", o->confidence_threshold,
+                      "drafts with a confidence head (DSpark): stop each proposal before the "
+                      "first position whose predicted acceptance is below this (default 0: never)");
   command->add_option("--dtype", o->dtype, "compute dtype of target and draft (default fp32)");
   add_device_option(*command, o->device);
   command->add_option("--cache-dir", o->cache_dir, "token cache directory");
@@ -96,6 +100,9 @@ Runner add_eval_command(CLI::App& root) {
     const int64_t draft_tokens =
         o->draft_tokens > 0 ? o->draft_tokens : draft->default_draft_tokens();
     check(draft_tokens >= 1, "[eval] --draft-tokens must be >= 1");
+    check(o->confidence_threshold == 0 || draft->has_confidence_head(), "[eval] ", draft_dir,
+          ": --confidence-threshold needs a draft with a confidence head (DSpark); this ",
+          draft->type(), " draft has none");
 
     const DataFormat format = parse_data_format(o->format);
     std::optional<Tokenizer> tokenizer;
@@ -116,6 +123,7 @@ Runner add_eval_command(CLI::App& root) {
     decode.max_new_tokens = o->max_new_tokens;
     decode.stop_ids = target.config().eos_token_ids;
     decode.kv_cache = !o->no_kv_cache;
+    decode.confidence_threshold = o->confidence_threshold;
     AcceptanceStats stats(draft_tokens);
     int64_t prompts = 0, identical = 0, generated = 0;
     double speculative_seconds = 0, greedy_seconds = 0;
@@ -156,6 +164,7 @@ Runner add_eval_command(CLI::App& root) {
     nlohmann::json report = stats.to_json();
     report["prompts"] = prompts;
     report["draft_tokens"] = draft_tokens;
+    if (draft->has_confidence_head()) report["confidence_threshold"] = o->confidence_threshold;
     report["draft_type"] = draft_objective;  // the objective that trained it: eagle3, dflash
     report["max_new_tokens"] = o->max_new_tokens;
     report["generated_tokens"] = generated;
@@ -189,8 +198,8 @@ Runner add_eval_command(CLI::App& root) {
               << "[eval] tau = " << stats.tau() << " tokens per target forward (95% interval "
               << report["tau_ci95"][0].get<double>() << " to "
               << report["tau_ci95"][1].get<double>() << ", bootstrap over the " << prompts
-              << " prompts; " << stats.steps()
-              << " verify steps)\n[eval] acceptance by draft position "
+              << " prompts; " << stats.steps() << " verify steps; " << stats.drafted_per_step()
+              << " draft tokens proposed per step)\n[eval] acceptance by draft position "
               << "(conditional):";
     for (double rate : stats.conditional_acceptance()) std::cout << " " << rate;
     std::cout << "\n";

@@ -343,27 +343,32 @@ const BoolKey train_lm_head{group, "train_lm_head", true,
 }  // namespace eagle3_draft
 
 namespace dflash_draft {
-KeyGroup group{"draft", "the DFlash draft"};
+KeyGroup group{"draft", "the block draft (DFlash, DSpark)"};
 const IntKey num_layers{group, "num_layers", 5, IntRange::between(1, kMaxLayers), "draft layers"};
 const IntListKey target_layer_ids{group, "target_layer_ids",
                                   Unset{"evenly spaced 1 … N−3 of the target's N layers (one "
                                         "draft layer: N/2)"},
                                   IntRange::between(0, kMaxLayers - 1), "target layers read"};
-const IntKey block_size{group, "block_size", 16, IntRange::between(2, 1024),
-                        "an anchor and the mask tokens after it"};
+const IntKey block_size{group, "block_size", Computed{"16 for dflash, 7 for dspark"},
+                        IntRange::between(2, 1024), "an anchor and the mask tokens after it"};
 const IntKey mask_token_id{group, "mask_token_id", Unset{"resolved from the tokenizer"},
                            IntRange::between(0, kMaxTokens),
                            "the mask token (docs/dflash.md, \"The mask token\")"};
 }  // namespace dflash_draft
 
-namespace dflash_loss {
-KeyGroup group{"loss", "the DFlash loss"};
+namespace block_loss {
+KeyGroup group{"loss", "the block draft's anchors and weights"};
 const NumberKey gamma{group, "gamma",
-                      Computed{"block_size / 2 up to 10, else 5 + (block_size − 10) / 3 (7 for "
-                               "16)"},
-                      NumberRange::above(0), "slot k's weight exp(−(k−1)/γ)"};
+                      Computed{"dflash: block_size / 2 up to 10, else 5 + (block_size − 10) / 3 "
+                               "(7 for 16); dspark: 4"},
+                      NumberRange::above(0),
+                      "the i-th predicted token of a block weighs exp(−(i−1)/γ)"};
 const IntKey max_anchors{group, "max_anchors", 512, IntRange::between(1, int64_t{1} << 20),
                          "blocks per row"};
+}  // namespace block_loss
+
+namespace dflash_loss {
+KeyGroup group{"loss", "the DFlash loss"};
 const EnumKey<DFlashTeacher> teacher{
     group,
     "teacher",
@@ -372,6 +377,24 @@ const EnumKey<DFlashTeacher> teacher{
     "`labels`: the data's next tokens; `target`: the target's distribution (then the "
     "distillation keys apply)"};
 }  // namespace dflash_loss
+
+namespace dspark_draft {
+KeyGroup group{"draft", "the DSpark heads"};
+const IntKey markov_rank{group, "markov_rank", 256, IntRange::between(1, 1 << 16),
+                         "rank r of the Markov head's previous-token bias"};
+const BoolKey confidence_head{group, "confidence_head", true,
+                              "train the head that predicts each slot's acceptance"};
+}  // namespace dspark_draft
+
+namespace dspark_loss {
+KeyGroup group{"loss", "the DSpark loss"};
+const NumberKey ce_weight{group, "ce_weight", 0.1, NumberRange::at_least(0),
+                          "weight of the cross-entropy on the data's tokens"};
+const NumberKey l1_weight{group, "l1_weight", 0.9, NumberRange::at_least(0),
+                          "weight of ‖p_draft − p_target‖₁ against the target's distribution"};
+const NumberKey confidence_weight{group, "confidence_weight", 1.0, NumberRange::at_least(0),
+                                  "weight of the confidence head's loss"};
+}  // namespace dspark_loss
 
 c10::ScalarType default_dtype(const c10::Device& device) {
   return parse_compute_dtype(device_dtype_default(device), "device_dtype_default");

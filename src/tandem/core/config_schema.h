@@ -174,7 +174,7 @@ extern const IntKey draft_vocab_size;
 extern const BoolKey train_lm_head;
 }  // namespace eagle3_draft
 
-namespace dflash_draft {
+namespace dflash_draft {  // the block drafts' backbone (dflash, dspark)
 extern KeyGroup group;
 extern const IntKey num_layers;
 extern const IntListKey target_layer_ids;
@@ -182,12 +182,29 @@ extern const IntKey block_size;
 extern const IntKey mask_token_id;
 }  // namespace dflash_draft
 
-namespace dflash_loss {
+namespace block_loss {  // the block drafts' anchors and slot weights (dflash, dspark)
 extern KeyGroup group;
 extern const NumberKey gamma;
 extern const IntKey max_anchors;
+}  // namespace block_loss
+
+namespace dflash_loss {
+extern KeyGroup group;
 extern const EnumKey<DFlashTeacher> teacher;
 }  // namespace dflash_loss
+
+namespace dspark_draft {
+extern KeyGroup group;
+extern const IntKey markov_rank;
+extern const BoolKey confidence_head;
+}  // namespace dspark_draft
+
+namespace dspark_loss {
+extern KeyGroup group;
+extern const NumberKey ce_weight;
+extern const NumberKey l1_weight;
+extern const NumberKey confidence_weight;
+}  // namespace dspark_loss
 
 /// The computed default of every model's dtype key (target, teacher, reference, model, draft) on
 /// `device`: bf16 on a GPU, fp32 on the CPU (core/device.h device_dtype_default).

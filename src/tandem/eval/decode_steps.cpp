@@ -40,6 +40,7 @@ int64_t accept_proposal(const std::vector<int64_t>& proposal, const at::Tensor& 
   int64_t accepted = 0;
   while (accepted < draft_tokens && choice[accepted] == proposal[accepted]) ++accepted;
   output.accepted.push_back(accepted);
+  output.proposed.push_back(draft_tokens);
   output.tokens.insert(output.tokens.end(), proposal.begin(), proposal.begin() + accepted);
   output.tokens.push_back(choice[accepted]);
   return choice[accepted];

@@ -10,11 +10,16 @@ namespace tandem {
 
 DFlashProposer::DFlashProposer(const FrozenModel& target, const DFlashDraftImpl& draft,
                                const at::Tensor& mask_embedding, int64_t draft_tokens)
+    : DFlashProposer(target, draft, mask_embedding, draft_tokens, /*first_slot=*/1) {}
+
+DFlashProposer::DFlashProposer(const FrozenModel& target, const DFlashDraftImpl& draft,
+                               const at::Tensor& mask_embedding, int64_t draft_tokens,
+                               int64_t first_slot)
     : draft_(draft), draft_tokens_(draft_tokens), dtype_(draft.fc->weight.scalar_type()) {
   const DFlashConfig& config = draft.config();
   const int64_t block_size = config.block_size;
-  check(draft_tokens >= 1 && draft_tokens <= block_size - 1,
-        "[eval] a DFlash draft with blocks of ", block_size, " proposes 1..", block_size - 1,
+  check(draft_tokens >= 1 && draft_tokens <= block_size - first_slot, "[eval] a block draft with ",
+        "blocks of ", block_size, " proposes 1..", block_size - first_slot,
         " tokens per step, not ", draft_tokens);
   embed_tokens_ = target.embed_tokens();
   const int64_t vocab = embed_tokens_.size(0);
@@ -43,7 +48,7 @@ void DFlashProposer::extend(const std::vector<int64_t>& /*ids: the context is fe
   context_ = context_.defined() ? at::cat({context_, context}, 1) : context;
 }
 
-std::vector<int64_t> DFlashProposer::propose(int64_t bonus) {
+at::Tensor DFlashProposer::block_hidden(int64_t bonus) const {
   check(context_.defined(), "[eval] propose before any extend");
   const int64_t n = context_.size(1), block_size = draft_.config().block_size;
   // Every one of the block's queries sees the n context keys (strictly before the anchor at n).
@@ -52,12 +57,16 @@ std::vector<int64_t> DFlashProposer::propose(int64_t bonus) {
                           at::full({1, block_size}, n - 1, at::kLong), context_.device());
   const at::Tensor block_embeds =
       at::cat({embed_tokens_[bonus].to(dtype_).view({1, 1, -1}), masks_}, 1);  // (1, bs, H)
-  const at::Tensor hidden =
-      draft_.forward(block_embeds, context_, at::arange(n, block_offsets_.options()).view({1, n}),
-                     block_offsets_ + n, all_context, anchor_valid_);
+  return draft_.forward(block_embeds, context_,
+                        at::arange(n, block_offsets_.options()).view({1, n}), block_offsets_ + n,
+                        all_context, anchor_valid_)[0];
+}
+
+std::vector<int64_t> DFlashProposer::propose(int64_t bonus) {
+  const at::Tensor hidden = block_hidden(bonus);  // (bs, H)
   // Slot k predicts token n + k (same-position prediction); slot 0 is the anchor.
   const at::Tensor predicted = read_on_host(
-      at::linear(hidden[0].narrow(0, 1, draft_tokens_).to(lm_head_.scalar_type()), lm_head_)
+      at::linear(hidden.narrow(0, 1, draft_tokens_).to(lm_head_.scalar_type()), lm_head_)
           .argmax(-1),
       HostRead::DecodedTokens);
   return std::vector<int64_t>(predicted.data_ptr<int64_t>(),

@@ -37,7 +37,15 @@ class DFlashProposer : public DraftProposer {
   /// One block forward with `next` as the anchor at position n (n: the positions seen).
   std::vector<int64_t> propose(int64_t next) override;
 
- private:
+ protected:
+  /// For drafts built on this backbone whose slots predict from `first_slot` on (DSpark: 0,
+  /// every slot); draft_tokens may be 1..block_size - first_slot.
+  DFlashProposer(const FrozenModel& target, const DFlashDraftImpl& draft,
+                 const at::Tensor& mask_embedding, int64_t draft_tokens, int64_t first_slot);
+  /// The draft's normed output on the block [bonus, MASK x (bs - 1)] at positions n ..
+  /// n + bs - 1, seeing the context of positions < n: (bs, H).
+  at::Tensor block_hidden(int64_t bonus) const;
+
   const DFlashDraftImpl& draft_;
   int64_t draft_tokens_;
   c10::ScalarType dtype_;

@@ -46,11 +46,14 @@ void AcceptanceStats::add(const SpeculativeOutput& output) {
   int64_t prompt_tokens = 0;
   for (int64_t accepted : output.accepted) prompt_tokens += accepted + 1;
   per_prompt_.emplace_back(prompt_tokens, static_cast<int64_t>(output.accepted.size()));
-  for (int64_t accepted : output.accepted) {
+  for (size_t step = 0; step < output.accepted.size(); ++step) {
+    const int64_t accepted = output.accepted[step];
+    const int64_t proposed = step < output.proposed.size() ? output.proposed[step] : k;
     steps_ += 1;
     tokens_ += accepted + 1;
+    drafted_ += proposed;
     for (int64_t j = 1; j <= k; ++j) {
-      if (accepted >= j - 1) reached_[j] += 1;
+      if (accepted >= j - 1 && proposed >= j) reached_[j] += 1;
       if (accepted >= j) accepted_at_[j] += 1;
     }
   }
@@ -82,6 +85,10 @@ std::pair<double, double> AcceptanceStats::tau_interval(int resamples) const {
   return {percentile(0.025), percentile(0.975)};
 }
 
+double AcceptanceStats::drafted_per_step() const {
+  return steps_ == 0 ? 0.0 : static_cast<double>(drafted_) / static_cast<double>(steps_);
+}
+
 std::vector<double> AcceptanceStats::conditional_acceptance() const {
   std::vector<double> out;
   for (size_t j = 1; j < reached_.size(); ++j)
@@ -102,6 +109,7 @@ nlohmann::json AcceptanceStats::to_json() const {
           {"tau_ci95", {low, high}},
           {"tau_ci_method", "bootstrap over prompts, 2000 resamples, percentile"},
           {"verify_steps", steps_},
+          {"drafted_per_step", drafted_per_step()},
           {"tokens_from_verify_steps", tokens_},
           {"acceptance_conditional", conditional_acceptance()},
           {"acceptance_cumulative", cumulative_acceptance()}};

@@ -21,6 +21,9 @@ struct DecodeOptions {
   // Speculative decoders: false runs the reference decoders of eval/uncached_decode.h (every
   // forward recomputes the whole prefix). generate() always uses its cache.
   bool kv_cache = true;
+  // Drafts with a confidence head (DSpark): a proposal stops before the first position whose
+  // predicted acceptance is below this; 0 never stops early.
+  double confidence_threshold = 0;
 
   /// These options with kv_cache false: the reference decoders.
   DecodeOptions without_cache() const {
@@ -33,6 +36,8 @@ struct DecodeOptions {
 struct SpeculativeOutput {
   std::vector<int64_t> tokens;    // new tokens (stop included), at most max_new_tokens
   std::vector<int64_t> accepted;  // per verifying forward: draft tokens accepted (0..k)
+  std::vector<int64_t> proposed;  // per verifying forward: draft tokens proposed (k, or fewer
+                                  // when a confidence head stopped the proposal early)
 };
 
 /// Speculative decoding of `prompt` with any draft (eval/draft_proposer.h): the draft proposes k
@@ -56,17 +61,21 @@ class AcceptanceStats {
   /// resamples of the prompts (each add() is one prompt; drawn with replacement from a fixed
   /// seed, so the interval is reproducible). {τ, τ} for a single prompt.
   std::pair<double, double> tau_interval(int resamples = 2000) const;
-  /// Per draft position j = 1..k: P(token j accepted | tokens 1..j-1 accepted).
+  /// Per draft position j = 1..k: P(token j accepted | tokens 1..j-1 accepted and token j was
+  /// proposed).
   std::vector<double> conditional_acceptance() const;
   /// Per draft position j = 1..k: P(tokens 1..j all accepted).
   std::vector<double> cumulative_acceptance() const;
   int64_t steps() const { return steps_; }
+  /// Mean draft tokens proposed per verifying forward (k unless proposals stop early).
+  double drafted_per_step() const;
   nlohmann::json to_json() const;
 
  private:
-  std::vector<int64_t> reached_;      // [j]: steps where tokens 1..j-1 were accepted
+  std::vector<int64_t> reached_;      // [j]: steps where tokens 1..j-1 were accepted and token j
+                                      // was proposed
   std::vector<int64_t> accepted_at_;  // [j]: steps where tokens 1..j were accepted
-  int64_t steps_ = 0, tokens_ = 0;
+  int64_t steps_ = 0, tokens_ = 0, drafted_ = 0;
   std::vector<std::pair<int64_t, int64_t>> per_prompt_;  // (tokens, steps) of each add()
 };
 

@@ -2,6 +2,9 @@
 
 #include <filesystem>
 
+#include "tandem/core/file_io.h"
+#include "tandem/io/hf_checkpoint.h"
+
 namespace tandem {
 
 void publish_export_dir(const std::string& dir,
@@ -17,6 +20,14 @@ void publish_export_dir(const std::string& dir,
   if (std::filesystem::exists(dir)) std::filesystem::rename(dir, old);
   std::filesystem::rename(staging, dir);
   std::filesystem::remove_all(old);
+}
+
+void write_export_dir(const std::string& dir, const nlohmann::json& config,
+                      const std::vector<std::pair<std::string, at::Tensor>>& weights) {
+  publish_export_dir(dir, [&](const std::string& staging) {
+    write_hf_weights(staging, weights);
+    replace_file(staging + "/config.json", config.dump(2) + "\n", "[export]");
+  });
 }
 
 }  // namespace tandem

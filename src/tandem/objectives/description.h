@@ -43,9 +43,12 @@ class DraftDecoder {
   virtual int64_t default_draft_tokens() const = 0;
   /// Errors naming the export when it was trained for another target (vocab, widths, layers).
   virtual void check_target(const FrozenModel& target, const std::string& target_dir) const = 0;
-  /// Its proposer (eval/draft_proposer.h) against `target`, `draft_tokens` tokens per step.
-  virtual std::unique_ptr<DraftProposer> proposer(const FrozenModel& target,
-                                                  int64_t draft_tokens) const = 0;
+  /// Its proposer (eval/draft_proposer.h) against `target`, `draft_tokens` tokens per step;
+  /// `options` for what a draft may read from them (options.confidence_threshold).
+  virtual std::unique_ptr<DraftProposer> proposer(const FrozenModel& target, int64_t draft_tokens,
+                                                  const DecodeOptions& options) const = 0;
+  /// Whether its proposals can stop early by a confidence head (DSpark).
+  virtual bool has_confidence_head() const { return false; }
   /// Speculative decoding of `prompt` with that proposer (eval/speculative.h).
   SpeculativeOutput decode(const FrozenModel& target, const std::vector<int64_t>& prompt,
                            int64_t draft_tokens, const DecodeOptions& options) const;

@@ -43,42 +43,12 @@ at::Tensor chunked_argmax(const at::Tensor& hidden, const at::Tensor& head,
   return parts.empty() ? at::zeros({0}, hidden.options().dtype(at::kLong)) : at::cat(parts);
 }
 
-// `blocks` with their tensors on the CPU (as drawn; a copy when a caller moved them).
-DFlashBlocks on_host(const DFlashBlocks& blocks) {
-  return {blocks.block_size, blocks.anchors.cpu(), blocks.anchor_valid.cpu()};
-}
-
-std::vector<int64_t> to_vector(const at::Tensor& tensor) {
-  const at::Tensor values = tensor.to(at::kCPU, at::kLong).contiguous();
-  return {values.data_ptr<int64_t>(), values.data_ptr<int64_t>() + values.numel()};
-}
-
 }  // namespace
 
 DFlashOptions dflash_options(const Config& config, const RunContext& run) {
   DFlashOptions options;
-  options.run = run;
-  options.target_path = keys::target::path.read(config);
-  options.target_dtype = keys::target::dtype.read(config, keys::default_dtype(run.device));
-  options.draft_dtype = keys::draft::dtype.read(config, keys::default_dtype(run.device));
-  options.dims.num_layers = keys::dflash_draft::num_layers.read(config);
-  options.dims.intermediate_size = keys::draft::intermediate_size.read(config);
-  options.dims.num_attention_heads = keys::draft::num_attention_heads.read(config);
-  options.dims.num_key_value_heads = keys::draft::num_key_value_heads.read(config);
-  options.dims.head_dim = keys::draft::head_dim.read(config);
-  options.target_layer_ids =
-      keys::dflash_draft::target_layer_ids.find(config).value_or(std::vector<int64_t>{});
-  options.block_size = keys::dflash_draft::block_size.read(config);
-  options.mask_token_id = keys::dflash_draft::mask_token_id.find(config);
-  options.rope_theta = keys::draft::rope_theta.find(config);
-  options.init_std = keys::draft::init_std.read(config);
-  options.tokenizer_dir = keys::data::tokenizer.read(config);
-  options.capture_dir = keys::capture::capture.read(config);
-  options.seed = run.seed;
-  options.gamma = keys::dflash_loss::gamma.read(config, dflash_default_gamma(options.block_size));
-  options.max_anchors = keys::dflash_loss::max_anchors.read(config);
-  options.loss.chunk_tokens = keys::chunked_loss::chunk_tokens.read(config);
-  options.loss.fp32_head = keys::lm_head::fp32_lm_head.read(config);
+  static_cast<BlockDraftOptions&>(options) =
+      read_block_draft_options(config, run, 16, dflash_default_gamma);
   options.teacher = keys::dflash_loss::teacher.read(config);
   if (options.teacher == DFlashTeacher::Labels) {
     const Config loss = config.section("loss");
@@ -104,101 +74,34 @@ at::Tensor dflash_slot_weights(int64_t block_size, double gamma) {
 }
 
 DFlashObjective::DFlashObjective(const DFlashOptions& options)
-    : DraftObjective({options.target_path, options.target_dtype, options.capture_dir, options.run}),
-      options_(options) {
+    : BlockDraftObjective(options), options_(options) {
   gamma_ = options.gamma > 0 ? options.gamma : dflash_default_gamma(options.block_size);
-
-  mask_token_ = resolve_dflash_mask_token(options.mask_token_id, options.tokenizer_dir,
-                                          options.target_path, target_config_.vocab_size);
-  if (!options.run.rank_zero || options.run.rank_zero->reads_files())  // said once per job
-    std::cerr << "[dflash] mask token id " << mask_token_.id << " ("
-              << mask_token_rule_name(mask_token_.rule)
-              << (mask_token_.content.empty() ? "" : ", " + mask_token_.content) << ")"
-              << (mask_token_.grow_embedding ? ": a row is grown; " + mask_token_.serving_note : "")
-              << "\n";
-  input_embedding_ = head_->embed_tokens();
-  if (mask_token_.grow_embedding) {  // a copy with one more row; the target's stays untouched
-    {
-      const GatheredWeight target_embedding = head_->full_embed_tokens();
-      input_embedding_ =
-          grow_embedding(target_embedding.value(), mean_embedding_row(target_embedding.value()));
-    }
-    mask_embedding_ = input_embedding_[mask_token_.id].clone();  // (H,) for the export
-    shard_on_load(options.run.shard_on_load, input_embedding_);  // split like the target's
-  }
-
-  DFlashConfig config = DFlashConfig::for_target(
-      target_config_, options.dims, options.target_layer_ids, options.block_size, mask_token_.id);
-  if (options.rope_theta) {
-    config.layer.rope_theta = *options.rope_theta;
-    config.layer.rope_scaling = RopeScaling{};
-  }
-  check_servable_layers(config.target_layer_ids, "target layer", "draft.target_layer_ids");
-  draft_ = DFlashDraft(
-      config, at::TensorOptions().dtype(options.draft_dtype).device(options.run.placement()));
-  draft_->attention_options = options.run.attention;
-  init_normal_(*draft_, options.init_std, options.seed);
-  for (auto& parameter : draft_->parameters()) parameter.set_requires_grad(true);
-  check_capture_layers(config.target_layer_ids,
-                       /*needs_last=*/options.teacher == DFlashTeacher::Target);
+  set_up_draft(
+      [](const DFlashConfig& config, const at::TensorOptions& tensor_options) {
+        return DFlashDraft(config, tensor_options);
+      },
+      /*needs_last=*/options.teacher == DFlashTeacher::Target);
 }
-
-void DFlashObjective::attach_data(const DataContext& data) { check_capture_data(data); }
 
 DFlashAnchors DFlashObjective::anchors(const PackedBatch& batch) const {
   return sample_dflash_anchors(batch, options_.block_size, options_.max_anchors, options_.seed);
 }
 
 StepTotals DFlashObjective::totals(const PackedBatch& batch, const DFlashBlocks& blocks) const {
-  StepTotals totals;
-  totals.documents = batch.total_documents();
-  // (An IntArrayRef: torch 2.11 also has a Dimname overload, which makes {0, 1} ambiguous.)
-  totals.unroll_tokens = to_vector(
-      dflash_targets(batch.on_host(), on_host(blocks)).valid.sum(at::IntArrayRef{0, 1}));  // (bs)
-  for (int64_t count : totals.unroll_tokens) totals.loss_tokens += count;
-  return totals;
+  return block_step_totals(batch, dflash_targets(batch.on_host(), blocks_on_host(blocks)).valid);
 }
 
 StepTotals DFlashObjective::count(const PackedBatch& batch) const {
   return totals(batch, anchors(batch).blocks);
 }
 
-TargetFeatures DFlashObjective::features(const PackedBatch& batch) const {
-  return read_target_features(batch, draft_->config().target_layer_ids,
-                              /*with_last=*/options_.teacher == DFlashTeacher::Target);
-}
-
-double dflash_draft_forward_flops(const DFlashConfig& c, const PackedBatch& batch,
-                                  const DFlashBlocks& blocks) {
-  const DecoderConfig& l = c.layer;
-  const double tokens = static_cast<double>(batch.rows()) * batch.seq_len();
-  const double queries = blocks.anchor_valid.sum().item<double>() * c.block_size;
-  const double visible_context =  // sum over block queries of the context keys each one sees
-      dflash_key_bands(batch.on_host().document_ids, on_host(blocks), c10::kCPU).visible_pairs();
-  const double q = static_cast<double>(l.num_attention_heads) * l.head_dim;
-  const double kv = static_cast<double>(l.num_key_value_heads) * l.head_dim;
-  const double h = static_cast<double>(l.hidden_size);
-  const double fc =
-      2 * tokens * static_cast<double>(c.target_layer_ids.size()) * c.target_hidden_size * h;
-  const double context_kv = 2 * tokens * h * 2 * kv;
-  const double block_matmuls =
-      2 * queries * (h * (q + 2 * kv) + q * h + 3 * h * l.intermediate_size);
-  const double attention = 4 * q * (visible_context + queries * c.block_size);
-  return fc + l.num_hidden_layers * (context_kv + block_matmuls + attention);
-}
-
 double DFlashObjective::model_flops(const PackedBatch& batch) const {
   const PackedBatch& host = batch.on_host();  // counted on the host: no wait for the device
   const DFlashAnchors drawn = anchors(host);
   const double labels = static_cast<double>(totals(host, drawn.blocks).loss_tokens);
-  // Online the target's layers; the frozen lm_head forward and its hidden-state gradient on the
-  // labelled slots; the draft's forward and backward.
-  const double target =
-      target_ ? decoder_forward_flops(target_config_, static_cast<double>(host.num_tokens),
-                                      host.attention_pairs(), /*with_lm_head=*/false)
-              : 0.0;
-  return target + 2 * lm_head_flops(target_config_, labels) +
-         3 * dflash_draft_forward_flops(draft_->config(), host, drawn.blocks);
+  // The target and the draft; the frozen lm_head forward and its hidden-state gradient on the
+  // labelled slots.
+  return target_and_draft_flops(host, drawn.blocks) + 2 * lm_head_flops(target_config_, labels);
 }
 
 DFlashResult DFlashObjective::run(const PackedBatch& batch, const TargetFeatures& features,
@@ -206,33 +109,14 @@ DFlashResult DFlashObjective::run(const PackedBatch& batch, const TargetFeatures
   const int64_t block_size = drawn.block_size;
   // The blocks and their targets are laid out on the host, then sent: the device never waits.
   const at::Device device = batch.input_ids.device();
-  const DFlashBlocks host_blocks = on_host(drawn);
+  const DFlashBlocks host_blocks = blocks_on_host(drawn);
   const DFlashBlocks blocks{block_size, to_device(host_blocks.anchors, device),
                             to_device(host_blocks.anchor_valid, device)};
-  check(static_cast<int64_t>(totals.unroll_tokens.size()) == block_size,
-        "[dflash] step totals carry ", totals.unroll_tokens.size(), " block slots, the blocks ",
-        block_size);
-  const at::Tensor slot_weights = dflash_slot_weights(block_size, gamma_);  // (bs)
-  double weight_total = 0;
-  for (int64_t k = 0; k < block_size; ++k)
-    weight_total += slot_weights[k].item<double>() * static_cast<double>(totals.unroll_tokens[k]);
-  check(weight_total > 0,
-        "[dflash] the step has no block slot with a label (every document "
-        "shorter than 2 * block_size loss tokens, or no loss-masked anchors)");
+  const at::Tensor slot_weights = dflash_slot_weights(block_size, gamma_);         // (bs)
+  const double weight_total = step_slot_weight(slot_weights, totals, "[dflash]");  // W
 
-  const c10::ScalarType dtype = options_.draft_dtype;
-  at::Tensor block_embeds;
-  {
-    at::NoGradGuard no_grad;
-    block_embeds =
-        apply_embedding(input_embedding_, dflash_block_ids(batch.input_ids, blocks, mask_token_.id))
-            .to(dtype);  // (B, A * bs, H)
-  }
-  const at::Tensor context = draft_->context(features.aux.to(dtype));  // (B, S, H)
   DFlashResult result;
-  result.hidden = draft_->forward(
-      block_embeds, context, batch.position_ids, dflash_block_positions(batch.position_ids, blocks),
-      dflash_key_bands(batch.on_host().document_ids, host_blocks, device), blocks.anchor_valid);
+  result.hidden = block_hidden(batch, features, host_blocks);  // (B, A * bs, H)
   const DFlashTargets host_targets = dflash_targets(batch.on_host(), host_blocks);
   result.targets = {to_device(host_targets.labels, device), to_device(host_targets.valid, device)};
 
@@ -295,21 +179,17 @@ DFlashResult DFlashObjective::run(const PackedBatch& batch, const TargetFeatures
   const GatheredWeight lm_head = head_->full_lm_head();  // for the accuracy metrics
   const at::Tensor wanted =  // (N,) what greedy verification would accept at each slot
       distill ? chunked_argmax(teacher_hidden, lm_head.value(), options_.loss) : labels;
-  const at::Tensor hits =
-      chunked_argmax(hidden.detach(), lm_head.value(), options_.loss).eq(wanted);
-  result.correct =
-      at::zeros({block_size}, slots.options()).index_add_(0, slots, hits.to(at::kLong));
-  result.counts = to_vector(at::bincount(slots_on_host, {}, block_size));
+  SlotHits hits =
+      slot_hits(chunked_argmax(hidden.detach(), lm_head.value(), options_.loss).eq(wanted), slots,
+                slots_on_host, block_size);
+  result.correct = std::move(hits.correct);
+  result.counts = std::move(hits.counts);
   return result;
 }
 
 ObjectiveOutput DFlashObjective::compute(const PackedBatch& batch, const StepTotals& totals) {
   const DFlashAnchors drawn = anchors(batch);
-  TargetFeatures target;
-  {
-    at::NoGradGuard no_grad;
-    target = features(batch);
-  }
+  const TargetFeatures target = features(batch);  // no autograd
   const DFlashResult result = run(batch, target, drawn.blocks, totals);
   ObjectiveOutput output;
   output.loss = result.loss;
@@ -332,24 +212,17 @@ std::vector<std::string> DFlashObjective::acceptance_metrics() const {
 }
 
 void DFlashObjective::export_model(const std::string& dir) const {
-  DFlashExportInfo info;
-  info.num_target_layers = target_config_.num_hidden_layers;
-  info.mask_token = mask_token_.content;
-  if (mask_token_.grow_embedding) {
-    info.mask_embedding = mask_embedding_;
-    info.serving_note = mask_token_.serving_note;
-  }
-  write_dflash_export(*draft_, dir, info);
+  write_dflash_export(*draft_, dir, export_info());
 }
 
 ObjectiveDescription dflash_description() {
   ObjectiveDescription description;
   description.name = "dflash";
   description.summary = "a DFlash block-diffusion draft against a frozen target";
-  description.keys = {&keys::target::group,       &keys::draft::group,
-                      &keys::dflash_draft::group, &keys::dflash_loss::group,
-                      &keys::chunked_loss::group, &keys::lm_head::group,
-                      &keys::distill_loss::group, &keys::capture::group};
+  description.keys = {
+      &keys::target::group,     &keys::draft::group,        &keys::dflash_draft::group,
+      &keys::block_loss::group, &keys::dflash_loss::group,  &keys::chunked_loss::group,
+      &keys::lm_head::group,    &keys::distill_loss::group, &keys::capture::group};
   description.make = [](const Config& config, const RunContext& run) {
     return std::make_unique<DFlashObjective>(dflash_options(config, run));
   };

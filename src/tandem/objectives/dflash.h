@@ -35,6 +35,7 @@
 #include "tandem/data/mask_token.h"
 #include "tandem/models/dflash.h"
 #include "tandem/models/frozen.h"
+#include "tandem/objectives/block_draft.h"
 #include "tandem/objectives/description.h"
 #include "tandem/objectives/dflash_anchors.h"
 #include "tandem/objectives/distill_loss.h"
@@ -47,29 +48,13 @@ namespace tandem {
 /// What block slots are trained towards (see the top of this file).
 enum class DFlashTeacher { Labels, Target };
 
-struct DFlashOptions {
-  std::string target_path;
-  c10::ScalarType target_dtype = c10::ScalarType::Float;
-  c10::ScalarType draft_dtype = c10::ScalarType::Float;
-  DFlashDims dims;                        // draft.num_layers, sizes (0: the target's)
-  std::vector<int64_t> target_layer_ids;  // empty: DFlashConfig::default_target_layers
-  int64_t block_size = 16;
-  std::optional<int64_t> mask_token_id;  // unset: resolved from the tokenizer (docs/dflash.md)
-  std::string tokenizer_dir;             // data.tokenizer; "" = the target dir's, if it has one
-  std::optional<double> rope_theta;      // set: unscaled RoPE with this theta; else the target's
-  double init_std = 0.02;
-  uint64_t seed = 0;
-  double gamma = 0;  // 0: dflash_default_gamma(block_size)
-  int64_t max_anchors = 512;
-  FusedLossOptions loss;
+struct DFlashOptions : BlockDraftOptions {
   DFlashTeacher teacher = DFlashTeacher::Labels;
   DistillLossOptions distill;  // teacher Target: divergence, beta, temperature, hard_label_weight
-  std::string capture_dir;     // offline mode when set
-  RunContext run;              // device (and rank-0 loading, sharding on load)
 };
 
-/// Reads `target.*`, `draft.*`, `loss.*`, `data.tokenizer` and `data.capture`; the seed is
-/// `run.seed` (training.seed).
+/// Reads `target.*`, `draft.*`, `loss.*`, `data.tokenizer` and `data.capture` (block_draft.h);
+/// the seed is `run.seed` (training.seed).
 /// The distillation keys (loss.divergence, beta, temperature, hard_label_weight) are errors
 /// unless loss.teacher is target.
 DFlashOptions dflash_options(const Config& config, const RunContext& run = {});
@@ -80,14 +65,6 @@ double dflash_default_gamma(int64_t block_size);
 
 /// (bs,) fp32: w_0 = 0 (the anchor slot), w_k = exp(-(k - 1) / gamma).
 at::Tensor dflash_slot_weights(int64_t block_size, double gamma);
-
-/// Model FLOPs of one draft forward on `batch` (host tensors) with `blocks` (host), Q = valid
-/// anchors * block_size block queries: fc 2 * tokens * k H_t H; per layer the context keys and
-/// values 2 * tokens * H * 2 kv widths, the blocks 2 * Q * (H (q + 2 kv) + q H + 3 H I), and
-/// attention over the VISIBLE keys only (the context before each anchor in its document, plus
-/// the block): 4 * q width * (visible context + Q) * block_size. Masked work is not counted.
-double dflash_draft_forward_flops(const DFlashConfig& config, const PackedBatch& batch,
-                                  const DFlashBlocks& blocks);
 
 /// One micro-batch's forward (tensors kept for tests).
 struct DFlashResult {
@@ -102,49 +79,33 @@ struct DFlashResult {
   std::vector<int64_t> counts;  // (bs) labels at slot k (counted on the host)
 };
 
-class DFlashObjective : public DraftObjective {
+class DFlashObjective : public BlockDraftObjective {
  public:
   explicit DFlashObjective(const DFlashOptions& options);
   std::string name() const override { return "dflash"; }
-  torch::nn::Module& trainable() override { return *draft_; }
   StepTotals count(const PackedBatch& batch) const override;
   ObjectiveOutput compute(const PackedBatch& batch, const StepTotals& totals) override;
   /// Writes the z-lab DFlashDraftModel export into `dir` (objectives/dflash_export.h), with the
   /// grown mask row beside it when the mask token was grown.
   void export_model(const std::string& dir) const override;
   double model_flops(const PackedBatch& batch) const override;
-  /// Offline: checks the capture was made from this data at this seq_len.
-  void attach_data(const DataContext& data) override;
 
   /// The anchors of `batch` under this objective's seed, block size and max_anchors.
   DFlashAnchors anchors(const PackedBatch& batch) const;
   /// StepTotals of `batch` with the given blocks: unroll_tokens[k] = labels at slot k.
   StepTotals totals(const PackedBatch& batch, const DFlashBlocks& blocks) const;
-  /// The target's layer outputs cat(target_layer_ids) as `aux` (B, S, k * H_t) and, with
-  /// teacher target, its last layer's output as `last` (B, S, H_t); no autograd; from the target
-  /// (online) or the capture (offline).
-  TargetFeatures features(const PackedBatch& batch) const;
   /// The draft and its loss on given features and blocks; `totals` are the step's.
   DFlashResult run(const PackedBatch& batch, const TargetFeatures& features,
                    const DFlashBlocks& blocks, const StepTotals& totals) const;
 
-  DFlashDraft& draft() { return draft_; }
-  const FrozenModel& target() const { return *target_; }  // online only
   const DFlashOptions& options() const { return options_; }
-  const MaskTokenChoice& mask_token() const { return mask_token_; }
   double gamma() const { return gamma_; }
-  /// The (V, H) (or (V + 1, H) when the mask token was grown) embedding the blocks read.
-  const at::Tensor& input_embedding() const { return input_embedding_; }
 
  private:
   std::vector<std::string> acceptance_metrics() const override;  // acc_1 .. acc_{bs-1}
 
   DFlashOptions options_;
-  MaskTokenChoice mask_token_;
-  at::Tensor input_embedding_;  // the target's embed_tokens, shared; a grown copy if rule Grown
-  at::Tensor mask_embedding_;   // (H,) the grown mask row, kept whole for the export
   double gamma_ = 0;
-  DFlashDraft draft_{nullptr};
 };
 
 /// training.objective: dflash (objectives/description.h): capture and eval included.

@@ -39,7 +39,7 @@ std::vector<int64_t> draw_sorted(std::vector<int64_t> candidates, int64_t count,
 }  // namespace
 
 DFlashAnchors sample_dflash_anchors(const PackedBatch& batch, int64_t block_size,
-                                    int64_t max_anchors, uint64_t seed) {
+                                    int64_t max_anchors, uint64_t seed, AnchorRule rule) {
   const at::Tensor loss_mask = batch.on_host().loss_mask.to(at::kByte).contiguous();
   const auto trained = loss_mask.accessor<uint8_t, 2>();
   const int64_t rows = batch.rows();
@@ -54,16 +54,22 @@ DFlashAnchors sample_dflash_anchors(const PackedBatch& batch, int64_t block_size
                                                                       : document.source_index))
         .update_u64(static_cast<uint64_t>(document.source_begin))
         .update_u64(static_cast<uint64_t>(document.epoch));
+    const int64_t end = document.begin + document.length;  // one past its last column
+    std::vector<int64_t>& row = candidates[document.row];
+    if (rule == AnchorRule::NextTrained) {
+      for (int64_t a = document.begin; a + 1 < end; ++a)
+        if (trained[document.row][a] && trained[document.row][a + 1]) row.push_back(a);
+      continue;
+    }
     int64_t loss_tokens = 0;
-    for (int64_t t = document.begin; t < document.begin + document.length; ++t)
-      loss_tokens += trained[document.row][t];
+    for (int64_t t = document.begin; t < end; ++t) loss_tokens += trained[document.row][t];
     if (loss_tokens < 2 * block_size) {
       ++out.skipped_documents;
       continue;
     }
     // The whole block inside the document: a + bs - 1 <= its last column.
-    for (int64_t a = document.begin; a <= document.begin + document.length - block_size; ++a)
-      if (trained[document.row][a]) candidates[document.row].push_back(a);
+    for (int64_t a = document.begin; a <= end - block_size; ++a)
+      if (trained[document.row][a]) row.push_back(a);
   }
   std::vector<std::vector<int64_t>> chosen;
   int64_t width = 1;

@@ -27,11 +27,21 @@ struct DFlashAnchors {
   int64_t skipped_documents = 0;  // fewer than 2 * block_size loss tokens
 };
 
+/// Which positions may anchor a block.
+enum class AnchorRule {
+  WholeBlock,   // DFlash (above): loss-masked, the whole block inside the document, documents of
+                // fewer than 2 * bs loss tokens skipped
+  NextTrained,  // DSpark (objectives/dspark_targets.h): loss-masked with the next token in the
+                // same document and loss-masked (DeepSpec's loss_mask[a] & loss_mask[a + 1]);
+                // no document is skipped
+};
+
 /// Draws the anchors of `batch` (see the top of this file), on the host (the blocks are CPU
 /// tensors, read from the batch's host copy). Deterministic in its arguments and the identities
 /// of each row's documents.
 DFlashAnchors sample_dflash_anchors(const PackedBatch& batch, int64_t block_size,
-                                    int64_t max_anchors, uint64_t seed);
+                                    int64_t max_anchors, uint64_t seed,
+                                    AnchorRule rule = AnchorRule::WholeBlock);
 
 /// What each block slot predicts.
 struct DFlashTargets {

@@ -212,8 +212,8 @@ class DFlashDraftDecoder : public DraftDecoder {
     check_vocab_and_width(dir_, config.layer.vocab_size, config.target_hidden_size, target,
                           target_dir);
   }
-  std::unique_ptr<DraftProposer> proposer(const FrozenModel& target,
-                                          int64_t draft_tokens) const override {
+  std::unique_ptr<DraftProposer> proposer(const FrozenModel& target, int64_t draft_tokens,
+                                          const DecodeOptions& /*options*/) const override {
     return std::make_unique<DFlashProposer>(target, *export_.draft, export_.mask_embedding,
                                             draft_tokens);
   }

@@ -40,15 +40,6 @@ nlohmann::json layer_json(const Eagle3Config& config, c10::ScalarType dtype) {
   return json;
 }
 
-// A Llama-style export directory: config.json and the weights, published whole.
-void write_export_dir(const std::string& dir, const nlohmann::json& config,
-                      const std::vector<std::pair<std::string, at::Tensor>>& weights) {
-  publish_export_dir(dir, [&](const std::string& staging) {
-    write_hf_weights(staging, weights);
-    replace_file(staging + "/config.json", config.dump(2) + "\n", "[export]");
-  });
-}
-
 // EAGLE-3.1's two switches, under the names speculators, SpecForge and vLLM read, written only
 // when one is on (an EAGLE-3 export stays as it was). Returns whether it wrote them.
 bool add_eagle31_flags(const Eagle3Config& config, nlohmann::json& json) {
@@ -59,27 +50,6 @@ bool add_eagle31_flags(const Eagle3Config& config, nlohmann::json& json) {
 }
 
 }  // namespace
-
-VerifierInfo verifier_of(const std::string& target_path, const std::string& name) {
-  VerifierInfo verifier;
-  verifier.name_or_path = name.empty() ? target_path : name;
-  if (name.empty() && std::filesystem::path(target_path).is_absolute())
-    std::cerr << "[export] the speculators config names its verifier by the local path "
-              << target_path
-              << ": an engine on another machine will not find it; set target.name to the "
-                 "target's hub id (or pass it to `tandem export --verifier-name`)\n";
-  const std::string path = target_path + "/config.json";
-  const nlohmann::json config = read_json_file(path, "export");
-  const nlohmann::json architectures = config.value("architectures", nlohmann::json());
-  check(architectures.is_array() && !architectures.empty() &&
-            std::all_of(architectures.begin(), architectures.end(),
-                        [](const nlohmann::json& a) { return a.is_string(); }),
-        "[export] ", path,
-        ": no `architectures` list of class names; the speculators export records the "
-        "verifier's class (e.g. [\"Qwen3ForCausalLM\"]): add it to the target's config.json");
-  verifier.architectures = architectures.get<std::vector<std::string>>();
-  return verifier;
-}
 
 nlohmann::json eagle3_sglang_config(const Eagle3Config& config, c10::ScalarType dtype) {
   nlohmann::json json = layer_json(config, dtype);
@@ -119,14 +89,8 @@ nlohmann::json eagle3_speculators_config(const Eagle3Config& config, c10::Scalar
   json["eagle_aux_hidden_state_layer_ids"] = vllm_layer_ids(config);
   json["torch_dtype"] = hf_dtype_name(dtype);
   if (add_eagle31_flags(config, json)) json["norm_before_fc"] = false;
-  json["speculators_config"] = {
-      {"algorithm", "eagle3"},
-      {"default_proposal_method", "greedy"},
-      {"proposal_methods",
-       {{{"proposal_type", "greedy"}, {"speculative_tokens", info.speculative_tokens}}}},
-      {"verifier",
-       {{"name_or_path", info.verifier.name_or_path},
-        {"architectures", info.verifier.architectures}}}};
+  json["speculators_config"] =
+      speculators_config_section("eagle3", info.speculative_tokens, info.verifier);
   return json;
 }
 
@@ -230,8 +194,8 @@ class Eagle3DraftDecoder : public DraftDecoder {
     check_vocab_and_width(dir_, config.layer.vocab_size, config.target_hidden_size, target,
                           target_dir);
   }
-  std::unique_ptr<DraftProposer> proposer(const FrozenModel& target,
-                                          int64_t draft_tokens) const override {
+  std::unique_ptr<DraftProposer> proposer(const FrozenModel& target, int64_t draft_tokens,
+                                          const DecodeOptions& /*options*/) const override {
     return std::make_unique<Eagle3Proposer>(target, *draft_, draft_tokens);
   }
 

@@ -13,19 +13,9 @@
 
 #include "tandem/models/eagle3.h"
 #include "tandem/objectives/description.h"
+#include "tandem/objectives/verifier.h"
 
 namespace tandem {
-
-/// The target as an engine's config names it: where to find it and which class loads it.
-struct VerifierInfo {
-  std::string name_or_path;                // target.name, else target.path as given
-  std::vector<std::string> architectures;  // the target's config.json `architectures`
-};
-/// The verifier of a draft trained against `target_path`: `name` when set, else the path as
-/// given (a warning on stderr when that path is absolute: an engine on another machine will not
-/// find it); the architectures from `target_path`/config.json (an error naming the file when it
-/// has none). Read once, when the objective is built.
-VerifierInfo verifier_of(const std::string& target_path, const std::string& name);
 
 struct Eagle3ExportInfo {
   VerifierInfo verifier;           // recorded in the speculators config

@@ -9,6 +9,7 @@
 #include "tandem/objectives/dflash.h"
 #include "tandem/objectives/distill.h"
 #include "tandem/objectives/dpo.h"
+#include "tandem/objectives/dspark.h"
 #include "tandem/objectives/eagle3.h"
 #include "tandem/objectives/objective.h"
 #include "tandem/objectives/policy.h"
@@ -18,8 +19,8 @@ namespace tandem {
 
 const std::vector<ObjectiveDescription>& objective_descriptions() {
   static const std::vector<ObjectiveDescription> all = {
-      sft_description(), eagle3_description(), dflash_description(), distill_description(),
-      dpo_description(), grpo_description(),   gspo_description(),
+      sft_description(),     eagle3_description(), dflash_description(), dspark_description(),
+      distill_description(), dpo_description(),    grpo_description(),   gspo_description(),
   };
   return all;
 }
@@ -53,7 +54,7 @@ SpeculativeOutput DraftDecoder::decode(const FrozenModel& target,
                                        const std::vector<int64_t>& prompt, int64_t draft_tokens,
                                        const DecodeOptions& options) const {
   at::NoGradGuard no_grad;
-  const std::unique_ptr<DraftProposer> draft = proposer(target, draft_tokens);
+  const std::unique_ptr<DraftProposer> draft = proposer(target, draft_tokens, options);
   return speculative_decode(target, *draft, prompt, options);
 }
 
