@@ -609,6 +609,14 @@ loss: {max_anchors: 8}
 $data
 training: {objective: dflash, $train_keys}
 YAML
+cat > "$work/dspark.yaml" <<YAML
+target: {path: $fixture, dtype: fp32}
+draft: {num_layers: 2, target_layer_ids: [0, 2], block_size: 4, mask_token_id: 511,
+        intermediate_size: 96, markov_rank: 8}
+loss: {max_anchors: 8}
+$data
+training: {objective: dspark, $train_keys}
+YAML
 cat > "$work/distill.yaml" <<YAML
 model: {config: $work/student.json, dtype: fp32}
 teacher: {path: $fixture, dtype: fp32}
@@ -773,7 +781,7 @@ check_generate() {
   local args=(--target "$fixture" --data "$work/docs.jsonl" --format pretokenized --num-prompts 8
     --max-new-tokens 24 --cache-dir "$work/cache")
   tau_of() { "$python" -c 'import json, sys; print(f"{json.load(open(sys.argv[1]))["tau"]:.3f}")' "$1"; }
-  for kind in eagle3 dflash; do
+  for kind in eagle3 dflash dspark; do
     exported=$work/loss-$kind-cuda/export
     [ -d "$exported" ] || { detail="no $kind export in $exported (loss-$kind did not finish)"; return 1; }
     tandem_run eval "${args[@]}" --draft "$exported" --device "$dev" --out "$work/eval-$kind-cuda.json" ||
@@ -840,6 +848,7 @@ run_check loss-sft 45 check_losses sft model.dtype
 # target, 0.005 with the target in fp32 and only the draft in bf16).
 run_check loss-eagle3 45 check_losses eagle3 draft.dtype target.dtype=fp32
 run_check loss-dflash 45 check_losses dflash draft.dtype target.dtype
+run_check loss-dspark 45 check_losses dspark draft.dtype target.dtype
 run_check loss-distill 45 check_losses distill model.dtype teacher.dtype
 run_check generate 60 check_generate
 run_check regenerate 90 check_regenerate

@@ -217,6 +217,37 @@ TEST(DSparkLoss, FusedEqualsUnfusedWithGradients) {
   EXPECT_NEAR(bare.loss.item<double>(), bare_plain.loss.item<double>(), 1e-12);
 }
 
+// A bf16 draft against an fp32 target: the Markov head's operands are bf16, the lm_head's fp32.
+// The fused loss runs (each matmul in its operands' dtype) and agrees with plain autograd.
+TEST(DSparkLoss, ABf16MarkovHeadBesideAnFp32LmHead) {
+  at::manual_seed(9);
+  const int64_t n = 7, h = 16, v = 40, r = 4;
+  const at::Tensor head = at::randn({v, h});
+  const at::Tensor teacher = at::randn({n, h});
+  const at::Tensor labels = at::randint(v, {n}, at::kLong);
+  const at::Tensor weights = at::rand({n});
+  std::vector<std::vector<at::Tensor>> grads;
+  std::vector<double> losses;
+  for (const bool fused : {true, false}) {
+    at::manual_seed(10);
+    const at::Tensor hidden = at::randn({n, h}).requires_grad_();
+    const at::Tensor code = at::randn({n, r}).to(at::kBFloat16).requires_grad_();
+    const at::Tensor w2 = at::randn({v, r}).to(at::kBFloat16).requires_grad_();
+    tandem::FusedLossOptions options;
+    options.chunk_tokens = fused ? 3 : 0;  // 0: the unfused path
+    const tandem::DSparkVocabLoss out = tandem::fused_dspark_loss(
+        hidden, head, code, w2, teacher, labels, weights, tandem::DSparkLossWeights{}, options);
+    out.loss.backward();
+    EXPECT_EQ(code.grad().scalar_type(), at::kBFloat16);
+    EXPECT_EQ(w2.grad().scalar_type(), at::kBFloat16);
+    grads.push_back({hidden.grad(), code.grad(), w2.grad()});
+    losses.push_back(out.loss.item<double>());
+  }
+  EXPECT_NEAR(losses[0], losses[1], 1e-5);
+  for (size_t i = 0; i < 3; ++i)
+    EXPECT_LT(tandem::testing::max_relative_error(grads[0][i], grads[1][i]), 2e-2) << i;
+}
+
 // DeepSpec's candidates: loss-masked a with a + 1 in the document and loss-masked; no document
 // is skipped for being short.
 TEST(DSparkAnchors, CandidatesAreTrainedPositionsFollowedByATrainedToken) {

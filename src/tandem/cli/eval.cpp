@@ -60,8 +60,8 @@ Runner add_eval_command(CLI::App& root) {
                       "prompt length for documents without a loss mask boundary (default 32)");
   command->add_option("--max-new-tokens", o->max_new_tokens, "tokens to generate (default 64)");
   command->add_option("--draft-tokens", o->draft_tokens,
-                      "draft tokens per step k (default: the draft's own: its TTT length, or "
-                      "block_size - 1 for a block draft)");
+                      "draft tokens per step k (default: the draft's own: its TTT length, "
+                      "block_size - 1 for DFlash, block_size for DSpark)");
   command->add_option("--confidence-threshold", o->confidence_threshold,
                       "drafts with a confidence head (DSpark): stop each proposal before the "
                       "first position whose predicted acceptance is below this (default 0: never)");
@@ -165,7 +165,8 @@ Runner add_eval_command(CLI::App& root) {
     report["prompts"] = prompts;
     report["draft_tokens"] = draft_tokens;
     if (draft->has_confidence_head()) report["confidence_threshold"] = o->confidence_threshold;
-    report["draft_type"] = draft_objective;  // the objective that trained it: eagle3, dflash
+    report["draft_type"] =
+        draft_objective;  // the objective that trained it: eagle3, dflash, dspark
     report["max_new_tokens"] = o->max_new_tokens;
     report["generated_tokens"] = generated;
     report["target"] = o->target;

@@ -19,10 +19,12 @@ DSparkProposer::DSparkProposer(const FrozenModel& target, const DSparkDraftImpl&
 }
 
 std::vector<int64_t> DSparkProposer::propose(int64_t bonus) {
-  const at::Tensor hidden = block_hidden(bonus).narrow(0, 0, draft_tokens_);        // (k, H)
-  const at::Tensor base = at::linear(hidden.to(lm_head_.scalar_type()), lm_head_);  // (k, V)
+  const at::Tensor hidden = block_hidden(bonus).narrow(0, 0, draft_tokens_);  // (k, H)
+  // Summed with the Markov bias in fp32, as training sums them.
+  const at::Tensor base =
+      at::linear(hidden.to(lm_head_.scalar_type()), lm_head_).to(at::kFloat);  // (k, V)
   const bool confidence = confidence_threshold_ > 0;
-  // The chain stays on the device; one read at the end.
+  // The chain stays on the device; its tokens (and the confidences) are read once at the end.
   at::Tensor prev = at::full({1}, bonus, base.options().dtype(at::kLong));
   std::vector<at::Tensor> tokens, confidences;
   for (int64_t k = 0; k < draft_tokens_; ++k) {

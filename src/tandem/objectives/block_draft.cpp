@@ -84,15 +84,14 @@ StepTotals block_step_totals(const PackedBatch& batch, const at::Tensor& valid) 
 }
 
 double step_slot_weight(const at::Tensor& slot_weights, const StepTotals& totals,
-                        const std::string& tag) {
+                        const std::string& tag, const std::string& why_none) {
   check(static_cast<int64_t>(totals.unroll_tokens.size()) == slot_weights.size(0), tag,
         " step totals carry ", totals.unroll_tokens.size(), " block slots, the blocks ",
         slot_weights.size(0));
   double total = 0;
   for (int64_t k = 0; k < slot_weights.size(0); ++k)
     total += slot_weights[k].item<double>() * static_cast<double>(totals.unroll_tokens[k]);
-  check(total > 0, tag, " the step has no supervised block slot (no document long enough, or no ",
-        "loss-masked anchor)");
+  check(total > 0, tag, " the step has no supervised block slot (", why_none, ")");
   return total;
 }
 
@@ -110,11 +109,13 @@ BlockDraftObjective::BlockDraftObjective(const BlockDraftOptions& options)
     : DraftObjective({options.target_path, options.target_dtype, options.capture_dir, options.run}),
       block_options_(options) {}
 
-void BlockDraftObjective::set_up_draft(const DraftFactory& make_draft, bool needs_last) {
+void BlockDraftObjective::set_up_draft(const DraftFactory& make_draft, bool needs_last,
+                                       const std::string& no_grown_mask) {
   const BlockDraftOptions& options = block_options_;
   needs_last_ = needs_last;
   mask_token_ = resolve_dflash_mask_token(options.mask_token_id, options.tokenizer_dir,
                                           options.target_path, target_config_.vocab_size);
+  check(!mask_token_.grow_embedding || no_grown_mask.empty(), error_tag(), " ", no_grown_mask);
   if (!options.run.rank_zero || options.run.rank_zero->reads_files())  // said once per job
     std::cerr << error_tag() << " mask token id " << mask_token_.id << " ("
               << mask_token_rule_name(mask_token_.rule)

@@ -61,9 +61,9 @@ double dflash_draft_forward_flops(const DFlashConfig& config, const PackedBatch&
 StepTotals block_step_totals(const PackedBatch& batch, const at::Tensor& valid);
 
 /// W = sum_k slot_weights[k] * totals.unroll_tokens[k]: what every micro-batch's weighted loss
-/// is divided by (an error naming `tag` when the step has no supervised slot).
+/// is divided by (an error naming `tag` and `why_none` when the step has no supervised slot).
 double step_slot_weight(const at::Tensor& slot_weights, const StepTotals& totals,
-                        const std::string& tag);
+                        const std::string& tag, const std::string& why_none);
 
 /// Per-slot accuracy counts: correct[k] = hits at slot k (bs) int64 on hits' device, and the
 /// supervised slots k counted on the host. slots (N,) on the device, slots_on_host the same.
@@ -102,7 +102,9 @@ class BlockDraftObjective : public DraftObjective {
   /// Resolves the mask token, grows the embedding when it must, builds the draft with
   /// `make_draft` for the target and initialises it. Called by the derived constructor (errors
   /// name the objective). `needs_last`: the loss reads the target's last layer.
-  void set_up_draft(const DraftFactory& make_draft, bool needs_last);
+  /// `no_grown_mask`: empty when a grown mask row is allowed, else the error when one would be.
+  void set_up_draft(const DraftFactory& make_draft, bool needs_last,
+                    const std::string& no_grown_mask);
 
   /// The draft's normed output on every block of `batch`: (B, A * bs, H), zeros on invalid
   /// blocks. `host_blocks` on the CPU; the features in any dtype.

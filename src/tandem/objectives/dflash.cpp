@@ -80,7 +80,7 @@ DFlashObjective::DFlashObjective(const DFlashOptions& options)
       [](const DFlashConfig& config, const at::TensorOptions& tensor_options) {
         return DFlashDraft(config, tensor_options);
       },
-      /*needs_last=*/options.teacher == DFlashTeacher::Target);
+      /*needs_last=*/options.teacher == DFlashTeacher::Target, /*no_grown_mask=*/"");
 }
 
 DFlashAnchors DFlashObjective::anchors(const PackedBatch& batch) const {
@@ -112,8 +112,10 @@ DFlashResult DFlashObjective::run(const PackedBatch& batch, const TargetFeatures
   const DFlashBlocks host_blocks = blocks_on_host(drawn);
   const DFlashBlocks blocks{block_size, to_device(host_blocks.anchors, device),
                             to_device(host_blocks.anchor_valid, device)};
-  const at::Tensor slot_weights = dflash_slot_weights(block_size, gamma_);         // (bs)
-  const double weight_total = step_slot_weight(slot_weights, totals, "[dflash]");  // W
+  const at::Tensor slot_weights = dflash_slot_weights(block_size, gamma_);  // (bs)
+  const double weight_total = step_slot_weight(
+      slot_weights, totals, "[dflash]",
+      "every document shorter than 2 * block_size loss tokens, or no loss-masked anchors");  // W
 
   DFlashResult result;
   result.hidden = block_hidden(batch, features, host_blocks);  // (B, A * bs, H)

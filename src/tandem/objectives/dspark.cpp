@@ -48,17 +48,17 @@ DSparkObjective::DSparkObjective(const DSparkOptions& options)
     : BlockDraftObjective(options), options_(options) {
   const DSparkHeads heads = options.heads;
   std::shared_ptr<DSparkDraftImpl>* made = &dspark_;
-  // The target's distribution: the L1 term and the confidence target read it.
-  const bool needs_last = options.loss_weights.l1 > 0 || options.heads.confidence_head;
+  // The target's last layer: its distribution is the L1 term's and the confidence target's, and
+  // the loss forms it (and reports loss_l1) whatever their weights.
   set_up_draft(
       [heads, made](const DFlashConfig& config, const at::TensorOptions& tensor_options) {
         *made = std::make_shared<DSparkDraftImpl>(config, heads, tensor_options);
         return DFlashDraft(std::static_pointer_cast<DFlashDraftImpl>(*made));
       },
-      needs_last);
-  check(!mask_token_.grow_embedding, "[dspark] the mask token must be one of the target's tokens ",
-        "(speculators and vLLM embed it with the target's embedding); the tokenizer has none to "
-        "spare: set draft.mask_token_id to a reserved token the target never emits");
+      /*needs_last=*/true,
+      "the mask token must be one of the target's tokens (speculators and vLLM embed it with the "
+      "target's embedding), and the tokenizer has none to spare: set draft.mask_token_id to a "
+      "reserved token the target never emits");
   verifier_ = verifier_of(options.target_path, options.target_name);
 }
 
@@ -93,7 +93,9 @@ DSparkResult DSparkObjective::run(const PackedBatch& batch, const TargetFeatures
   const at::Device device = batch.input_ids.device();
   const DFlashBlocks host_blocks = blocks_on_host(drawn);
   const at::Tensor slot_weights = dspark_slot_weights(block_size, options_.gamma);  // (bs)
-  const double weight_total = step_slot_weight(slot_weights, totals, "[dspark]");   // W
+  const double weight_total = step_slot_weight(
+      slot_weights, totals, "[dspark]",
+      "no loss-masked anchor followed by a loss-masked token in its document");  // W
 
   DSparkResult result;
   result.hidden = block_hidden(batch, features, host_blocks);  // (B, A * bs, H)
@@ -155,10 +157,12 @@ DSparkResult DSparkObjective::run(const PackedBatch& batch, const TargetFeatures
       });
   result.loss = vocab[0];
   result.corrected_argmax = vocab[3];
-  const at::Tensor reduced_weights = weights.to(vocab[1].scalar_type());
-  result.ce_share = (vocab[1] * reduced_weights).sum();
-  result.l1_share = (vocab[2] * reduced_weights).sum();
-  result.confidence_target = (1 - vocab[2] / 2).clamp(0, 1);  // detached: the l1 carries no graph
+  // The parts carry no gradient (a sharded call marks its outputs differentiable: detach them).
+  const at::Tensor cross_entropy = vocab[1].detach(), l1 = vocab[2].detach();
+  const at::Tensor reduced_weights = weights.to(cross_entropy.scalar_type());
+  result.ce_share = (cross_entropy * reduced_weights).sum();
+  result.l1_share = (l1 * reduced_weights).sum();
+  result.confidence_target = (1 - l1 / 2).clamp(0, 1);
   if (options_.heads.confidence_head) {
     result.confidence_logits = dspark_->confidence_logits(draft_hidden, code);  // (N,)
     const at::Tensor bce = at::binary_cross_entropy_with_logits(

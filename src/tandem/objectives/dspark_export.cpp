@@ -108,6 +108,8 @@ std::shared_ptr<DSparkDraftImpl> load_dspark_export(const std::string& dir, c10:
     config.target_hidden_size =
         target_hidden.is_number() ? target_hidden.get<int64_t>() : config.layer.hidden_size;
     heads.markov_rank = json.at("markov_rank").get<int64_t>();
+    check(heads.markov_rank >= 1, "[dspark] ", path, ": markov_rank ", heads.markov_rank,
+          " is not supported (tandem's DSpark drafts have a Markov head: 1 or more)");
     heads.confidence_head = json.value("enable_confidence_head", true);
   } catch (const nlohmann::json::exception& e) {
     throw Error("[dspark] ", path, ": ", e.what());

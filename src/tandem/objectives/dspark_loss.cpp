@@ -113,13 +113,17 @@ class FusedDSparkLoss : public torch::autograd::Function<FusedDSparkLoss> {
       ce_parts.push_back(part.cross_entropy);
       l1_parts.push_back(part.l1);
       if (!part.grad_logits.defined()) continue;
-      const at::Tensor g = part.grad_logits.to(head.scalar_type());  // (n, V)
-      part.grad_logits.reset();
-      if (want_hidden) grad_hidden.narrow(0, start, n).copy_(at::mm(g, head));
+      // Each matmul in its operands' dtype: the head's (the target's) and the Markov head's (the
+      // draft's) may differ.
+      if (want_hidden)
+        grad_hidden.narrow(0, start, n)
+            .copy_(at::mm(part.grad_logits.to(head.scalar_type()), head));
       if (want_markov) {
+        const at::Tensor g = part.grad_logits.to(w2.scalar_type());  // (n, V)
         grad_code.narrow(0, start, n).copy_(at::mm(g, w2));
         grad_w2.add_(at::mm(g.t(), e).to(reduce));
       }
+      part.grad_logits.reset();
     }
     ctx->save_for_backward(
         {grad_hidden, grad_code, want_markov ? grad_w2.to(markov_w2.scalar_type()) : at::Tensor()});
