@@ -103,7 +103,7 @@ TEST(Objectives, UnknownNameListsTheAvailableOnes) {
   const tandem::Config config = tandem::Config::parse("training: {objective: medusa}", "run.yaml");
   const std::string error = tandem::testing::error_of([&] { tandem::make_objective(config, {}); });
   EXPECT_NE(error.find("unknown objective 'medusa'"), std::string::npos) << error;
-  EXPECT_NE(error.find("eagle3, dflash, distill"), std::string::npos) << error;
+  EXPECT_NE(error.find("eagle3, dflash, dspark, distill"), std::string::npos) << error;
 }
 
 }  // namespace
