@@ -13,6 +13,8 @@
 #     rank-0 loading (FP8 tensors sent as bytes, dequantized on each rank) = one process.
 #  2. EAGLE-3 against the Qwen3-MoE target: the online first-step loss equals the offline one
 #     (features from `tandem capture`), and `tandem eval` decodes with it (output = greedy).
+#  2b. DSpark against the Qwen3-MoE target: sharded over 2 ranks = one process, online = offline,
+#     and `tandem eval` decodes with it (output = greedy).
 #  3. Trained MoE models: SFT of the Qwen3-MoE fixture with the router's load-balancing loss in
 #     the objective (loss.router_aux_loss_coef), sharded = one process; distillation of the Mixtral
 #     fixture from the MiniMax-M2 one and DPO of the Qwen3-MoE one report `router_aux_loss`.
@@ -167,6 +169,34 @@ python3 - "$work/eval.json" <<'PY'
 import json, sys
 r = json.load(open(sys.argv[1]))
 assert r["greedy_identical"] == r["prompts"] == 4, r
+print(f"  eval: tau {r['tau']:.2f}, output = greedy decoding of the MoE target")
+PY
+
+echo "== 2b. DSpark against the Qwen3-MoE target: sharded = one process, online = offline, eval"
+cat > "$work/dspark.yaml" <<YAML
+target: {path: $qwen, dtype: fp32}
+draft: {num_layers: 2, target_layer_ids: [0, 2], block_size: 4, mask_token_id: 511,
+        intermediate_size: 96, markov_rank: 8}
+loss: {max_anchors: 8}
+data: {path: $work/docs.jsonl, format: pretokenized, seq_len: 32, micro_batch_rows: 2,
+       cache_dir: $work/cache}
+training: {objective: dspark, run_dir: $work/unused, steps: 4, lr: 1.0e-3, save_every: 2,
+           log_every: 1}
+YAML
+one_vs_sharded dspark "$work/dspark.yaml" training.micro_batches=2
+"$tandem" capture "$work/dspark.yaml" --out "$work/capture-dspark" --shard-documents 6 > /dev/null
+"$tandem" train "$work/dspark.yaml" "data.capture=$work/capture-dspark" \
+  "training.run_dir=$work/dspark-offline" training.steps=1 training.micro_batches=2 \
+  optimizer.eps=1.0e-2 > "$work/dspark-offline.log" 2>&1 ||
+  { cat "$work/dspark-offline.log" >&2; exit 1; }
+same_first_loss "$work/dspark-1/metrics.jsonl" "$work/dspark-offline/metrics.jsonl"
+"$tandem" eval --target "$qwen" --draft "$work/dspark-1/export" --data "$work/docs.jsonl" \
+  --format pretokenized --num-prompts 4 --max-new-tokens 10 --cache-dir "$work/cache" \
+  --out "$work/eval-dspark.json"
+python3 - "$work/eval-dspark.json" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+assert r["greedy_identical"] == r["prompts"] == 4 and r["draft_type"] == "dspark", r
 print(f"  eval: tau {r['tau']:.2f}, output = greedy decoding of the MoE target")
 PY
 
