@@ -62,8 +62,4 @@ class DSparkDraftImpl : public DFlashDraftImpl {
   DSparkHeads heads_;
 };
 
-/// A DSparkDraftImpl held as the block backbone it extends (BlockDraftObjective's draft); the
-/// objective and the export reach the heads through it.
-using DSparkDraftPtr = std::shared_ptr<DSparkDraftImpl>;
-
 }  // namespace tandem

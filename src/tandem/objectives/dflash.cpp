@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
-#include <iostream>
 
 #include "tandem/core/config.h"
 #include "tandem/core/config_schema.h"
@@ -18,7 +17,6 @@
 #include "tandem/io/hf_checkpoint.h"
 #include "tandem/models/flops.h"
 #include "tandem/objectives/dflash_export.h"
-#include "tandem/objectives/dflash_mask_token.h"
 #include "tandem/objectives/distill.h"
 #include "tandem/objectives/sft.h"
 #include "tandem/objectives/vocab_head.h"
