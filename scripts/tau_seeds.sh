@@ -1,38 +1,40 @@
 #!/usr/bin/env bash
 # τ of the demo drafts with its spread: each draft config trained with 3 seeds (training.seed:
-# draft initialisation, data order, DFlash anchors), each evaluated on the 64 held-out prompts
+# draft initialisation, data order, DFlash and DSpark anchors), each evaluated on the 64 held-out prompts
 # (64 new tokens, 7 draft tokens); prints every run's τ with its 95% bootstrap interval over
 # prompts, then mean ± standard deviation over the seeds, with the date, CPU and commit.
 # Needs the regenerated answers of the shipped demo target (scripts/demo.sh makes them).
 #
-#   scripts/tau_seeds.sh                       # EAGLE-3 and DFlash, seeds 0 1 2
+#   scripts/tau_seeds.sh                       # EAGLE-3, DFlash and DSpark, seeds 0 1 2
 #   SEEDS="0 1 2 3 4" scripts/tau_seeds.sh configs/demo-eagle3.yaml
 #   OVERRIDES="training.steps=480" SEEDS=0 scripts/tau_seeds.sh configs/demo-dflash.yaml
 # OVERRIDES are added to every `tandem train` and name the runs (runs/tau-seeds/NAME+OVERRIDES-seedN).
+# TANDEM: the binary (default build/tandem), e.g. a copy that a rebuild during the runs keeps.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seeds=${SEEDS:-"0 1 2"}
+tandem=${TANDEM:-build/tandem}
 read -r -a overrides <<< "${OVERRIDES:-}"
 tag=$(printf '+%s' "${overrides[@]}" | tr '/' '_')
 [ -n "${OVERRIDES:-}" ] || tag=""
 configs=("$@")
-((${#configs[@]})) || configs=(configs/demo-eagle3.yaml configs/demo-dflash.yaml)
+((${#configs[@]})) || configs=(configs/demo-eagle3.yaml configs/demo-dflash.yaml configs/demo-dspark.yaml)
 settings=runs/demo-regenerated/chat.jsonl.settings.json
 grep -q '"target": "data/demo/target"' "$settings" 2> /dev/null && grep -q '"finished": true' "$settings" ||
   { echo "tau_seeds.sh: $settings does not record a finished regeneration by data/demo/target; run scripts/demo.sh first" >&2; exit 1; }
 out=runs/tau-seeds
 mkdir -p "$out"
 echo "$(date -u +%F), $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)," \
-     "$(nproc) cores, commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
+     "$(nproc) cores, commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown), binary $tandem"
 for config in "${configs[@]}"; do
   name=$(basename "$config" .yaml)$tag
   for seed in $seeds; do
     run="$out/$name-seed$seed"
     rm -rf "$run"
-    build/tandem train "$config" "${overrides[@]}" "training.run_dir=$run" "training.seed=$seed" \
+    "$tandem" train "$config" "${overrides[@]}" "training.run_dir=$run" "training.seed=$seed" \
       > "$run.train.log" 2>&1 ||
       { echo "tau_seeds.sh: training $name seed $seed failed, see $run.train.log" >&2; exit 1; }
-    build/tandem eval --target data/demo/target --draft "$run/export" \
+    "$tandem" eval --target data/demo/target --draft "$run/export" \
       --data data/demo/chat_heldout.jsonl --tokenizer data/demo/tokenizer --max-new-tokens 64 \
       --draft-tokens 7 --out "$run/eval.json" > "$run.eval.log" 2>&1 ||
       { echo "tau_seeds.sh: eval of $name seed $seed failed, see $run.eval.log" >&2; exit 1; }

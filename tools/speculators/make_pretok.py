@@ -8,8 +8,15 @@ prediction of token t+1 by loss_mask[t] (the mask of the token it reads), while 
 speculators' DFlash count it by loss_mask[t+1]; shifted rows make EAGLE-3 train on the same
 predictions as tandem (every answer token and the closing <|eot_id|>).
 
+--next-trained-mask writes loss_mask[t] * loss_mask[t+1]: speculators' DSpark trainer (with
+--sample-from-anchor) draws anchors where loss_mask is 1 and counts slot k of anchor a, which
+predicts token a+k+1, by loss_mask[a+k]. With these rows an anchor is an answer token followed
+by an answer token and slot k counts while token a+k+1 is in the answer: tandem's DSpark rule
+(its anchors are trained positions followed by a trained token; a block is supervised on its
+answer prefix).
+
 Usage: make_pretok.py IN.jsonl OUT.jsonl [--tokenizer DIR (default data/demo/tokenizer)]
-                      [--shift-loss-mask]"""
+                      [--shift-loss-mask | --next-trained-mask]"""
 import argparse
 import json
 
@@ -19,7 +26,9 @@ parser = argparse.ArgumentParser(usage=__doc__)
 parser.add_argument("input")
 parser.add_argument("output")
 parser.add_argument("--tokenizer", default="data/demo/tokenizer")
-parser.add_argument("--shift-loss-mask", action="store_true")
+shift = parser.add_mutually_exclusive_group()
+shift.add_argument("--shift-loss-mask", action="store_true")
+shift.add_argument("--next-trained-mask", action="store_true")
 args = parser.parse_args()
 tok = AutoTokenizer.from_pretrained(args.tokenizer)
 
@@ -42,4 +51,6 @@ with open(args.output, "w") as out:
             mask = ([0] * len(prompt) + [1] * (len(full) - len(prompt)))[:len(full)]
             if args.shift_loss_mask:
                 mask = mask[1:] + [0]
+            if args.next_trained_mask:
+                mask = [a * b for a, b in zip(mask, mask[1:] + [0])]
             out.write(json.dumps({"input_ids": full, "loss_mask": mask}) + "\n")

@@ -1,29 +1,30 @@
 #!/usr/bin/env bash
-# DFlash and EAGLE-3 drafts trained by vLLM's speculators 0.9.0 next to tandem's, on the same
+# DFlash, DSpark and EAGLE-3 drafts trained by vLLM's speculators 0.9.0 next to tandem's, on the same
 # ground: the shipped demo target (data/demo/target), the same training data (the chat prompts
 # answered by the target: runs/demo-regenerated/chat.jsonl), the same draft shapes, anchors,
 # steps, tokens per step, learning rate, schedule, Adam betas and clipping; every draft then
 # evaluated by the same `tandem eval` on the 64 held-out prompts (64 new tokens, 7 draft tokens).
 # What differs and why: tools/speculators/README.md.
 #
-#   tools/speculators/side_by_side.sh [dflash|eagle3|all|summary]   (summary: only the table)
+#   tools/speculators/side_by_side.sh [dflash|dspark|eagle3|all|summary]   (summary: only the table)
 #   env: SEEDS (default "0 1 2"), EAGLE3_SEEDS (default $SEEDS),
 #        SPEC_VENV (default ~/.cache/tandem/venv-speculators-0.9.0; made with pip when missing,
-#        about 6 GB), WORK (default runs/side-by-side)
+#        about 6 GB), WORK (default runs/side-by-side), TANDEM (the binary, default build/tandem)
 #
-# tandem's side: DFlash is configs/demo-dflash.yaml as it is, read from scripts/tau_seeds.sh's
-# runs (run that first, with the same seeds); EAGLE-3 is configs/demo-eagle3.yaml with
+# tandem's side: DFlash and DSpark are configs/demo-dflash.yaml and configs/demo-dspark.yaml as
+# they are, read from scripts/tau_seeds.sh's runs (run that first, with the same seeds); EAGLE-3 is configs/demo-eagle3.yaml with
 # draft.train_lm_head=false (speculators cannot train the draft's lm_head), trained here, next to
 # tau_seeds.sh's runs of the config as it is. Prints every run's τ with its 95% interval, then
 # mean ± standard deviation per trainer; writes $WORK/summary.md.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 what=${1:-all}
-case "$what" in dflash | eagle3 | all | summary) ;; *) echo "usage: $0 [dflash|eagle3|all|summary]" >&2; exit 2 ;; esac
+case "$what" in dflash | dspark | eagle3 | all | summary) ;; *) echo "usage: $0 [dflash|dspark|eagle3|all|summary]" >&2; exit 2 ;; esac
 seeds=${SEEDS:-"0 1 2"}
 eagle3_seeds=${EAGLE3_SEEDS:-$seeds}
 venv=${SPEC_VENV:-$HOME/.cache/tandem/venv-speculators-0.9.0}
 work=${WORK:-runs/side-by-side}
+tandem=${TANDEM:-build/tandem}
 target=data/demo/target
 data=runs/demo-regenerated/chat.jsonl
 mkdir -p "$work"
@@ -54,7 +55,7 @@ steps_of() { sed -n 's/^ *steps: *\([0-9]*\).*/\1/p' "$1"; }
 
 # Rows as speculators reads them, and the target's hidden states at LAYER_IDS (speculators'
 # numbering: id k = output of target layer k - 1) plus the last layer, written with transformers.
-prepare() {  # NAME LAYER_IDS [--shift-loss-mask]
+prepare() {  # NAME LAYER_IDS [--shift-loss-mask | --next-trained-mask]
   local dir=$work/data-$1
   [ -f "$dir/.done" ] && return
   echo "== speculators data: $dir"
@@ -81,7 +82,7 @@ common() {  # CONFIG SEED
 }
 
 evaluate() {  # DRAFT_DIR OUT_JSON
-  build/tandem eval --target "$target" --draft "$1" --data data/demo/chat_heldout.jsonl \
+  "$tandem" eval --target "$target" --draft "$1" --data data/demo/chat_heldout.jsonl \
     --tokenizer data/demo/tokenizer --max-new-tokens 64 --draft-tokens 7 --out "$2" > "$2.log" 2>&1 ||
     { echo "$0: tandem eval of $1 failed, see $2.log" >&2; exit 1; }
 }
@@ -94,7 +95,7 @@ speculators_train() {  # RUN_DIR ARGS...
     { echo "$0: speculators training failed, see $run.train.log" >&2; exit 1; }
 }
 
-if ((!summary_only)) && [ "$what" != eagle3 ]; then
+if ((!summary_only)) && { [ "$what" = dflash ] || [ "$what" = all ]; }; then
   # tandem's DFlash draft (2 layers, block 8) reads target layers [1, 5]: speculators' 2 and 6.
   prepare dflash 2,6
   for seed in $seeds; do
@@ -114,7 +115,32 @@ if ((!summary_only)) && [ "$what" != eagle3 ]; then
   done
 fi
 
-if ((!summary_only)) && [ "$what" != dflash ]; then
+if ((!summary_only)) && { [ "$what" = dspark ] || [ "$what" = all ]; }; then
+  # tandem's DSpark draft (2 layers, block 7, Markov rank 64) reads target layers [1, 5] as its
+  # DFlash does. --sample-from-anchor: slot k predicts token a+k+1, as in DeepSpec and tandem;
+  # --next-trained-mask rows give tandem's anchors and supervised slots (make_pretok.py).
+  prepare dspark 2,6 --next-trained-mask
+  for seed in $seeds; do
+    run=$work/speculators-dspark-seed$seed
+    echo "== speculators DSpark, seed $seed"
+    # tandem's loss is sum_k w_k (0.1 CE + 0.9 L1 + 1.0 BCE) / sum_k w_k, w_k = exp(-k/4) over
+    # the 7 slots; speculators divides by the slot count instead, hence x 7 / 3.7352 = 1.8741 on
+    # every term, and its "tv" is half the L1 distance: ce 0.18741, tv 3.37338, alpha 1.8741.
+    # shellcheck disable=SC2046
+    speculators_train "$run" $(common configs/demo-dspark.yaml "$seed") \
+      --data-path "$work/data-dspark" --speculator-type dspark --draft-arch qwen3 --num-layers 2 \
+      --full-attention-indices 0 1 --target-layer-ids 2 6 --block-size 7 --mask-token-id 4085 \
+      --sample-from-anchor --max-anchors 512 --markov-rank 64 --confidence-head-alpha 1.8741 \
+      --loss-fn '{"ce": 0.18741, "tv": 3.37338}' --per-position-loss-weight fixed-exp-decay \
+      --dflash-decay-gamma 4
+    # the peer's own classes load it and their forward equals an independent one
+    tools/check_dspark_export.sh --speculators "$run/0" --target "$target" > "$run.check.log" 2>&1 ||
+      { echo "$0: speculators' DSpark classes reject $run/0, see $run.check.log" >&2; exit 1; }
+    evaluate "$run/0" "$run.eval.json"
+  done
+fi
+
+if ((!summary_only)) && { [ "$what" = eagle3 ] || [ "$what" = all ]; }; then
   # EAGLE-3 counts a prediction by the mask of the token it reads: shifted rows (make_pretok.py).
   # Its draft vocabulary comes from the unshifted rows' token counts, as tandem's does.
   prepare dflash 2,6
@@ -135,7 +161,7 @@ if ((!summary_only)) && [ "$what" != dflash ]; then
     run=$work/tandem-eagle3-frozen-head-seed$seed
     echo "== tandem EAGLE-3 with a frozen lm_head, seed $seed"
     rm -rf "$run"
-    build/tandem train configs/demo-eagle3.yaml "training.run_dir=$run" "training.seed=$seed" \
+    "$tandem" train configs/demo-eagle3.yaml "training.run_dir=$run" "training.seed=$seed" \
       draft.train_lm_head=false > "$run.train.log" 2>&1 ||
       { echo "$0: tandem training failed, see $run.train.log" >&2; exit 1; }
     evaluate "$run/export/sglang" "$run.eval.json"
@@ -151,10 +177,13 @@ print(f"# tandem vs speculators 0.9.0 on the demo\n\n{subprocess.run(['date', '-
       f"{cpu}, {os.cpu_count()} cores, commit {commit}; tau over the 64 held-out prompts "
       "(64 new tokens, 7 draft tokens), 95% bootstrap interval over prompts\n")
 rows = []
-if what != "eagle3":
+if what in ("dflash", "all"):
     rows += [("DFlash", "tandem (configs/demo-dflash.yaml)", "runs/tau-seeds/demo-dflash-seed{}/eval.json", seeds),
              ("DFlash", "speculators", work + "/speculators-dflash-seed{}.eval.json", seeds)]
-if what != "dflash":
+if what in ("dspark", "all"):
+    rows += [("DSpark", "tandem (configs/demo-dspark.yaml)", "runs/tau-seeds/demo-dspark-seed{}/eval.json", seeds),
+             ("DSpark", "speculators", work + "/speculators-dspark-seed{}.eval.json", seeds)]
+if what in ("eagle3", "all"):
     rows += [("EAGLE-3", "tandem (configs/demo-eagle3.yaml, lm_head trained)", "runs/tau-seeds/demo-eagle3-seed{}/eval.json", eagle3_seeds),
              ("EAGLE-3", "tandem, lm_head frozen", work + "/tandem-eagle3-frozen-head-seed{}.eval.json", eagle3_seeds),
              ("EAGLE-3", "speculators (lm_head frozen)", work + "/speculators-eagle3-seed{}.eval.json", eagle3_seeds)]
