@@ -1,8 +1,12 @@
 // tandem eval: speculative decoding of held-out prompts with a draft and its frozen target; the
 // objective whose export it is loads it (objectives/description.h). Reports τ and per-position
 // acceptance, and checks the output equals greedy decoding (eval/greedy_check.h: a failure in
-// fp32, reported with each prompt's first divergence in bf16/fp16).
+// fp32, reported with each prompt's first divergence in bf16/fp16). With --temperature T > 0 it
+// samples by the rejection rule (eval/acceptance_rule.h) and times plain sampling at T instead.
+#include <ATen/CPUGeneratorImpl.h>
+
 #include <chrono>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <iomanip>
@@ -24,12 +28,22 @@ namespace tandem::cli {
 
 namespace {
 
+// Prompt `document`'s seed: a splitmix64 step of (seed, document), so that prompts and seeds give
+// unrelated streams.
+uint64_t sampling_seed(uint64_t seed, int64_t document) {
+  uint64_t z = seed + 0x9E3779B97F4A7C15ULL * (static_cast<uint64_t>(document) + 1);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+  return z ^ (z >> 31);
+}
+
 struct EvalOptions {
   std::string target, draft, data, format = "conversations", tokenizer, chat_template = "auto";
   std::string template_kwargs;
   std::string dtype = "fp32", out, cache_dir, device = "auto";
   int64_t num_prompts = 0, prompt_tokens = 32, max_new_tokens = 64, draft_tokens = 0;
-  double confidence_threshold = 0;
+  double confidence_threshold = 0, temperature = 0;
+  uint64_t seed = 0;
   bool greedy_check = true, strict_greedy_check = false, no_kv_cache = false;
 };
 
@@ -65,12 +79,19 @@ Runner add_eval_command(CLI::App& root) {
   command->add_option("--confidence-threshold", o->confidence_threshold,
                       "drafts with a confidence head (DSpark): stop each proposal before the "
                       "first position whose predicted acceptance is below this (default 0: never)");
+  command->add_option("--temperature", o->temperature,
+                      "0 (default): greedy verification, checked against greedy decoding; T > 0: "
+                      "speculative sampling at T by the rejection rule (the output is distributed "
+                      "as the target's own sampling at T; timed against plain sampling)");
+  command->add_option("--seed", o->seed,
+                      "with --temperature: the seed of the draws (prompt i uses its own stream)");
   command->add_option("--dtype", o->dtype, "compute dtype of target and draft (default fp32)");
   add_device_option(*command, o->device);
   command->add_option("--cache-dir", o->cache_dir, "token cache directory");
   command->add_option("--out", o->out, "write the report as JSON here");
   command->add_flag("!--no-greedy-check", o->greedy_check,
-                    "skip the comparison with plain greedy decoding of the target");
+                    "skip the comparison with plain greedy decoding of the target (with "
+                    "--temperature: skip timing plain sampling)");
   command->add_flag("--strict-greedy-check", o->strict_greedy_check,
                     "fail (exit 4) on any difference from greedy decoding also in bf16/fp16, "
                     "where near-tied argmaxes may round either way (fp32 always fails on one)");
@@ -79,6 +100,12 @@ Runner add_eval_command(CLI::App& root) {
                     "(the reference decoders, for comparison; same tokens, much slower)");
   return [o]() {
     const c10::ScalarType dtype = parse_compute_dtype(o->dtype, "--dtype");
+    check(std::isfinite(o->temperature) && o->temperature >= 0, "[eval] --temperature ",
+          o->temperature, " must be a finite number >= 0 (0: greedy)");
+    const bool sampled = o->temperature > 0;
+    check(!(sampled && o->strict_greedy_check),
+          "[eval] --strict-greedy-check compares with greedy ",
+          "decoding, which sampled output (--temperature ", o->temperature, ") is not");
     const at::Device device = device_from_option(o->device);
     const FrozenModel target = FrozenModel::load(o->target, dtype, device);
     // The objective whose export this is (objectives/description.h): it loads the draft.
@@ -124,15 +151,18 @@ Runner add_eval_command(CLI::App& root) {
     decode.stop_ids = target.config().eos_token_ids;
     decode.kv_cache = !o->no_kv_cache;
     decode.confidence_threshold = o->confidence_threshold;
+    decode.temperature = o->temperature;
     AcceptanceStats stats(draft_tokens);
     int64_t prompts = 0, identical = 0, generated = 0;
-    double speculative_seconds = 0, greedy_seconds = 0;
+    double speculative_seconds = 0, baseline_seconds = 0;  // baseline: greedy or sampling
     std::vector<GreedyMismatch> mismatches;  // each differing output's first divergence
     nlohmann::json per_prompt = nlohmann::json::array();
     for (int64_t i = 0; i < dataset.size() && (o->num_prompts <= 0 || prompts < o->num_prompts);
          ++i) {
       const std::vector<int64_t> prompt = prompt_of(dataset.document(i), o->prompt_tokens);
       if (prompt.empty()) continue;
+      // Each prompt draws from its own stream, so a prompt's output does not depend on the others.
+      decode.seed = sampling_seed(o->seed, i);
       auto start = std::chrono::steady_clock::now();
       const SpeculativeOutput output = draft->decode(target, prompt, draft_tokens, decode);
       speculative_seconds +=
@@ -143,15 +173,26 @@ Runner add_eval_command(CLI::App& root) {
       per_prompt.push_back({{"document", i},
                             {"prompt_tokens", prompt.size()},
                             {"new_tokens", output.tokens.size()},
-                            {"accepted", output.accepted}});
-      if (o->greedy_check) {
+                            {"accepted", output.accepted},
+                            {"tokens", output.tokens}});
+      if (sampled && o->greedy_check) {
+        // Plain sampling from the target alone at the same temperature (batch 1, KV cache): the
+        // baseline of the speedup. Its tokens differ from the speculative ones (other draws).
+        start = std::chrono::steady_clock::now();
+        at::Generator generator = at::detail::createCPUGenerator(decode.seed);
+        SamplingOptions sampling;
+        sampling.temperature = o->temperature;
+        generate(target, {prompt}, decode, sampling, &generator);
+        baseline_seconds +=
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      } else if (o->greedy_check) {
         // Plain greedy decoding of the target alone, one prompt at a time as the speculative
         // decoder runs (batch 1), cached or not as it is.
         start = std::chrono::steady_clock::now();
         const std::vector<int64_t> greedy =
             decode.kv_cache ? generate(target, {prompt}, decode, SamplingOptions{})[0].tokens
                             : greedy_decode(target, prompt, decode);
-        greedy_seconds +=
+        baseline_seconds +=
             std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
         if (const auto mismatch = first_divergence(i, output.tokens, greedy))
           mismatches.push_back(*mismatch);
@@ -165,6 +206,8 @@ Runner add_eval_command(CLI::App& root) {
     report["prompts"] = prompts;
     report["draft_tokens"] = draft_tokens;
     if (draft->has_confidence_head()) report["confidence_threshold"] = o->confidence_threshold;
+    report["temperature"] = o->temperature;
+    if (sampled) report["seed"] = o->seed;
     report["draft_type"] =
         draft_objective;  // the objective that trained it: eagle3, dflash, dspark
     report["max_new_tokens"] = o->max_new_tokens;
@@ -175,7 +218,11 @@ Runner add_eval_command(CLI::App& root) {
     report["kv_cache"] = decode.kv_cache;
     report["speculative_seconds"] = speculative_seconds;
     report["speculative_tokens_per_s"] = generated / std::max(speculative_seconds, 1e-9);
-    if (o->greedy_check) {
+    if (sampled && o->greedy_check) {
+      report["sampling_seconds"] = baseline_seconds;
+      report["sampling_tokens_per_s"] = generated / std::max(baseline_seconds, 1e-9);
+      report["speedup"] = baseline_seconds / std::max(speculative_seconds, 1e-9);
+    } else if (o->greedy_check) {
       report["greedy_identical"] = identical;
       nlohmann::json documents = nlohmann::json::array(), divergences = nlohmann::json::array();
       for (const GreedyMismatch& mismatch : mismatches) {
@@ -188,9 +235,9 @@ Runner add_eval_command(CLI::App& root) {
       report["greedy_mismatched_documents"] = documents;
       report["greedy_match_rate"] = static_cast<double>(identical) / static_cast<double>(prompts);
       report["greedy_mismatches"] = divergences;
-      report["greedy_seconds"] = greedy_seconds;
-      report["greedy_tokens_per_s"] = generated / std::max(greedy_seconds, 1e-9);
-      report["speedup"] = greedy_seconds / std::max(speculative_seconds, 1e-9);
+      report["baseline_seconds"] = baseline_seconds;
+      report["greedy_tokens_per_s"] = generated / std::max(baseline_seconds, 1e-9);
+      report["speedup"] = baseline_seconds / std::max(speculative_seconds, 1e-9);
     }
     report["per_prompt"] = per_prompt;
     std::cout << std::fixed << std::setprecision(3) << "[eval] " << prompts << " prompts, "
@@ -207,10 +254,16 @@ Runner add_eval_command(CLI::App& root) {
     std::cout << std::setprecision(1) << "[eval] speculative: " << speculative_seconds << " s, "
               << generated / std::max(speculative_seconds, 1e-9) << " tokens/s (batch 1, "
               << (decode.kv_cache ? "KV cache" : "no KV cache") << ")\n";
-    if (o->greedy_check)
-      std::cout << "[eval] greedy:      " << greedy_seconds << " s, "
-                << generated / std::max(greedy_seconds, 1e-9) << " tokens/s; speedup "
-                << std::setprecision(2) << greedy_seconds / std::max(speculative_seconds, 1e-9)
+    if (sampled && o->greedy_check)
+      std::cout << "[eval] sampling:    " << baseline_seconds << " s at temperature "
+                << o->temperature << ", " << generated / std::max(baseline_seconds, 1e-9)
+                << " tokens/s; speedup " << std::setprecision(2)
+                << baseline_seconds / std::max(speculative_seconds, 1e-9)
+                << "x (no token check: sampled outputs differ from run to run)\n";
+    else if (o->greedy_check)
+      std::cout << "[eval] greedy:      " << baseline_seconds << " s, "
+                << generated / std::max(baseline_seconds, 1e-9) << " tokens/s; speedup "
+                << std::setprecision(2) << baseline_seconds / std::max(speculative_seconds, 1e-9)
                 << "x\n[eval] greedy check: " << identical << "/" << prompts
                 << " outputs identical to plain greedy decoding of the target\n";
     if (!o->out.empty()) {
@@ -218,7 +271,7 @@ Runner add_eval_command(CLI::App& root) {
       out << report.dump(2) << "\n";
       check(out.good(), "[eval] ", o->out, ": write failed");
     }
-    if (o->greedy_check && identical != prompts) {
+    if (o->greedy_check && !sampled && identical != prompts) {
       for (const GreedyMismatch& mismatch : mismatches)
         std::cerr << "[eval] document " << mismatch.document
                   << ": first divergence at generated token " << mismatch.position

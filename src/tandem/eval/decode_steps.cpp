@@ -5,7 +5,6 @@
 #include <algorithm>
 
 #include "tandem/core/device.h"
-#include "tandem/core/host_read.h"
 
 namespace tandem {
 
@@ -33,21 +32,12 @@ bool decode_finished(std::vector<int64_t>& tokens, const DecodeOptions& options)
          (!tokens.empty() && is_stop(tokens.back(), options));
 }
 
-int64_t accept_proposal(const std::vector<int64_t>& proposal, const at::Tensor& choices,
-                        SpeculativeOutput& output) {
-  const int64_t draft_tokens = static_cast<int64_t>(proposal.size());
-  const int64_t* choice = choices.data_ptr<int64_t>();
-  int64_t accepted = 0;
-  while (accepted < draft_tokens && choice[accepted] == proposal[accepted]) ++accepted;
-  output.accepted.push_back(accepted);
-  output.proposed.push_back(draft_tokens);
-  output.tokens.insert(output.tokens.end(), proposal.begin(), proposal.begin() + accepted);
-  output.tokens.push_back(choice[accepted]);
-  return choice[accepted];
-}
-
-CachedTarget::CachedTarget(const FrozenModel& target, std::vector<int64_t> layers, int64_t capacity)
-    : target_(target), layers_(std::move(layers)), cache_(target.new_cache(1, capacity)) {}
+CachedTarget::CachedTarget(const FrozenModel& target, std::vector<int64_t> layers, int64_t capacity,
+                           AcceptanceRule& rule)
+    : target_(target),
+      layers_(std::move(layers)),
+      cache_(target.new_cache(1, capacity)),
+      rule_(rule) {}
 
 TargetPass CachedTarget::run(const std::vector<int64_t>& tokens) {
   const int64_t n = static_cast<int64_t>(tokens.size());
@@ -60,9 +50,7 @@ TargetPass CachedTarget::run(const std::vector<int64_t>& tokens) {
       decode_row(tokens, device), positions,
       at::ones({1, n}, at::TensorOptions(at::kBool).device(device)), cache_, layers_, &captured);
   TargetPass pass;
-  // Read on the host: verification compares them with the proposal token by token.
-  pass.choices = read_on_host(at::linear(hidden[0], target_.lm_head_weight()).argmax(-1),
-                              HostRead::DecodedTokens);
+  rule_.score(hidden[0], target_.lm_head_weight(), pass);
   if (!layers_.empty()) {
     std::vector<at::Tensor> parts;
     for (int64_t layer : layers_) parts.push_back(captured.at(layer));
@@ -77,7 +65,7 @@ int64_t CachedTarget::verify(int64_t bonus, const std::vector<int64_t>& proposal
   std::vector<int64_t> scored{bonus};
   scored.insert(scored.end(), proposal.begin(), proposal.end());
   verified = run(scored);
-  const int64_t next_bonus = accept_proposal(proposal, verified.choices, output);
+  const int64_t next_bonus = rule_.accept(proposal, verified, output);
   const int64_t kept = 1 + output.accepted.back();  // the bonus and the accepted tokens
   cache_.truncate(before + kept);
   if (verified.features.defined()) verified.features = verified.features.narrow(1, 0, kept);

@@ -19,12 +19,13 @@ SpeculativeOutput speculative_decode(const FrozenModel& target, DraftProposer& p
   check(!prompt.empty(), "[eval] empty prompt");
   at::NoGradGuard no_grad;
   const int64_t prompt_length = static_cast<int64_t>(prompt.size());
+  AcceptanceRule rule(options);
   CachedTarget cached(target, proposer.target_layers(),
-                      prompt_length + options.max_new_tokens + proposer.draft_tokens() + 1);
+                      prompt_length + options.max_new_tokens + proposer.draft_tokens() + 1, rule);
 
   SpeculativeOutput output;
   TargetPass pass = cached.run(prompt);
-  int64_t bonus = pass.choices[prompt_length - 1].item<int64_t>();  // not yet run by the target
+  int64_t bonus = rule.choose(pass, prompt_length - 1);  // not yet run by the target
   output.tokens.push_back(bonus);
   // The tokens the target has verified and the draft has not seen (their features in `pass`):
   // the prompt first, then each step's bonus and accepted tokens.

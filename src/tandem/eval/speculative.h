@@ -1,10 +1,11 @@
 #pragma once
 // Speculative decoding with a draft and its frozen target: the draft proposes k tokens, the
-// target scores them in one forward, the longest prefix that equals the target's greedy choices
-// is accepted, plus one bonus token from the target. τ (the acceptance length) is the mean number
-// of tokens each verifying target forward yields. Greedy verification means the output must
-// equal plain greedy decoding of the target; eval checks it token for token. The drafts'
-// proposers: eval/eagle3_decode.h, eval/dflash_decode.h.
+// target scores them in one forward, a prefix of them is accepted, plus one token from the target
+// (eval/acceptance_rule.h: greedily, the longest prefix equal to the target's greedy choices; at
+// a temperature, by the rejection rule). τ (the acceptance length) is the mean number of tokens
+// each verifying target forward yields. Greedy verification means the output must equal plain
+// greedy decoding of the target; eval checks it token for token. The drafts' proposers:
+// eval/eagle3_decode.h, eval/dflash_decode.h, eval/dspark_decode.h.
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <utility>
@@ -24,6 +25,11 @@ struct DecodeOptions {
   // Drafts with a confidence head (DSpark): a proposal stops before the first position whose
   // predicted acceptance is below this; 0 never stops early.
   double confidence_threshold = 0;
+  // Speculative decoders: 0 verifies greedily (the output is the target's greedy decoding); > 0
+  // samples at this temperature by the rejection rule of eval/acceptance_rule.h (the output is
+  // distributed as plain sampling from the target), drawing from a CPU generator seeded by `seed`.
+  double temperature = 0;
+  uint64_t seed = 0;
 
   /// These options with kv_cache false: the reference decoders.
   DecodeOptions without_cache() const {

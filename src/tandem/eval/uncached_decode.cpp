@@ -9,17 +9,17 @@ namespace tandem {
 
 namespace {
 
-// One target forward over all of `ids`: the choices after the last `count` of them, and the
-// features of `layers` at every position.
+// One target forward over all of `ids`: the rule's scores after the last `count` of them, and
+// the features of `layers` at every position.
 TargetPass run_target(const FrozenModel& target, const std::vector<int64_t>& ids, int64_t count,
-                      const std::vector<int64_t>& layers) {
+                      const std::vector<int64_t>& layers, const AcceptanceRule& rule) {
   const at::Tensor row = decode_row(ids, target.device());
   const int64_t length = row.size(1);
   const FrozenModel::Output out = target.forward(
       row, AttentionLayout::causal(1, length, target.device()), layers, /*with_logits=*/false);
   TargetPass pass;
   const at::Tensor last = out.final_hidden[0].narrow(0, length - count, count);  // (count, H)
-  pass.choices = at::linear(last, target.lm_head_weight()).argmax(-1).cpu();
+  rule.score(last, target.lm_head_weight(), pass);
   if (!layers.empty()) {
     std::vector<at::Tensor> parts;
     for (int64_t layer : layers) parts.push_back(out.hidden.at(layer));
@@ -31,13 +31,14 @@ TargetPass run_target(const FrozenModel& target, const std::vector<int64_t>& ids
 // Verification by one forward over ids + bonus + proposal (`pass` becomes that forward: the
 // features of every position); `ids` grows by the bonus and the accepted tokens.
 int64_t verify_proposal(const FrozenModel& target, const std::vector<int64_t>& proposal,
-                        const std::vector<int64_t>& layers, std::vector<int64_t>& ids,
-                        int64_t bonus, TargetPass& pass, SpeculativeOutput& output) {
+                        const std::vector<int64_t>& layers, AcceptanceRule& rule,
+                        std::vector<int64_t>& ids, int64_t bonus, TargetPass& pass,
+                        SpeculativeOutput& output) {
   std::vector<int64_t> candidate = ids;
   candidate.push_back(bonus);
   candidate.insert(candidate.end(), proposal.begin(), proposal.end());
-  pass = run_target(target, candidate, static_cast<int64_t>(proposal.size()) + 1, layers);
-  const int64_t next_bonus = accept_proposal(proposal, pass.choices, output);
+  pass = run_target(target, candidate, static_cast<int64_t>(proposal.size()) + 1, layers, rule);
+  const int64_t next_bonus = rule.accept(proposal, pass, output);
   ids.push_back(bonus);
   ids.insert(ids.end(), proposal.begin(), proposal.begin() + output.accepted.back());
   return next_bonus;
@@ -49,8 +50,9 @@ std::vector<int64_t> greedy_decode(const FrozenModel& target, const std::vector<
                                    const DecodeOptions& options) {
   check(!prompt.empty(), "[eval] empty prompt");
   std::vector<int64_t> ids = prompt, tokens;
+  const AcceptanceRule greedy{DecodeOptions{}};
   while (!decode_finished(tokens, options)) {
-    const int64_t next = run_target(target, ids, 1, {}).choices.item<int64_t>();
+    const int64_t next = run_target(target, ids, 1, {}, greedy).choices.item<int64_t>();
     ids.push_back(next);
     tokens.push_back(next);
   }
@@ -64,10 +66,11 @@ SpeculativeOutput speculative_decode_uncached(const FrozenModel& target, DraftPr
   at::NoGradGuard no_grad;
   const std::vector<int64_t>& layers = proposer.target_layers();
 
+  AcceptanceRule rule(options);
   SpeculativeOutput output;
   std::vector<int64_t> ids = prompt;  // tokens whose target features are known
-  TargetPass pass = run_target(target, ids, 1, layers);
-  int64_t bonus = pass.choices.item<int64_t>();  // the target's next token, not yet run by it
+  TargetPass pass = run_target(target, ids, 1, layers, rule);
+  int64_t bonus = rule.choose(pass, 0);  // the target's next token, not yet run by it
   output.tokens.push_back(bonus);
   while (!decode_finished(output.tokens, options)) {
     const int64_t n = static_cast<int64_t>(ids.size());
@@ -76,7 +79,7 @@ SpeculativeOutput speculative_decode_uncached(const FrozenModel& target, DraftPr
     proposer.extend(ids, pass.features.defined() ? pass.features.narrow(1, 0, n) : at::Tensor(),
                     bonus);
     const std::vector<int64_t> proposal = proposer.propose(bonus);
-    bonus = verify_proposal(target, proposal, layers, ids, bonus, pass, output);
+    bonus = verify_proposal(target, proposal, layers, rule, ids, bonus, pass, output);
   }
   return output;
 }
