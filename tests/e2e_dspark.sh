@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # End to end through the binary, on the tiny fixture target: DSpark online training with the
-# speculators export at every checkpoint, `tandem export` of an older step, both exports loaded
-# by speculators 0.9.0's own DSpark classes and compared with an independent forward
-# (tools/check_dspark_export.sh), `tandem capture` + offline training (same first-step loss as
-# online), `tandem eval` with and without KV caches and with the confidence stop (output =
-# greedy; the same accepted tokens prompt by prompt), and sharded over 2 ranks against one
-# process.
+# speculators and SGLang exports at every checkpoint, `tandem export` of an older step, both
+# speculators exports loaded by speculators 0.9.0's own DSpark classes and compared with an
+# independent forward (tools/check_dspark_export.sh), both SGLang exports through SGLang 0.5.16's
+# DSpark config parser and head builders (tools/check_dspark_sglang_export.sh), `tandem capture`
+# + offline training (same first-step loss as online), `tandem eval` with and without KV caches
+# and with the confidence stop (output = greedy; the same accepted tokens prompt by prompt), and
+# sharded over 2 ranks against one process.
 # Usage: tests/e2e_dspark.sh BUILD_DIR   (run by ctest)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -34,6 +35,7 @@ YAML
 echo "== online training"
 "$tandem" train "$work/dspark.yaml"
 test -f "$work/dspark-online/export/speculators/model.safetensors"
+test -f "$work/dspark-online/export/sglang/model.safetensors"
 python3 - "$work/dspark-online/metrics.jsonl" <<'PY'
 import json, sys
 rows = [json.loads(line) for line in open(sys.argv[1])]
@@ -58,6 +60,8 @@ for step in 2 4; do
   cmp "$work/check-$step/speculators/model.safetensors" \
     "$([ "$step" = 2 ] && echo "$work/step2" || echo "$work/dspark-online/export")/speculators/model.safetensors"
   tools/check_dspark_export.sh --speculators "$work/check-$step/speculators" --target "$target"
+  tools/check_dspark_sglang_export.sh --sglang "$work/check-$step/sglang" --target "$target" \
+    --speculators "$work/check-$step/speculators"
 done
 
 echo "== capture + offline training"

@@ -11,6 +11,7 @@
 #include "tandem/eval/dspark_decode.h"
 #include "tandem/io/export_dir.h"
 #include "tandem/io/hf_checkpoint.h"
+#include "tandem/objectives/dflash_export.h"
 
 namespace tandem {
 
@@ -59,6 +60,28 @@ nlohmann::json dspark_speculators_config(const DSparkDraftImpl& draft, c10::Scal
   return json;
 }
 
+nlohmann::json dspark_sglang_config(const DSparkDraftImpl& draft, c10::ScalarType dtype,
+                                    const DSparkExportInfo& info) {
+  const DFlashConfig& config = draft.config();
+  DFlashExportInfo dflash;
+  dflash.num_target_layers = info.num_target_layers;
+  // The Qwen3 layer config, block_size, num_target_layers and target_hidden_size as DFlash's
+  // z-lab export writes them; DeepSpec keeps the rest at the top level, not in dflash_config.
+  nlohmann::json json = dflash_export_config(config, dtype, dflash);
+  json.erase("dflash_config");
+  json["architectures"] = {"Qwen3DSparkModel"};
+  json["target_layer_ids"] = config.target_layer_ids;  // outputs of decoder layers, 0-based
+  json["mask_token_id"] = config.mask_token_id;
+  json["markov_rank"] = draft.heads().markov_rank;
+  json["markov_head_type"] = "vanilla";
+  json["enable_confidence_head"] = draft.heads().confidence_head;
+  json["confidence_head_with_markov"] = true;
+  json["sample_from_anchor"] = true;  // [anchor, MASK x (block_size - 1)]: every slot predicts
+  json["layer_types"] = std::vector<std::string>(
+      static_cast<size_t>(config.layer.num_hidden_layers), "full_attention");
+  return json;
+}
+
 void write_dspark_export(const DSparkDraftImpl& draft, const std::string& dir,
                          const DSparkExportInfo& info) {
   const DFlashConfig& config = draft.config();
@@ -71,6 +94,7 @@ void write_dspark_export(const DSparkDraftImpl& draft, const std::string& dir,
   for (const auto& parameter : draft.named_parameters())
     weights.emplace_back(parameter.key(), parameter.value().detach());
   write_export_dir(dir + "/speculators", dspark_speculators_config(draft, dtype, info), weights);
+  write_export_dir(dir + "/sglang", dspark_sglang_config(draft, dtype, info), weights);
 }
 
 std::shared_ptr<DSparkDraftImpl> load_dspark_export(const std::string& dir, c10::ScalarType dtype) {

@@ -1,6 +1,7 @@
 #pragma once
 // DSpark draft checkpoints for serving (docs/dspark.md), in vLLM speculators' `dspark` format
-// (speculators 0.9.0 DSparkDraftModel), and reading them back:
+// (speculators 0.9.0 DSparkDraftModel) and in DeepSpec's layout for SGLang, and reading the
+// speculators one back:
 //
 //   <dir>/speculators/config.json        speculators_model_type "dspark", transformer_layer_config
 //                                        (the draft's Qwen3 layers, the target's RoPE),
@@ -14,9 +15,19 @@
 //                                        confidence_head.proj.*: unprefixed; never the target's
 //                                        embed_tokens or lm_head (speculators loads them from the
 //                                        verifier)
+//   <dir>/sglang/config.json             DeepSpec's Qwen3DSparkModel layout, which SGLang
+//                                        (--speculative-algorithm DSPARK) and vLLM read: the
+//                                        draft's Qwen3 layer config at the top level plus
+//                                        block_size, num_target_layers, target_layer_ids (tandem's
+//                                        own: the OUTPUT of layer i), mask_token_id, markov_rank,
+//                                        markov_head_type, enable_confidence_head,
+//                                        confidence_head_with_markov, sample_from_anchor,
+//                                        layer_types
+//   <dir>/sglang/model.safetensors       the same tensors as speculators/ (SGLang skips
+//                                        embed_tokens and lm_head and takes the target's)
 // Layer ids: speculators' aux_hidden_state_layer_ids index transformers' hidden_states (the
 // INPUT of layer j), so each is tandem's target_layer_ids entry (the OUTPUT of layer i) + 1.
-// The directory is replaced whole.
+// Each directory is replaced whole.
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -36,8 +47,13 @@ struct DSparkExportInfo {
 nlohmann::json dspark_speculators_config(const DSparkDraftImpl& draft, c10::ScalarType dtype,
                                          const DSparkExportInfo& info);
 
-/// Writes `dir`/speculators (replaced whole: written next to it, then renamed). The mask token
-/// must be one of the target's (speculators embeds it with the target's embedding).
+/// config.json of the SGLang format (DeepSpec's Qwen3DSparkModel).
+nlohmann::json dspark_sglang_config(const DSparkDraftImpl& draft, c10::ScalarType dtype,
+                                    const DSparkExportInfo& info);
+
+/// Writes `dir`/speculators and `dir`/sglang (each replaced whole: written next to it, then
+/// renamed). The mask token must be one of the target's (both embed it with the target's
+/// embedding).
 void write_dspark_export(const DSparkDraftImpl& draft, const std::string& dir,
                          const DSparkExportInfo& info);
 
