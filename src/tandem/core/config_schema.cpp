@@ -8,6 +8,7 @@
 #include "tandem/data/jsonl.h"
 #include "tandem/data/packing.h"
 #include "tandem/models/attention_options.h"
+#include "tandem/models/dspark.h"
 #include "tandem/objectives/dflash.h"
 #include "tandem/objectives/distill_loss.h"
 #include "tandem/objectives/policy_loss.h"
@@ -384,6 +385,13 @@ const IntKey markov_rank{group, "markov_rank", 256, IntRange::between(1, 1 << 16
                          "rank r of the Markov head's previous-token bias"};
 const BoolKey confidence_head{group, "confidence_head", true,
                               "train the head that predicts each slot's acceptance"};
+const EnumKey<DSparkHeadInit> head_init{
+    group,
+    "head_init",
+    DSparkHeadInit::FanIn,
+    {{"fan_in", DSparkHeadInit::FanIn}, {"normal", DSparkHeadInit::Normal}},
+    "how the heads start: fan_in (markov_w1 N(0, 0.01), the rest U(±1/√fan_in), as speculators "
+    "does) | normal (N(0, draft.init_std), as DeepSpec's reference)"};
 }  // namespace dspark_draft
 
 namespace dspark_loss {

@@ -25,6 +25,7 @@ enum class UnknownRoles;     // data/datasets.h
 enum class Divergence;       // objectives/distill_loss.h
 enum class DpoLossType;      // objectives/policy_loss.h
 enum class DFlashTeacher;    // objectives/dflash.h
+enum class DSparkHeadInit;   // models/dspark.h
 
 using DtypeKey = EnumKey<c10::ScalarType>;
 
@@ -197,6 +198,7 @@ namespace dspark_draft {
 extern KeyGroup group;
 extern const IntKey markov_rank;
 extern const BoolKey confidence_head;
+extern const EnumKey<DSparkHeadInit> head_init;
 }  // namespace dspark_draft
 
 namespace dspark_loss {

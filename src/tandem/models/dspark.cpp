@@ -1,6 +1,9 @@
 #include "tandem/models/dspark.h"
 
 #include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <cmath>
 
 #include "tandem/core/error.h"
 
@@ -26,6 +29,31 @@ DSparkDraftImpl::DSparkDraftImpl(const DFlashConfig& config, const DSparkHeads& 
   if (heads.confidence_head)
     confidence_head = register_module(
         "confidence_head", ConfidenceHead(config.layer.hidden_size + heads.markov_rank, options));
+}
+
+void init_dspark_heads(DSparkDraftImpl& draft, uint64_t seed) {
+  if (draft.heads().init != DSparkHeadInit::FanIn) return;
+  at::NoGradGuard no_grad;
+  at::Generator generator = at::detail::createCPUGenerator(seed);
+  auto draw = [&](at::Tensor& value, bool uniform, double scale) {
+    at::Tensor sample = at::empty(value.sizes(), at::kFloat);
+    if (uniform)
+      sample.uniform_(-scale, scale, generator);
+    else
+      sample.normal_(0.0, scale, generator);
+    value.copy_(sample);
+  };
+  if (draft.markov_head) {
+    draw(draft.markov_head->markov_w1->weight, /*uniform=*/false, 0.01);
+    draw(draft.markov_head->markov_w2->weight, /*uniform=*/true,
+         1.0 / std::sqrt(static_cast<double>(draft.heads().markov_rank)));
+  }
+  if (draft.confidence_head) {
+    Linear& proj = draft.confidence_head->proj;
+    const double bound = 1.0 / std::sqrt(static_cast<double>(proj->weight.size(1)));
+    draw(proj->weight, /*uniform=*/true, bound);
+    draw(proj->bias, /*uniform=*/true, bound);
+  }
 }
 
 at::Tensor DSparkDraftImpl::markov_code(const at::Tensor& prev_ids) const {

@@ -20,9 +20,20 @@
 
 namespace tandem {
 
+/// How the two heads start (the backbone starts N(0, draft.init_std) either way).
+enum class DSparkHeadInit {
+  // markov_w1 ~ N(0, 0.01); markov_w2 and the confidence proj (weight and bias) ~ U(±1/√fan_in):
+  // torch's Linear default, as speculators 0.9.0 starts them.
+  FanIn,
+  // N(0, draft.init_std) and a zero bias, like the backbone: what transformers' post_init gives
+  // DeepSpec's reference heads.
+  Normal,
+};
+
 struct DSparkHeads {
   int64_t markov_rank = 256;  // r; 0: no Markov head
   bool confidence_head = true;
+  DSparkHeadInit init = DSparkHeadInit::FanIn;
 };
 
 /// markov_w1: the previous token's rank-r code; markov_w2: its bias on every logit.
@@ -61,5 +72,9 @@ class DSparkDraftImpl : public DFlashDraftImpl {
  private:
   DSparkHeads heads_;
 };
+
+/// Draws the heads for heads().init == FanIn from `seed` (on the host, then copied, so a seed
+/// gives the same heads on any device); Normal leaves them as init_normal_ drew them.
+void init_dspark_heads(DSparkDraftImpl& draft, uint64_t seed);
 
 }  // namespace tandem

@@ -28,6 +28,7 @@ DSparkOptions dspark_options(const Config& config, const RunContext& run) {
   options.target_name = keys::verifier::name.read(config);
   options.heads.markov_rank = keys::dspark_draft::markov_rank.read(config);
   options.heads.confidence_head = keys::dspark_draft::confidence_head.read(config);
+  options.heads.init = keys::dspark_draft::head_init.read(config);
   options.loss_weights.cross_entropy = keys::dspark_loss::ce_weight.read(config);
   options.loss_weights.l1 = keys::dspark_loss::l1_weight.read(config);
   options.confidence_weight = keys::dspark_loss::confidence_weight.read(config);
@@ -59,6 +60,8 @@ DSparkObjective::DSparkObjective(const DSparkOptions& options)
       "the mask token must be one of the target's tokens (speculators and vLLM embed it with the "
       "target's embedding), and the tokenizer has none to spare: set draft.mask_token_id to a "
       "reserved token the target never emits");
+  // The heads draw from their own stream, so that head_init leaves the backbone as it is.
+  init_dspark_heads(*dspark_, options.seed + 12345);
   verifier_ = verifier_of(options.target_path, options.target_name);
 }
 
