@@ -13,6 +13,7 @@
 #include "tandem/eval/uncached_decode.h"
 #include "tandem/io/hf_checkpoint.h"
 #include "tandem/models/frozen.h"
+#include "tandem/objectives/dspark.h"
 #include "test_util.h"
 
 namespace tandem::testing {
@@ -68,6 +69,19 @@ inline PackedBatch greedy_continuations(const FrozenModel& target,
   packing.seq_len = seq_len;
   packing.mode = PackingMode::Padded;
   return pack_documents(documents, packing);
+}
+
+/// A small DSpark draft (2 layers, block 4, Markov rank 8) for the llama3 fixture at `target`.
+inline DSparkOptions tiny_dspark_options(const std::string& target) {
+  DSparkOptions options;
+  options.target_path = target;
+  options.dims = {2, 96, 4, 2, 16};
+  options.target_layer_ids = {0, 2};
+  options.block_size = 4;
+  options.mask_token_id = 511;
+  options.rope_theta = 10000.0;
+  options.heads.markov_rank = 8;
+  return options;
 }
 
 }  // namespace tandem::testing

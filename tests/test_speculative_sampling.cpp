@@ -217,15 +217,7 @@ TEST(SpeculativeSampling, DecodedSequencesAreDistributedAsPlainSamplingFromTheTa
 TEST(SpeculativeSampling, CachedDrawsEqualTheUncachedReference) {
   const std::string fixture = tandem::testing::model_fixture("llama3");
   const auto target = tandem::testing::load_cpu_target(fixture);
-  tandem::DSparkOptions options;
-  options.target_path = fixture;
-  options.dims = {2, 96, 4, 2, 16};
-  options.target_layer_ids = {0, 2};
-  options.block_size = 4;
-  options.mask_token_id = 511;
-  options.rope_theta = 10000.0;
-  options.heads.markov_rank = 8;
-  tandem::DSparkObjective objective(options);
+  tandem::DSparkObjective objective(tandem::testing::tiny_dspark_options(fixture));
   at::NoGradGuard no_grad;
   tandem::DecodeOptions decode;
   decode.max_new_tokens = 16;
@@ -250,15 +242,7 @@ TEST(SpeculativeSampling, CachedDrawsEqualTheUncachedReference) {
 // the same seed, another from another seed; no greedy check, and a strict one is refused.
 TEST(SpeculativeSampling, EvalReportsTauAtATemperature) {
   const std::string fixture = tandem::testing::model_fixture("llama3");
-  tandem::DSparkOptions options;
-  options.target_path = fixture;
-  options.dims = {2, 96, 4, 2, 16};
-  options.target_layer_ids = {0, 2};
-  options.block_size = 4;
-  options.mask_token_id = 511;
-  options.rope_theta = 10000.0;
-  options.heads.markov_rank = 8;
-  tandem::DSparkObjective objective(options);
+  tandem::DSparkObjective objective(tandem::testing::tiny_dspark_options(fixture));
   ScratchDir scratch;
   objective.export_model(scratch / "export");
   {

@@ -11,6 +11,7 @@
 #include <fstream>
 #include <iomanip>
 #include <iostream>
+#include <map>
 
 #include "tandem/cli/commands.h"
 #include "tandem/core/dtype.h"
@@ -18,6 +19,7 @@
 #include "tandem/data/token_cache.h"
 #include "tandem/eval/generation.h"
 #include "tandem/eval/greedy_check.h"
+#include "tandem/eval/prompt_categories.h"
 #include "tandem/eval/speculative.h"
 #include "tandem/eval/uncached_decode.h"
 #include "tandem/models/frozen.h"
@@ -40,7 +42,7 @@ uint64_t sampling_seed(uint64_t seed, int64_t document) {
 struct EvalOptions {
   std::string target, draft, data, format = "conversations", tokenizer, chat_template = "auto";
   std::string template_kwargs;
-  std::string dtype = "fp32", out, cache_dir, device = "auto";
+  std::string dtype = "fp32", out, cache_dir, device = "auto", category_field = "category";
   int64_t num_prompts = 0, prompt_tokens = 32, max_new_tokens = 64, draft_tokens = 0;
   double confidence_threshold = 0, temperature = 0;
   uint64_t seed = 0;
@@ -85,6 +87,9 @@ Runner add_eval_command(CLI::App& root) {
                       "as the target's own sampling at T; timed against plain sampling)");
   command->add_option("--seed", o->seed,
                       "with --temperature: the seed of the draws (prompt i uses its own stream)");
+  command->add_option("--category-field", o->category_field,
+                      "τ per category when the records of --data (one file) name one in this "
+                      "string field (default \"category\")");
   command->add_option("--dtype", o->dtype, "compute dtype of target and draft (default fp32)");
   add_device_option(*command, o->device);
   command->add_option("--cache-dir", o->cache_dir, "token cache directory");
@@ -146,6 +151,12 @@ Runner add_eval_command(CLI::App& root) {
     const TokenizedDataset dataset =
         TokenizedDataset::open(o->data, format, dataset_options, cache);
 
+    // Each prompt's category, from its record (one data file only: a glob or mixture has none).
+    const std::map<std::string, std::string> categories =
+        std::filesystem::is_regular_file(o->data) ? record_categories(o->data, o->category_field)
+                                                  : std::map<std::string, std::string>{};
+    std::map<std::string, AcceptanceStats> by_category;
+
     DecodeOptions decode;
     decode.max_new_tokens = o->max_new_tokens;
     decode.stop_ids = target.config().eos_token_ids;
@@ -168,6 +179,9 @@ Runner add_eval_command(CLI::App& root) {
       speculative_seconds +=
           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       stats.add(output);
+      const std::string category = category_of(categories, dataset.document(i).source);
+      if (!category.empty())
+        by_category.try_emplace(category, draft_tokens).first->second.add(output);
       generated += static_cast<int64_t>(output.tokens.size());
       prompts += 1;
       per_prompt.push_back({{"document", i},
@@ -175,6 +189,7 @@ Runner add_eval_command(CLI::App& root) {
                             {"new_tokens", output.tokens.size()},
                             {"accepted", output.accepted},
                             {"tokens", output.tokens}});
+      if (!category.empty()) per_prompt.back()["category"] = category;
       if (sampled && o->greedy_check) {
         // Plain sampling from the target alone at the same temperature (batch 1, KV cache): the
         // baseline of the speedup. Its tokens differ from the speculative ones (other draws).
@@ -239,6 +254,15 @@ Runner add_eval_command(CLI::App& root) {
       report["greedy_tokens_per_s"] = generated / std::max(baseline_seconds, 1e-9);
       report["speedup"] = baseline_seconds / std::max(speculative_seconds, 1e-9);
     }
+    if (!by_category.empty()) {
+      nlohmann::json per_category = nlohmann::json::object();
+      for (const auto& [category, category_stats] : by_category) {
+        per_category[category] = category_stats.to_json();
+        per_category[category]["prompts"] = category_stats.prompts();
+      }
+      report["per_category"] = per_category;
+      report["category_field"] = o->category_field;
+    }
     report["per_prompt"] = per_prompt;
     std::cout << std::fixed << std::setprecision(3) << "[eval] " << prompts << " prompts, "
               << generated << " tokens, " << draft->type() << " draft, k = " << draft_tokens
@@ -251,6 +275,19 @@ Runner add_eval_command(CLI::App& root) {
               << "(conditional):";
     for (double rate : stats.conditional_acceptance()) std::cout << " " << rate;
     std::cout << "\n";
+    for (const auto& [category, category_stats] : by_category) {
+      const auto [low, high] = category_stats.tau_interval();
+      std::cout << "[eval] " << o->category_field << " " << category
+                << ": tau = " << category_stats.tau() << " (95% interval " << low << " to " << high
+                << ", " << category_stats.prompts() << " prompts)\n";
+    }
+    if (!by_category.empty() && !categories.empty()) {
+      int64_t named = 0;
+      for (const auto& entry : by_category) named += entry.second.prompts();
+      if (named < prompts)
+        std::cout << "[eval] " << prompts - named << " prompts name no " << o->category_field
+                  << "\n";
+    }
     std::cout << std::setprecision(1) << "[eval] speculative: " << speculative_seconds << " s, "
               << generated / std::max(speculative_seconds, 1e-9) << " tokens/s (batch 1, "
               << (decode.kv_cache ? "KV cache" : "no KV cache") << ")\n";

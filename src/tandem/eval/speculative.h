@@ -73,6 +73,8 @@ class AcceptanceStats {
   /// Per draft position j = 1..k: P(tokens 1..j all accepted).
   std::vector<double> cumulative_acceptance() const;
   int64_t steps() const { return steps_; }
+  /// Prompts added (one per add()).
+  int64_t prompts() const { return static_cast<int64_t>(per_prompt_.size()); }
   /// Mean draft tokens proposed per verifying forward (k unless proposals stop early).
   double drafted_per_step() const;
   nlohmann::json to_json() const;
