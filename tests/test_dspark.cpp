@@ -7,6 +7,7 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -250,6 +251,38 @@ TEST(DSparkLoss, ABf16MarkovHeadBesideAnFp32LmHead) {
 
 // DeepSpec's candidates: loss-masked a with a + 1 in the document and loss-masked; no document
 // is skipped for being short.
+// draft.head_init: fan_in draws the heads at speculators' scales from a stream of their own (the
+// backbone is the same as with normal); normal leaves them N(0, init_std) with a zero bias.
+TEST(DSparkHeads, InitialisationFanInOrNormal) {
+  tandem::DSparkOptions options = fixture_options();
+  options.heads.markov_rank = 64;
+  options.init_std = 0.02;
+  options.heads.init = tandem::DSparkHeadInit::FanIn;
+  tandem::DSparkObjective fan_in(options);
+  options.heads.init = tandem::DSparkHeadInit::Normal;
+  tandem::DSparkObjective normal(options);
+  std::map<std::string, at::Tensor> a, b;
+  for (const auto& p : fan_in.draft()->named_parameters()) a[p.key()] = p.value();
+  for (const auto& p : normal.draft()->named_parameters()) b[p.key()] = p.value();
+  for (const auto& [name, value] : a)
+    if (name.rfind("markov_head.", 0) != 0 && name.rfind("confidence_head.", 0) != 0)
+      EXPECT_TRUE(at::equal(value, b.at(name))) << name << ": the backbone must not change";
+  const double bound_w2 = 1.0 / 8.0;  // 1/sqrt(64)
+  const at::Tensor& w1 = a.at("markov_head.markov_w1.weight");
+  const at::Tensor& w2 = a.at("markov_head.markov_w2.weight");
+  EXPECT_NEAR(w1.std().item<double>(), 0.01, 0.0005);
+  EXPECT_LE(w2.abs().max().item<double>(), bound_w2);
+  EXPECT_NEAR(w2.std().item<double>(), bound_w2 / std::sqrt(3.0), 0.002);  // U(-b, b)
+  const at::Tensor& proj = a.at("confidence_head.proj.weight");
+  const double bound_proj = 1.0 / std::sqrt(static_cast<double>(proj.size(1)));  // H + r
+  EXPECT_LE(proj.abs().max().item<double>(), bound_proj);
+  EXPECT_LE(a.at("confidence_head.proj.bias").abs().item<double>(), bound_proj);
+  EXPECT_NE(a.at("confidence_head.proj.bias").item<double>(), 0.0);
+  EXPECT_NEAR(b.at("markov_head.markov_w1.weight").std().item<double>(), 0.02, 0.001);
+  EXPECT_NEAR(b.at("markov_head.markov_w2.weight").std().item<double>(), 0.02, 0.001);
+  EXPECT_EQ(b.at("confidence_head.proj.bias").item<double>(), 0.0);
+}
+
 TEST(DSparkAnchors, CandidatesAreTrainedPositionsFollowedByATrainedToken) {
   const tandem::PackedBatch batch = fixture_batch();
   tandem::DSparkObjective objective(fixture_options());

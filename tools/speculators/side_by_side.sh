@@ -81,10 +81,14 @@ common() {  # CONFIG SEED
     --scheduler-warmup-ratio 0.05 --scheduler-num-cosine-cycles 0.44 --no-resume-from-checkpoint
 }
 
-evaluate() {  # DRAFT_DIR OUT_JSON
-  "$tandem" eval --target "$target" --draft "$1" --data data/demo/chat_heldout.jsonl \
-    --tokenizer data/demo/tokenizer --max-new-tokens 64 --draft-tokens 7 --out "$2" > "$2.log" 2>&1 ||
+evaluate() {  # DRAFT_DIR OUT_JSON: greedy, then at temperature 1 into OUT_JSON minus .json + .t1.json
+  local args=(--target "$target" --draft "$1" --data data/demo/chat_heldout.jsonl
+    --tokenizer data/demo/tokenizer --max-new-tokens 64 --draft-tokens 7)
+  "$tandem" eval "${args[@]}" --out "$2" > "$2.log" 2>&1 ||
     { echo "$0: tandem eval of $1 failed, see $2.log" >&2; exit 1; }
+  "$tandem" eval "${args[@]}" --temperature 1 --seed 0 --no-greedy-check --out "${2%.json}.t1.json" \
+    > "${2%.json}.t1.json.log" 2>&1 ||
+    { echo "$0: tandem eval at T = 1 of $1 failed, see ${2%.json}.t1.json.log" >&2; exit 1; }
 }
 
 speculators_train() {  # RUN_DIR ARGS...
@@ -187,9 +191,15 @@ if what in ("eagle3", "all"):
     rows += [("EAGLE-3", "tandem (configs/demo-eagle3.yaml, lm_head trained)", "runs/tau-seeds/demo-eagle3-seed{}/eval.json", eagle3_seeds),
              ("EAGLE-3", "tandem, lm_head frozen", work + "/tandem-eagle3-frozen-head-seed{}.eval.json", eagle3_seeds),
              ("EAGLE-3", "speculators (lm_head frozen)", work + "/speculators-eagle3-seed{}.eval.json", eagle3_seeds)]
-print("| draft | trainer | tau per seed (95% interval) | mean ± sd |\n|---|---|---|---|")
+def summary(taus):
+    return (f"{statistics.mean(taus):.2f} ± {statistics.stdev(taus):.2f}" if len(taus) > 1
+            else f"{taus[0]:.2f}" if taus else "n/a")
+# tau_seeds.sh writes eval-t1.json beside eval.json; evaluate() above writes NAME.t1.json
+def t1_path(path):
+    return path.replace("/eval.json", "/eval-t1.json") if path.endswith("/eval.json") else path[:-5] + ".t1.json"
+print("| draft | trainer | tau per seed (95% interval) | mean ± sd | at T = 1: mean ± sd |\n|---|---|---|---|---|")
 for draft, trainer, pattern, row_seeds in rows:
-    taus, cells = [], []
+    taus, taus_t1, cells = [], [], []
     for seed in row_seeds:
         path = pattern.format(seed)
         if not os.path.exists(path):
@@ -198,7 +208,7 @@ for draft, trainer, pattern, row_seeds in rows:
         r = json.load(open(path))
         taus.append(r["tau"])
         cells.append(f"{r['tau']:.2f} ({r['tau_ci95'][0]:.2f}–{r['tau_ci95'][1]:.2f})")
-    summary = (f"{statistics.mean(taus):.2f} ± {statistics.stdev(taus):.2f}" if len(taus) > 1
-               else f"{taus[0]:.2f}" if taus else "n/a")
-    print(f"| {draft} | {trainer} | {'; '.join(cells)} | {summary} |")
+        if os.path.exists(t1_path(path)):
+            taus_t1.append(json.load(open(t1_path(path)))["tau"])
+    print(f"| {draft} | {trainer} | {'; '.join(cells)} | {summary(taus)} | {summary(taus_t1)} |")
 PY

@@ -37,7 +37,7 @@
 namespace tandem {
 
 struct DSparkOptions : BlockDraftOptions {
-  DSparkHeads heads;  // draft.markov_rank, draft.confidence_head, draft.head_init
+  DSparkHeads heads;               // draft.markov_rank, draft.confidence_head, draft.head_init
   DSparkLossWeights loss_weights;  // loss.ce_weight, loss.l1_weight
   double confidence_weight = 1.0;  // loss.confidence_weight
   std::string target_name;         // target.name: the verifier in the export
