@@ -26,14 +26,8 @@ using tandem::testing::random_prompts;
 using tandem::testing::ScratchDir;
 
 tandem::DSparkOptions draft_options(const std::string& target, int64_t block_size) {
-  tandem::DSparkOptions options;
-  options.target_path = target;
-  options.dims = {2, 96, 4, 2, 16};
-  options.target_layer_ids = {0, 2};
+  tandem::DSparkOptions options = tandem::testing::tiny_dspark_options(target);
   options.block_size = block_size;
-  options.mask_token_id = 511;
-  options.rope_theta = 10000.0;
-  options.heads.markov_rank = 8;
   options.seed = 5;
   return options;
 }

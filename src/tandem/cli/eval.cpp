@@ -16,6 +16,7 @@
 #include "tandem/cli/commands.h"
 #include "tandem/core/dtype.h"
 #include "tandem/core/error.h"
+#include "tandem/data/sampler.h"
 #include "tandem/data/token_cache.h"
 #include "tandem/eval/generation.h"
 #include "tandem/eval/greedy_check.h"
@@ -30,13 +31,10 @@ namespace tandem::cli {
 
 namespace {
 
-// Prompt `document`'s seed: a splitmix64 step of (seed, document), so that prompts and seeds give
-// unrelated streams.
+// Prompt `document`'s seed: splitmix64 at the document's step of the sequence from `seed`, so that
+// prompts and seeds give unrelated streams.
 uint64_t sampling_seed(uint64_t seed, int64_t document) {
-  uint64_t z = seed + 0x9E3779B97F4A7C15ULL * (static_cast<uint64_t>(document) + 1);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-  return z ^ (z >> 31);
+  return splitmix64(seed + 0x9E3779B97F4A7C15ULL * static_cast<uint64_t>(document));
 }
 
 struct EvalOptions {

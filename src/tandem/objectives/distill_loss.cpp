@@ -246,13 +246,8 @@ class FusedDistillation : public torch::autograd::Function<FusedDistillation> {
 
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grad_outputs) {
-    const auto saved = ctx->get_saved_variables();
-    const at::Tensor& grad_total = grad_outputs[0];  // 0-dim
-    auto scaled = [&](const at::Tensor& grad) {
-      return grad.defined() ? grad * grad_total : at::Tensor();
-    };
-    return {scaled(saved[0]), scaled(saved[1]), at::Tensor(), at::Tensor(), at::Tensor(),
-            at::Tensor(),     at::Tensor(),     at::Tensor(), at::Tensor()};
+    // One entry per forward argument: hidden and the student head, then seven without.
+    return scaled_saved_gradients(ctx->get_saved_variables(), grad_outputs[0], 9);
   }
 };
 

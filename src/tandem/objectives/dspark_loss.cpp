@@ -138,15 +138,8 @@ class FusedDSparkLoss : public torch::autograd::Function<FusedDSparkLoss> {
 
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grad_outputs) {
-    const auto saved = ctx->get_saved_variables();
-    const at::Tensor& grad_total = grad_outputs[0];  // 0-dim
-    auto scaled = [&](const at::Tensor& grad) {
-      return grad.defined() ? grad * grad_total : at::Tensor();
-    };
     // One entry per forward argument: the three differentiable tensors, then ten without.
-    torch::autograd::variable_list grads(13);
-    for (size_t i = 0; i < 3; ++i) grads[i] = scaled(saved[i]);
-    return grads;
+    return scaled_saved_gradients(ctx->get_saved_variables(), grad_outputs[0], 13);
   }
 };
 

@@ -1,8 +1,22 @@
 #pragma once
-// Small pieces every loss through an LM head shares (fused_vocab_loss, distill_loss).
+// Small pieces every loss through an LM head shares (fused_vocab_loss, distill_loss, dspark_loss).
 #include <ATen/ATen.h>
 
+#include <vector>
+
 namespace tandem {
+
+/// backward() of a loss whose forward saved the gradients of its first saved.size() arguments
+/// (formed in closed form in the same pass): each times `grad_total` (the upstream 0-dim
+/// gradient), then undefined ones up to `arguments`, the forward's argument count.
+inline std::vector<at::Tensor> scaled_saved_gradients(const std::vector<at::Tensor>& saved,
+                                                      const at::Tensor& grad_total,
+                                                      size_t arguments) {
+  std::vector<at::Tensor> grads(arguments);
+  for (size_t i = 0; i < saved.size(); ++i)
+    if (saved[i].defined()) grads[i] = saved[i] * grad_total;
+  return grads;
+}
 
 /// Softmax and sums run in fp32 (fp64 for fp64 inputs, which the gradient checks use).
 inline at::ScalarType reduction_dtype(const at::Tensor& hidden) {
