@@ -9,13 +9,9 @@
 # (nothing `import speculators` alone pulls in, so the shared install lacks it).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-py="$root/.venv-tools/bin/python"
-if [ ! -x "$py" ]; then
-  echo "check_dspark_export.sh: $py is missing; run scripts/setup.sh --tools" >&2
-  exit 2
-fi
 # shellcheck source=speculators_env.sh
 source "$root/tools/speculators_env.sh"
+tools_python check_dspark_export
 case " $* " in
   *" -h "* | *" --help "*) ;;
   *) speculators_env check_dspark_export loguru==0.7.3 ;;

@@ -10,14 +10,10 @@
 # downloaded.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-py="$root/.venv-tools/bin/python"
-if [ ! -x "$py" ]; then
-  echo "check_eagle3_export.sh: $py is missing; run scripts/setup.sh --tools" >&2
-  exit 2
-fi
 
 # shellcheck source=speculators_env.sh
 source "$root/tools/speculators_env.sh"
+tools_python check_eagle3_export
 
 need_lib=0
 for arg in "$@"; do
