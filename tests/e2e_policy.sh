@@ -19,16 +19,8 @@ cd "$root"
 export OMP_NUM_THREADS=1 TANDEM_THREADS=1
 source "$root/tests/dist_helpers.sh"  # one_vs_sharded
 
-# A fresh 2-layer Llama with the demo tokenizer's vocabulary.
-cp tests/fixtures/models/tiny-chat-model.json "$work/model.json"
-head -n 40 data/demo/chat.jsonl > "$work/chat.jsonl"
-echo "== base model (SFT, 3 steps)"
-"$tandem" train /dev/stdin <<YAML
-model: {config: $work/model.json, dtype: fp32}
-data: {path: $work/chat.jsonl, format: conversations, tokenizer: data/demo/tokenizer,
-       seq_len: 256, micro_batch_rows: 2, cache_dir: $work/cache}
-training: {objective: sft, run_dir: $work/base, steps: 3, lr: 3.0e-3, log_every: 1}
-YAML
+source "$root/tests/chat_helpers.sh"
+tiny_chat_model "$work"
 test -f "$work/base/export/config.json"
 # The export as transformers reads it: its config, its generation config (the sampling defaults
 # and stop ids vLLM takes from it), its tokenizer.
@@ -43,16 +35,7 @@ print(f"  transformers reads the export: {config.model_type}, eos {generation.eo
 PY
 
 # Preference pairs: the true continuation of a passage is chosen over another passage's.
-python3 - "$work/chat.jsonl" "$work/pairs.jsonl" <<'PY'
-import json, sys
-rows = [json.loads(line) for line in open(sys.argv[1])][:12]
-with open(sys.argv[2], "w") as out:
-    for i, row in enumerate(rows):
-        turns = row["conversations"]
-        other = rows[(i + 5) % len(rows)]["conversations"][-1]["content"]
-        out.write(json.dumps({"prompt": turns[:-1], "chosen": turns[-1]["content"],
-                              "rejected": other}) + "\n")
-PY
+preference_pairs "$work/chat.jsonl" "$work/pairs.jsonl" 12
 cat > "$work/dpo.yaml" <<YAML
 model: {path: $work/base/export, dtype: fp32}
 reference: {path: $work/base/export, dtype: fp32}

@@ -21,35 +21,9 @@ trap cleanup EXIT
 cd "$root"
 export OMP_NUM_THREADS=1 TANDEM_THREADS=1
 
-# A fresh 2-layer Llama with the demo tokenizer's vocabulary.
-cp tests/fixtures/models/tiny-chat-model.json "$work/model.json"
-head -n 40 data/demo/chat.jsonl > "$work/train.jsonl"
-echo "== model (SFT, 3 steps)"
-"$tandem" train /dev/stdin > "$work/sft.log" <<YAML
-model: {config: $work/model.json, dtype: fp32}
-data: {path: $work/train.jsonl, format: conversations, tokenizer: data/demo/tokenizer,
-       seq_len: 256, micro_batch_rows: 2, cache_dir: $work/cache}
-training: {objective: sft, run_dir: $work/base, steps: 3, lr: 3.0e-3, log_every: 1}
-YAML
-
-# 60 input lines: demo conversations (short prompts) with bad ones at lines 5 (malformed),
-# 11 (no user turn), 17 (too long for --max-length) and 23 (unknown role); line 2 multi-turn.
-python3 - "$work/in.jsonl" <<'PY'
-import json, sys
-rows = [json.loads(l) for l in open("data/demo/chat.jsonl")][100:160]
-for row in rows:
-    row["conversations"][0]["content"] = row["conversations"][0]["content"][:200]
-rows[1]["conversations"] += [{"role": "user", "content": "Go on."},
-                             {"role": "assistant", "content": "old second answer"}]
-lines = [json.dumps(r) for r in rows]
-lines[4] = '{"conversations": [oops'
-lines[10] = json.dumps({"conversations": [{"role": "system", "content": "hi"},
-                                          {"role": "assistant", "content": "hello"}]})
-lines[16] = json.dumps({"conversations": [{"role": "user", "content": "word " * 400},
-                                          {"role": "assistant", "content": "x"}]})
-lines[22] = json.dumps({"conversations": [{"role": "bot", "content": "x"}]})
-open(sys.argv[1], "w").write("\n".join(lines) + "\n")
-PY
+source "$root/tests/chat_helpers.sh"
+tiny_chat_model "$work"
+conversations_with_bad_lines "$work/in.jsonl"
 common=(--target "$work/base/export" --tokenizer data/demo/tokenizer --data "$work/in.jsonl"
         --max-length 200 --batch-size 3)
 args=("${common[@]}" --max-new-tokens 40)

@@ -29,7 +29,8 @@ Runner add_capture_command(CLI::App& root) {
       "run the frozen target once over the training data of a draft's config and store the "
       "hidden states the draft reads (its target layers, and the last layer when its loss needs "
       "it) as safetensors shards + manifest, resumable, for offline training with "
-      "data.capture=DIR; objectives with a capture: " +
+      "data.capture=DIR (under torchrun each rank captures every W-th shard); objectives with "
+      "a capture: " +
           objective_names([](const auto& d) { return bool(d.capture); }));
   command->add_option("config", options->config_path, "the draft's training config (YAML)")
       ->required();
@@ -70,9 +71,11 @@ Runner add_capture_command(CLI::App& root) {
     CaptureOptions capture;
     capture.documents_per_shard = options->documents_per_shard;
     capture.rows = options->rows > 0 ? options->rows : data.rows;
+    capture.rank = DataRank::from_launch();
     const CaptureProgress progress =
         capture_features(target, *data.dataset, settings, options->out, capture);
-    std::cout << "[capture] " << options->out << ": " << settings.num_documents << " documents ("
+    std::cout << "[capture] " << (capture.rank.parallel() ? capture.rank.name() + ": " : "")
+              << options->out << ": " << settings.num_documents << " documents ("
               << progress.documents_done << " already there, " << progress.documents_written
               << " written now in " << progress.shards_written << " shards)\n";
     return 0;

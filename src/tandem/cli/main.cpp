@@ -5,6 +5,7 @@
 #include "tandem/cli/commands.h"
 #include "tandem/core/error.h"
 #include "tandem/core/threads.h"
+#include "tandem/dist/launch.h"
 
 int main(int argc, char** argv) {
   CLI::App root{
@@ -34,15 +35,22 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return root.exit(e);
   }
+  // Under a launcher, each rank's error names the rank: torchrun prints every rank's output.
+  std::string error_prefix = "error: ";
+  try {
+    const tandem::dist::LaunchEnv launch = tandem::dist::read_launch_env();
+    if (launch.world_size > 1)
+      error_prefix = "error (rank " + std::to_string(launch.rank) + " of " +
+                     std::to_string(launch.world_size) + "): ";
+  } catch (const std::exception&) {
+    // A malformed launch environment is reported by the command that reads it.
+  }
   try {
     tandem::configure_threads(threads);
     for (auto& [name, run] : runners)
       if (root.got_subcommand(name)) return run();
-  } catch (const tandem::Error& e) {
-    std::cerr << "error: " << e.what() << "\n";
-    return 1;
   } catch (const std::exception& e) {
-    std::cerr << "error: " << e.what() << "\n";
+    std::cerr << (error_prefix + e.what() + "\n");  // one write: ranks' lines do not interleave
     return 1;
   }
   return 0;

@@ -4,12 +4,16 @@
 #include <ATen/ATen.h>
 
 #include <iostream>
+#include <optional>
 
 #include "tandem/cli/commands.h"
 #include "tandem/core/config.h"
 #include "tandem/core/dtype.h"
 #include "tandem/core/error.h"
 #include "tandem/core/hash.h"
+#include "tandem/data/rank_parts.h"
+#include "tandem/io/safetensors.h"
+#include "tandem/io/tensor_io.h"
 #include "tandem/models/frozen.h"
 #include "tandem/objectives/dpo.h"
 #include "tandem/train/training_data.h"
@@ -26,7 +30,7 @@ Runner add_reference_logprobs_command(CLI::App& root) {
       "reference-logprobs",
       "run the frozen reference of a DPO config once over its preference data and write each "
       "document's summed completion log-probability (safetensors) for training with "
-      "reference.logprobs=FILE");
+      "reference.logprobs=FILE (under torchrun each rank runs every W-th micro-batch)");
   command->add_option("config", options->config_path, "the DPO training config (YAML)")->required();
   command->add_option("overrides", options->overrides,
                       "dotted overrides, e.g. reference.dtype=bf16");
@@ -45,24 +49,6 @@ Runner add_reference_logprobs_command(CLI::App& root) {
     const FrozenModel reference =
         FrozenModel::load(dpo.reference_path, dpo.reference_dtype, device);
     const int64_t documents = data.dataset->size();
-    at::Tensor logprobs = at::zeros({documents}, at::kFloat);
-    at::Tensor counts = at::full({documents}, -1, at::kLong);
-    at::NoGradGuard no_grad;
-    for (int64_t record = 0; record < data.num_records();) {
-      const PackedBatch batch = next_micro_batch_in_order(record, data).to(device);
-      const at::Tensor hidden =
-          reference.forward(batch.input_ids, batch.layout(), {}, /*with_logits=*/false)
-              .final_hidden;
-      std::vector<int64_t> indices;
-      for (const PackedDocument& document : batch.documents)
-        indices.push_back(document.dataset_index);
-      const at::Tensor index = at::tensor(indices, at::kLong);
-      logprobs.index_copy_(
-          0, index,
-          document_logprobs(hidden, reference.lm_head_weight(), batch, dpo.policy.loss).cpu());
-      counts.index_copy_(0, index, document_target_counts(batch).cpu());
-    }
-    check((counts >= 0).all().item<bool>(), "[reference-logprobs] internal: a document was missed");
     ReferenceLogprobsInfo info;
     info.dataset_key = hex64(data.dataset->key());
     info.documents = documents;
@@ -71,9 +57,89 @@ Runner add_reference_logprobs_command(CLI::App& root) {
     info.reference = dpo.reference_path;
     info.dtype = compute_dtype_name(dpo.reference_dtype);
     info.fp32_lm_head = dpo.policy.loss.fp32_head;
-    ReferenceLogprobs::write(options->out, logprobs, counts, info);
-    std::cout << "[reference-logprobs] " << options->out << ": " << documents << " documents ("
-              << data.num_records() << " pairs) from " << dpo.reference_path << "\n";
+
+    // Under torchrun, rank R runs micro-batches R, R + W, ... and writes what it computed to
+    // OUT.parts/rank-R-of-W.safetensors; the last rank to finish writes OUT from the parts.
+    const DataRank rank = DataRank::from_launch();
+    std::optional<RankParts> parts;
+    if (rank.parallel()) parts.emplace(options->out + ".parts", rank, "[reference-logprobs]");
+    const std::string who = "[reference-logprobs] " + (parts ? rank.name() + ": " : std::string());
+    if (!parts || !parts->done()) {
+      std::vector<at::Tensor> indices, logprobs, counts;
+      at::NoGradGuard no_grad;
+      for (int64_t record = 0, unit = 0; record < data.num_records(); ++unit) {
+        const PackedBatch host = next_micro_batch_in_order(record, data);  // advances record
+        if (!rank.owns(unit)) continue;
+        try {
+          const PackedBatch batch = host.to(device);
+          const at::Tensor hidden =
+              reference.forward(batch.input_ids, batch.layout(), {}, /*with_logits=*/false)
+                  .final_hidden;
+          std::vector<int64_t> index;
+          for (const PackedDocument& document : batch.documents)
+            index.push_back(document.dataset_index);
+          indices.push_back(at::tensor(index, at::kLong));
+          logprobs.push_back(
+              document_logprobs(hidden, reference.lm_head_weight(), batch, dpo.policy.loss).cpu());
+          counts.push_back(document_target_counts(batch).cpu());
+        } catch (const std::exception& e) {
+          throw Error(who, "micro-batch ", unit, " (documents ",
+                      host.documents.front().dataset_index, "..",
+                      host.documents.back().dataset_index, "; this rank runs ",
+                      rank.share("micro-batches"), "): ", e.what());
+        }
+      }
+      const auto joined = [](const std::vector<at::Tensor>& pieces, c10::ScalarType dtype) {
+        return pieces.empty() ? at::empty({0}, dtype) : at::cat(pieces);
+      };
+      const at::Tensor index = joined(indices, at::kLong);
+      const at::Tensor values = joined(logprobs, at::kFloat);
+      const at::Tensor count = joined(counts, at::kLong);
+      if (!parts) {
+        at::Tensor all_logprobs = at::zeros({documents}, at::kFloat);
+        at::Tensor all_counts = at::full({documents}, -1, at::kLong);
+        all_logprobs.index_copy_(0, index, values);
+        all_counts.index_copy_(0, index, count);
+        check((all_counts >= 0).all().item<bool>(),
+              "[reference-logprobs] internal: a document was missed");
+        ReferenceLogprobs::write(options->out, all_logprobs, all_counts, info);
+        std::cout << "[reference-logprobs] " << options->out << ": " << documents << " documents ("
+                  << data.num_records() << " pairs) from " << dpo.reference_path << "\n";
+        return 0;
+      }
+      write_tensors(parts->path(".safetensors"),
+                    {{"index", index}, {"logprobs", values}, {"counts", count}},
+                    {{"dataset_key", info.dataset_key}});
+      parts->mark_done();
+      std::cout << who << index.numel() << " documents written to " << parts->path(".safetensors")
+                << "\n";
+    }
+    const bool merged = parts->merge_if_all_done([&] {
+      at::Tensor all_logprobs = at::zeros({documents}, at::kFloat);
+      at::Tensor all_counts = at::full({documents}, -1, at::kLong);
+      for (int64_t r = 0; r < rank.ranks; ++r) {
+        const std::string path = parts->path_of(r, ".safetensors");
+        const safetensors::File file = safetensors::File::open(path);
+        const auto& metadata = file.header().metadata;
+        check(metadata.count("dataset_key") && metadata.at("dataset_key") == info.dataset_key,
+              "[reference-logprobs] ", path, ": computed from other data than this rank's; delete ",
+              parts->dir(), " and rerun every rank with the same config");
+        const at::Tensor index = read_tensor(file, file.info("index"));
+        check(index.numel() == 0 ||
+                  (index.min().item<int64_t>() >= 0 && index.max().item<int64_t>() < documents),
+              "[reference-logprobs] ", path, ": a document index outside 0..", documents - 1);
+        all_logprobs.index_copy_(0, index, read_tensor(file, file.info("logprobs")));
+        all_counts.index_copy_(0, index, read_tensor(file, file.info("counts")));
+      }
+      check((all_counts >= 0).all().item<bool>(), "[reference-logprobs] ", parts->dir(),
+            ": the ranks' parts miss documents; delete it and rerun");
+      ReferenceLogprobs::write(options->out, all_logprobs, all_counts, info);
+      std::cout << "[reference-logprobs] " << options->out << ": merged the parts of " << rank.ranks
+                << " ranks, " << documents << " documents (" << data.num_records()
+                << " pairs) from " << dpo.reference_path << "\n";
+    });
+    if (!merged)
+      std::cout << who << "part complete; the last rank to finish writes " << options->out << "\n";
     return 0;
   };
 }

@@ -13,6 +13,7 @@
 #include <iomanip>
 #include <iostream>
 #include <limits>
+#include <optional>
 #include <sstream>
 
 #include "tandem/cli/commands.h"
@@ -24,6 +25,7 @@
 #include "tandem/data/data_files.h"
 #include "tandem/data/datasets.h"
 #include "tandem/data/parquet_rows.h"
+#include "tandem/data/rank_parts.h"
 #include "tandem/data/resumable_jsonl.h"
 #include "tandem/eval/regeneration.h"
 #include "tandem/models/frozen.h"
@@ -108,6 +110,88 @@ int64_t count_records(const std::string& path) {
   return lines;
 }
 
+// Adds one line of OUT.skipped.jsonl ({line, reason, detail}) to `counts`.
+void count_logged(SkipCounts& counts, const nlohmann::json& logged) {
+  SkipCounts::Entry& entry = counts.by_reason[logged.value("reason", std::string("unknown"))];
+  if (entry.count++ == 0) {
+    entry.first_line = logged.value("line", int64_t{0});
+    entry.first_detail = logged.value("detail", std::string());
+  }
+}
+
+// Checks `settings` against those an output was begun with (at `path`), or records them there
+// for a new output. Returns whether that output was finished.
+bool begin_or_resume(const std::string& path, const nlohmann::json& settings,
+                     const std::string& output) {
+  if (!std::filesystem::exists(path)) {
+    check(!std::filesystem::exists(output), "[regenerate] ", output, " exists but ", path,
+          " does not: not this command's output; choose another --out");
+    replace_file(path, settings.dump(2) + "\n", "[regenerate]");
+    return false;
+  }
+  std::ifstream in(path);
+  nlohmann::json previous = nlohmann::json::parse(in, nullptr, false);
+  check(previous.is_object(), "[regenerate] ", path, ": unreadable; delete it and ", output,
+        " to start over");
+  // Outputs begun before the dtype had one spelling recorded it as typed ("bfloat16").
+  if (previous.contains("dtype") && previous["dtype"].is_string())
+    previous["dtype"] = compute_dtype_name(
+        parse_compute_dtype(previous["dtype"].get<std::string>(), path + ": dtype"));
+  for (const auto& [key, value] : settings.items())
+    check(previous.value(key, nlohmann::json()) == value, "[regenerate] ", output,
+          " was begun with other settings (", key, ": ",
+          previous.value(key, nlohmann::json()).dump(), " there, ", value.dump(),
+          " now): use another --out, the same settings, or delete ", output, " and ", path,
+          " to start over");
+  return previous.value("finished", false);
+}
+
+int64_t json_key(const std::string& line, const char* field, const std::string& part) {
+  const nlohmann::json parsed = nlohmann::json::parse(line, nullptr, false);
+  const nlohmann::json* value = &parsed;
+  if (std::string(field) == "source_line")  // an output line: regenerated.source_line
+    value = parsed.is_object() ? &parsed["regenerated"] : nullptr;
+  check(
+      value && value->is_object() && value->contains(field) && (*value)[field].is_number_integer(),
+      "[regenerate] ", part, ": a line without ", field, ": not a part this command wrote");
+  return (*value)[field].get<int64_t>();
+}
+
+// The last rank to finish: OUT, OUT.skipped.jsonl and OUT.settings.json from the parts, exactly
+// as one process writes them (the settings last: they mark the output finished).
+void merge_regenerated(const RankParts& parts, nlohmann::json settings, const std::string& out) {
+  std::vector<std::string> outputs, logs;
+  for (int64_t rank = 0; rank < parts.rank().ranks; ++rank) {
+    std::ifstream in(parts.path_of(rank, ".settings.json"));
+    const nlohmann::json theirs = nlohmann::json::parse(in, nullptr, false);
+    check(theirs == settings, "[regenerate] ", parts.path_of(rank, ".settings.json"), ": rank ",
+          rank, " ran with other settings than this rank; delete ", parts.dir(),
+          " and rerun every rank with the same flags");
+    outputs.push_back(parts.path_of(rank, ".jsonl"));
+    logs.push_back(parts.path_of(rank, ".skipped.jsonl"));
+    for (const std::string* path : {&outputs.back(), &logs.back()})
+      if (!std::filesystem::exists(*path)) replace_file(*path, "", "[regenerate]");
+  }
+  const std::string log_path = out + ".skipped.jsonl";
+  merge_sorted_jsonl(
+      logs, [&](const std::string& line) { return json_key(line, "line", log_path); }, log_path,
+      "[regenerate]");
+  const int64_t conversations = merge_sorted_jsonl(
+      outputs, [&](const std::string& line) { return json_key(line, "source_line", out); }, out,
+      "[regenerate]");
+  SkipCounts skipped;
+  std::ifstream log(log_path);
+  for (std::string line; std::getline(log, line);)
+    if (!line.empty()) count_logged(skipped, nlohmann::json::parse(line));
+  settings["finished"] = true;
+  settings["conversations"] = conversations;
+  settings["skipped"] = skipped.to_json();
+  replace_file(out + ".settings.json", settings.dump(2) + "\n", "[regenerate]");
+  std::cout << "[regenerate] " << out << ": merged the parts of " << parts.rank().ranks
+            << " ranks, " << conversations << " conversations, " << skipped.total()
+            << " lines skipped\n";
+}
+
 }  // namespace
 
 Runner add_regenerate_command(CLI::App& root) {
@@ -188,57 +272,60 @@ Runner add_regenerate_command(CLI::App& root) {
     const std::string settings_path = o->out + ".settings.json";
     const std::filesystem::path out_dir = std::filesystem::path(o->out).parent_path();
     if (!out_dir.empty()) std::filesystem::create_directories(out_dir);
+    // Under torchrun, rank R answers batches R, R + W, ... into OUT.parts/rank-R-of-W.jsonl
+    // (data/rank_parts.h) and the last rank to finish merges the parts into OUT.
+    const DataRank rank = DataRank::from_launch();
+    const std::string parts_dir = o->out + ".parts";
+    std::optional<RankParts> parts;
     bool finished = false;
-    if (std::filesystem::exists(settings_path)) {
+    if (!rank.parallel()) {
+      check(!std::filesystem::exists(parts_dir), "[regenerate] ", parts_dir,
+            " holds the parts of a job run on several ranks: rerun it under torchrun with as "
+            "many ranks to finish it, or delete ",
+            parts_dir, " to start over");
+      finished = begin_or_resume(settings_path, settings, o->out);
+    } else if (std::filesystem::exists(settings_path)) {
       std::ifstream in(settings_path);
-      nlohmann::json previous = nlohmann::json::parse(in, nullptr, false);
-      check(previous.is_object(), "[regenerate] ", settings_path, ": unreadable; delete it and ",
-            o->out, " to start over");
-      // Outputs begun before the dtype had one spelling recorded it as typed ("bfloat16").
-      if (previous.contains("dtype") && previous["dtype"].is_string())
-        previous["dtype"] = compute_dtype_name(
-            parse_compute_dtype(previous["dtype"].get<std::string>(), settings_path + ": dtype"));
-      for (const auto& [key, value] : settings.items())
-        check(previous.value(key, nlohmann::json()) == value, "[regenerate] ", o->out,
-              " was begun with other settings (", key, ": ",
-              previous.value(key, nlohmann::json()).dump(), " there, ", value.dump(),
-              " now): use another --out, the same settings, or delete ", o->out, " and ",
-              settings_path, " to start over");
-      finished = previous.value("finished", false);
+      const nlohmann::json previous = nlohmann::json::parse(in, nullptr, false);
+      check(previous.is_object() && previous.value("finished", false), "[regenerate] ", o->out,
+            " was begun by one process (", settings_path,
+            "): finish it without torchrun, or delete both to start over");
+      finished = begin_or_resume(settings_path, settings, o->out);  // same settings, or an error
     } else {
-      check(!std::filesystem::exists(o->out), "[regenerate] ", o->out, " exists but ",
-            settings_path, " does not: not this command's output; choose another --out");
-      replace_file(settings_path, settings.dump(2) + "\n", "[regenerate]");
+      check(!std::filesystem::exists(o->out) || std::filesystem::exists(parts_dir), "[regenerate] ",
+            o->out, " exists but ", settings_path,
+            " does not: not this command's output; choose another --out");
+      parts.emplace(parts_dir, rank, "[regenerate]");
+      (void)begin_or_resume(parts->path(".settings.json"), settings, parts->path(".jsonl"));
     }
+    if (finished) {
+      std::cout << "[regenerate] " << o->out << " is complete; nothing to do\n";
+      return 0;
+    }
+    const std::string who = "[regenerate] " + (parts ? rank.name() + ": " : std::string());
+    const std::string output_path = parts ? parts->path(".jsonl") : o->out;
 
     // Resume: each output line names the last input line of its batch; the next batch starts
     // after the last such line, so a resumed run forms the same batches as an uninterrupted one.
     // Skipped lines past it are dropped and redone (the kill may have fallen between appends).
-    ResumableJsonl output(o->out, "[regenerate]");
-    ResumableJsonl skipped_log(o->out + ".skipped.jsonl", "[regenerate]");
+    ResumableJsonl output(output_path, "[regenerate]");
+    ResumableJsonl skipped_log(parts ? parts->path(".skipped.jsonl") : o->out + ".skipped.jsonl",
+                               "[regenerate]");
     int64_t done_through = 0, resumed = 0;
     for (const nlohmann::json& line : output.existing()) {
       const nlohmann::json& record = line.value("regenerated", nlohmann::json());
-      check(record.is_object() && record.contains("batch_end"), "[regenerate] ", o->out,
+      check(record.is_object() && record.contains("batch_end"), "[regenerate] ", output_path,
             ": a line without regenerated.batch_end: not this command's output");
       done_through = std::max(done_through, record["batch_end"].get<int64_t>());
       ++resumed;
     }
-    skipped_log.drop_existing(
-        [&](const nlohmann::json& line) { return line.value("line", int64_t{0}) > done_through; });
+    const bool rank_done = parts && parts->done();
+    if (!rank_done)
+      skipped_log.drop_existing([&](const nlohmann::json& line) {
+        return line.value("line", int64_t{0}) > done_through;
+      });
     SkipCounts skipped;  // the log's counts, then this run's
-    for (const nlohmann::json& line : skipped_log.existing()) {
-      SkipCounts::Entry& entry = skipped.by_reason[line.value("reason", std::string("unknown"))];
-      if (entry.count++ == 0) {
-        entry.first_line = line.value("line", int64_t{0});
-        entry.first_detail = line.value("detail", std::string());
-      }
-    }
-    if (finished) {
-      std::cout << "[regenerate] " << o->out << " is complete (" << resumed
-                << " conversations); nothing to do\n";
-      return 0;
-    }
+    for (const nlohmann::json& line : skipped_log.existing()) count_logged(skipped, line);
 
     JsonlReader reader(o->data, on_error);
     const RecordFile input_kind = record_file_kind(o->data);
@@ -247,22 +334,23 @@ Runner add_regenerate_command(CLI::App& root) {
       skipped_lines.push_back({{"line", line},
                                {"reason", std::string(bad_input_name(bad.reason))},
                                {"detail", bad.what()}});
-      skipped.add(bad.reason, line, bad.what());
     });
     const int64_t total_lines =
         o->limit > 0 ? std::min(o->limit, count_records(o->data)) : count_records(o->data);
     if (resumed > 0 || done_through > 0)
-      std::cout << "[regenerate] resuming " << o->out << ": " << resumed
+      std::cout << who << "resuming " << output_path << ": " << resumed
                 << " conversations written, input lines 1.." << done_through << " done\n";
-    reader.skip_through(done_through);
+    // One process skips what is done; a rank reads every line, to deal the batches as one
+    // process forms them, and answers its own.
+    if (!parts) reader.skip_through(done_through);
     const bool interactive = ::isatty(STDERR_FILENO) == 1;
     const auto start = std::chrono::steady_clock::now();
     auto last_print = start - std::chrono::seconds(60);
     int64_t written = resumed, new_tokens = 0, truncated = 0;
 
     nlohmann::json value;
-    bool more = true;
-    while (more) {
+    bool more = !rank_done;
+    for (int64_t batch_index = 0; more; ++batch_index) {
       // The next batch of good conversations.
       std::vector<std::vector<ChatMessage>> batch;
       std::vector<jinja::Value> batch_tools;
@@ -295,11 +383,21 @@ Runner add_regenerate_command(CLI::App& root) {
         originals.push_back(std::move(original));
         lines.push_back(reader.line());
       }
+      if (!rank.owns(batch_index) || reader.line() <= done_through) {
+        skipped_lines.clear();  // another rank's batch, or one this rank has written
+        continue;
+      }
+      std::vector<nlohmann::ordered_json> out_lines;
       if (!batch.empty()) {
         at::Generator generator = at::detail::createCPUGenerator(
             o->seed * 1000003ULL + static_cast<uint64_t>(lines.front()));
-        const std::vector<Regenerated> results = regenerator.run(batch, &generator, batch_tools);
-        std::vector<nlohmann::ordered_json> out_lines;
+        std::vector<Regenerated> results;
+        try {
+          results = regenerator.run(batch, &generator, batch_tools);
+        } catch (const std::exception& e) {
+          throw Error(who, "input lines ", lines.front(), "..", lines.back(), " (batch ",
+                      batch_index, "; this rank answers ", rank.share("batches"), "): ", e.what());
+        }
         for (size_t i = 0; i < results.size(); ++i) {
           const Regenerated& result = results[i];
           if (result.rejected) {
@@ -332,23 +430,21 @@ Runner add_regenerate_command(CLI::App& root) {
             truncated += result.answer_stopped[a] ? 0 : 1;
           }
         }
-        // Skipped lines first: a kill between the two appends leaves them past the last
-        // written line, where the next run drops and redoes them.
-        skipped_log.append(skipped_lines);
-        output.append_ordered(out_lines);
-        skipped_lines.clear();
-        written += static_cast<int64_t>(out_lines.size());
-      } else {
-        skipped_log.append(skipped_lines);
-        skipped_lines.clear();
       }
+      // Skipped lines first: a kill between the two appends leaves them past the last written
+      // line, where the next run drops and redoes them.
+      for (const nlohmann::json& line : skipped_lines) count_logged(skipped, line);
+      skipped_log.append(skipped_lines);
+      skipped_lines.clear();
+      if (!out_lines.empty()) output.append_ordered(out_lines);
+      written += static_cast<int64_t>(out_lines.size());
       const auto now = std::chrono::steady_clock::now();
       if (interactive || now - last_print >= std::chrono::seconds(10) || !more) {
         const double seconds = std::chrono::duration<double>(now - start).count();
         const int64_t line = std::min<int64_t>(reader.line(), total_lines);
         const double rate = new_tokens / std::max(seconds, 1e-9);
         const double lines_rate = (line - done_through) / std::max(seconds, 1e-9);
-        std::cerr << (interactive ? "\r" : "") << "[regenerate] line " << line << "/" << total_lines
+        std::cerr << (interactive ? "\r" : "") << who << "line " << line << "/" << total_lines
                   << ", " << written << " written, " << skipped.total() << " skipped, "
                   << new_tokens << " new tokens, " << std::fixed << std::setprecision(0) << rate
                   << " tokens/s, eta "
@@ -359,17 +455,23 @@ Runner add_regenerate_command(CLI::App& root) {
     }
     const double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    settings["finished"] = true;
-    settings["conversations"] = written;
-    settings["skipped"] = skipped.to_json();
-    replace_file(settings_path, settings.dump(2) + "\n", "[regenerate]");
-    std::cout << std::fixed << std::setprecision(1) << "[regenerate] " << o->out << ": " << written
+    std::cout << std::fixed << std::setprecision(1) << who << output_path << ": " << written
               << " conversations (" << written - resumed << " this run, " << new_tokens
               << " new tokens in " << seconds << " s = " << new_tokens / std::max(seconds, 1e-9)
               << " tokens/s), " << truncated << " answers cut at --max-new-tokens\n";
     if (skipped.total() > 0)
-      std::cout << "[regenerate] skipped " << skipped.total() << " lines:\n"
-                << skipped.report(o->data);
+      std::cout << who << "skipped " << skipped.total() << " lines:\n" << skipped.report(o->data);
+    if (parts) {
+      parts->mark_done();
+      if (!parts->merge_if_all_done([&] { merge_regenerated(*parts, settings, o->out); }))
+        std::cout << who << "part complete; the last rank to finish merges the parts into "
+                  << o->out << "\n";
+      return 0;
+    }
+    settings["finished"] = true;
+    settings["conversations"] = written;
+    settings["skipped"] = skipped.to_json();
+    replace_file(settings_path, settings.dump(2) + "\n", "[regenerate]");
     return 0;
   };
 }

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <iostream>
 #include <map>
+#include <set>
 
 #include "tandem/core/device.h"
 #include "tandem/core/dtype.h"
@@ -15,6 +16,7 @@
 #include "tandem/core/hash.h"
 #include "tandem/core/json_file.h"
 #include "tandem/data/packing.h"
+#include "tandem/data/rank_parts.h"
 #include "tandem/data/token_cache.h"
 #include "tandem/io/tensor_io.h"
 #include "tandem/models/decoder.h"
@@ -53,7 +55,8 @@ struct Manifest {
             {"shards", list},
             {"complete", complete}};
   }
-  static Manifest read(const std::string& path) {
+  // `contiguous`: the shards cover documents 0, 1, ... in order (a rank's own list need not).
+  static Manifest read(const std::string& path, bool contiguous = true) {
     const nlohmann::json json = read_json_file(path, "capture");
     Manifest manifest;
     try {
@@ -65,9 +68,11 @@ struct Manifest {
       for (const auto& shard : json.at("shards")) {
         Shard entry{shard.at("file").get<std::string>(), shard.at("first").get<int64_t>(),
                     shard.at("count").get<int64_t>()};
-        check(entry.first == expected_first && entry.count > 0, "[capture] ", path, ": shard ",
-              entry.file, " covers documents from ", entry.first, ", expected ", expected_first);
-        expected_first += entry.count;
+        check((contiguous ? entry.first == expected_first : entry.first >= expected_first) &&
+                  entry.count > 0,
+              "[capture] ", path, ": shard ", entry.file, " covers documents from ", entry.first,
+              ", expected ", expected_first);
+        expected_first = entry.first + entry.count;
         manifest.shards.push_back(entry);
       }
       check(expected_first <= manifest.settings.num_documents, "[capture] ", path,
@@ -113,27 +118,15 @@ bool CaptureSettings::operator==(const CaptureSettings& other) const {
   return to_json() == other.to_json();
 }
 
-CaptureProgress capture_features(const FrozenModel& target, const TokenizedDataset& dataset,
-                                 const CaptureSettings& settings, const std::string& dir,
-                                 const CaptureOptions& options) {
-  check(options.documents_per_shard > 0 && options.rows > 0,
-        "[capture] documents per shard and rows must be positive");
-  const std::string manifest_path = dir + "/manifest.json";
-  Manifest manifest;
-  manifest.settings = settings;
-  if (std::filesystem::exists(manifest_path)) {
-    manifest = Manifest::read(manifest_path);
-    check(manifest.settings == settings, "[capture] ", manifest_path,
-          ": this directory holds a capture with other settings:\n  stored:    ",
-          manifest.settings.to_json().dump(), "\n  requested: ", settings.to_json().dump(),
-          "\nuse another output directory (or delete this one)");
-    for (const Manifest::Shard& shard : manifest.shards)
-      safetensors::File::open(dir + "/" + shard.file);  // listed shards must be intact
-  }
-  std::filesystem::create_directories(dir);
-  CaptureProgress progress;
-  progress.documents_done = manifest.documents_done();
+namespace {
 
+// What one shard holds: documents [first, first + count) of `dataset` run through `target`, their
+// features stored as the header of this file says.
+std::vector<std::pair<std::string, at::Tensor>> capture_shard(const FrozenModel& target,
+                                                              const TokenizedDataset& dataset,
+                                                              const CaptureSettings& settings,
+                                                              int64_t first, int64_t count,
+                                                              int64_t max_rows) {
   const c10::ScalarType dtype = parse_compute_dtype(settings.dtype, "capture dtype");
   const int64_t last_layer = target.config().num_hidden_layers - 1;
   std::vector<int64_t> layers = settings.layer_ids;
@@ -142,78 +135,204 @@ CaptureProgress capture_features(const FrozenModel& target, const TokenizedDatas
   packing.seq_len = settings.seq_len;
   packing.mode = PackingMode::Packed;
   packing.overlong = OverlongPolicy::Split;
-  packing.max_rows = options.rows;
+  packing.max_rows = max_rows;
+
+  std::vector<TokenizedDocument> shard_documents;
+  for (int64_t i = 0; i < count; ++i) shard_documents.push_back(dataset.document(first + i));
+  // Per document: its chunks' features by first token.
+  std::vector<std::map<int64_t, std::pair<at::Tensor, at::Tensor>>> chunks(count);
+  for (int64_t next = 0; next < count;) {
+    const std::vector<TokenizedDocument> documents(
+        shard_documents.begin() + next,
+        shard_documents.begin() + std::min(count, next + max_rows * 4));
+    // A document longer than `max_rows` rows is packed alone (its seq_len chunks are documents of
+    // their own) and run `max_rows` rows at a time, so memory stays that of one micro-batch.
+    PackingOptions alone = packing;
+    alone.max_rows = 0;
+    const bool too_long =
+        static_cast<int64_t>(
+            plan_packing({static_cast<int64_t>(documents.front().ids.size())}, alone).rows.size()) >
+        max_rows;
+    const PackedBatch batch =
+        too_long ? pack_documents({documents.front()}, alone) : pack_documents(documents, packing);
+    const PackedBatch on_device = batch.to(target.device());
+    for (int64_t first_row = 0; first_row < batch.rows(); first_row += max_rows) {
+      const int64_t rows = std::min(max_rows, batch.rows() - first_row);
+      const AttentionLayout layout{on_device.position_ids.narrow(0, first_row, rows),
+                                   on_device.document_ids.narrow(0, first_row, rows),
+                                   batch.document_ids.narrow(0, first_row, rows)};
+      const FrozenModel::Output out = target.forward(on_device.input_ids.narrow(0, first_row, rows),
+                                                     layout, layers, /*with_logits=*/false);
+      std::vector<at::Tensor> aux_parts;
+      for (int64_t layer : settings.layer_ids) aux_parts.push_back(out.hidden.at(layer));
+      const at::Tensor aux = at::cat(aux_parts, -1).to(at::kCPU, dtype);  // (rows, T, k*H)
+      const at::Tensor last = settings.last_hidden ? out.hidden.at(last_layer).to(at::kCPU, dtype)
+                                                   : at::Tensor();  // (rows, T, H)
+      for (const PackedDocument& piece : batch.documents) {
+        if (piece.row < first_row || piece.row >= first_row + rows) continue;
+        const int64_t row = piece.row - first_row;
+        chunks[next + piece.source_index][piece.source_begin] = {
+            aux[row].narrow(0, piece.begin, piece.length),
+            last.defined() ? last[row].narrow(0, piece.begin, piece.length) : at::Tensor()};
+      }
+    }
+    next += batch.documents_consumed;
+  }
+  std::vector<std::pair<std::string, at::Tensor>> tensors;
+  for (int64_t i = 0; i < count; ++i) {
+    const TokenizedDocument& document = shard_documents[i];
+    std::vector<at::Tensor> aux, last;
+    for (const auto& [begin, features] : chunks[i]) {
+      aux.push_back(features.first);
+      last.push_back(features.second);
+    }
+    const std::string j = std::to_string(first + i);
+    const int64_t length = static_cast<int64_t>(document.ids.size());
+    tensors.emplace_back("aux." + j, at::cat(aux, 0));
+    if (settings.last_hidden) tensors.emplace_back("last." + j, at::cat(last, 0));
+    tensors.emplace_back(
+        "input_ids." + j,
+        at::from_blob(const_cast<int32_t*>(document.ids.data()), {length}, at::kInt).clone());
+    tensors.emplace_back(
+        "loss_mask." + j,
+        at::from_blob(const_cast<uint8_t*>(document.loss_mask.data()), {length}, at::kByte)
+            .clone());
+  }
+  return tensors;
+}
+
+// Captures shard `file` (documents [first, first + count)), writes it, and lists it in
+// `manifest`, rewritten at `manifest_path`: a shard is listed only once it is whole.
+void write_shard(const FrozenModel& target, const TokenizedDataset& dataset,
+                 const CaptureSettings& settings, const std::string& dir, const std::string& file,
+                 int64_t first, int64_t count, int64_t max_rows, Manifest& manifest,
+                 const std::string& manifest_path, CaptureProgress& progress) {
+  write_tensors(dir + "/" + file, capture_shard(target, dataset, settings, first, count, max_rows),
+                {{"format", kFormat}});
+  manifest.shards.push_back({file, first, count});
+  replace_file(manifest_path, manifest.to_json().dump(2) + "\n", "[capture]");
+  progress.documents_written += count;
+  progress.shards_written += 1;
+}
+
+// Reads the manifest at `path` (a rank's own when not `contiguous`), checks it was written with
+// `settings` and that its shards are intact.
+Manifest resume_manifest(const std::string& path, const std::string& dir,
+                         const CaptureSettings& settings, bool contiguous) {
+  Manifest manifest = Manifest::read(path, contiguous);
+  check(manifest.settings == settings, "[capture] ", path,
+        ": this directory holds a capture with other settings:\n  stored:    ",
+        manifest.settings.to_json().dump(), "\n  requested: ", settings.to_json().dump(),
+        "\nuse another output directory (or delete this one)");
+  for (const Manifest::Shard& shard : manifest.shards)
+    safetensors::File::open(dir + "/" + shard.file);  // listed shards must be intact
+  return manifest;
+}
+
+// The capture split across ranks (data/rank_parts.h): rank R captures shards R, R + W, ... under
+// their one-process names and lists them in DIR/ranks/rank-R-of-W.json; the last rank to finish
+// writes manifest.json listing them all, as one process does.
+CaptureProgress capture_on_ranks(const FrozenModel& target, const TokenizedDataset& dataset,
+                                 const CaptureSettings& settings, const std::string& dir,
+                                 const CaptureOptions& options) {
+  const std::string manifest_path = dir + "/manifest.json";
+  if (std::filesystem::exists(manifest_path)) {
+    const Manifest whole = resume_manifest(manifest_path, dir, settings, true);
+    check(whole.complete, "[capture] ", dir, " was begun by one process (", manifest_path,
+          " is unfinished): finish it without torchrun, or delete it to start over");
+    return {whole.documents_done(), 0, 0};
+  }
+  const RankParts parts(dir + "/ranks", options.rank, "[capture]");
+  const std::string mine_path = parts.path(".json");
+  Manifest mine;
+  mine.settings = settings;
+  if (std::filesystem::exists(mine_path))
+    mine = resume_manifest(mine_path, dir, settings, false);
+  else  // listed from the start: a rank that owns no shard still has a (empty) list
+    replace_file(mine_path, mine.to_json().dump(2) + "\n", "[capture]");
+  const int64_t per_shard = options.documents_per_shard;
+  std::set<int64_t> listed;
+  CaptureProgress progress;
+  for (const Manifest::Shard& shard : mine.shards) {
+    check(shard.first % per_shard == 0 && shard.file == shard_name(shard.first / per_shard),
+          "[capture] ", mine_path, ": shard ", shard.file, " starts at document ", shard.first,
+          ", which --shard-documents ", per_shard,
+          " does not give: rerun with the --shard-documents it was begun with");
+    listed.insert(shard.first / per_shard);
+    progress.documents_done += shard.count;
+  }
+  const std::string who = "[capture] " + options.rank.name() + ": ";
+  for (int64_t index = 0; index * per_shard < settings.num_documents; ++index) {
+    if (!options.rank.owns(index) || listed.count(index)) continue;
+    const int64_t first = index * per_shard;
+    const int64_t count = std::min(per_shard, settings.num_documents - first);
+    const std::string file = shard_name(index);
+    try {
+      write_shard(target, dataset, settings, dir, file, first, count, options.rows, mine, mine_path,
+                  progress);
+    } catch (const std::exception& e) {
+      throw Error(who, "documents ", first, "..", first + count - 1, " (shard ", index,
+                  "; this rank captures ", options.rank.share("shards"), "): ", e.what());
+    }
+    if (!options.quiet)
+      std::cerr << who << "documents " << first << ".." << first + count - 1 << " (" << file
+                << ")\n";
+  }
+  parts.mark_done();
+  parts.merge_if_all_done([&] {
+    Manifest whole;
+    whole.settings = settings;
+    for (int64_t rank = 0; rank < options.rank.ranks; ++rank) {
+      const Manifest theirs = resume_manifest(parts.path_of(rank, ".json"), dir, settings, false);
+      whole.shards.insert(whole.shards.end(), theirs.shards.begin(), theirs.shards.end());
+    }
+    std::sort(whole.shards.begin(), whole.shards.end(),
+              [](const Manifest::Shard& a, const Manifest::Shard& b) { return a.first < b.first; });
+    int64_t covered = 0;
+    for (const Manifest::Shard& shard : whole.shards) {
+      check(shard.first == covered, "[capture] ", parts.dir(),
+            ": the ranks' shards leave a gap or ", "overlap at document ", covered, " (",
+            shard.file, " starts at ", shard.first, "): delete ", dir, " and capture again");
+      covered += shard.count;
+    }
+    check(covered == settings.num_documents, "[capture] ", parts.dir(),
+          ": the ranks' shards cover ", covered, " of ", settings.num_documents, " documents");
+    whole.complete = true;
+    replace_file(manifest_path, whole.to_json().dump(2) + "\n", "[capture]");
+    if (!options.quiet)
+      std::cerr << "[capture] " << dir << ": merged the shards of " << options.rank.ranks
+                << " ranks\n";
+  });
+  return progress;
+}
+
+}  // namespace
+
+CaptureProgress capture_features(const FrozenModel& target, const TokenizedDataset& dataset,
+                                 const CaptureSettings& settings, const std::string& dir,
+                                 const CaptureOptions& options) {
+  check(options.documents_per_shard > 0 && options.rows > 0,
+        "[capture] documents per shard and rows must be positive");
+  std::filesystem::create_directories(dir);
+  if (options.rank.parallel()) return capture_on_ranks(target, dataset, settings, dir, options);
+  check(!std::filesystem::exists(dir + "/ranks"), "[capture] ", dir,
+        "/ranks holds the parts of a capture run on several ranks: rerun it under torchrun with "
+        "as many ranks to finish it, or delete ",
+        dir, " to start over");
+  const std::string manifest_path = dir + "/manifest.json";
+  Manifest manifest;
+  manifest.settings = settings;
+  if (std::filesystem::exists(manifest_path))
+    manifest = resume_manifest(manifest_path, dir, settings, true);
+  CaptureProgress progress;
+  progress.documents_done = manifest.documents_done();
 
   for (int64_t first = progress.documents_done; first < settings.num_documents;
        first += options.documents_per_shard) {
     const int64_t count = std::min(options.documents_per_shard, settings.num_documents - first);
-    std::vector<TokenizedDocument> shard_documents;
-    for (int64_t i = 0; i < count; ++i) shard_documents.push_back(dataset.document(first + i));
-    // Per document: its chunks' features by first token.
-    std::vector<std::map<int64_t, std::pair<at::Tensor, at::Tensor>>> chunks(count);
-    for (int64_t next = 0; next < count;) {
-      const std::vector<TokenizedDocument> documents(
-          shard_documents.begin() + next,
-          shard_documents.begin() + std::min(count, next + options.rows * 4));
-      // A document longer than `rows` rows is packed alone (its seq_len chunks are documents of
-      // their own) and run `rows` rows at a time, so memory stays that of one micro-batch.
-      PackingOptions alone = packing;
-      alone.max_rows = 0;
-      const bool too_long =
-          static_cast<int64_t>(
-              plan_packing({static_cast<int64_t>(documents.front().ids.size())}, alone)
-                  .rows.size()) > options.rows;
-      const PackedBatch batch = too_long ? pack_documents({documents.front()}, alone)
-                                         : pack_documents(documents, packing);
-      const PackedBatch on_device = batch.to(target.device());
-      for (int64_t first_row = 0; first_row < batch.rows(); first_row += options.rows) {
-        const int64_t rows = std::min(options.rows, batch.rows() - first_row);
-        const AttentionLayout layout{on_device.position_ids.narrow(0, first_row, rows),
-                                     on_device.document_ids.narrow(0, first_row, rows),
-                                     batch.document_ids.narrow(0, first_row, rows)};
-        const FrozenModel::Output out = target.forward(
-            on_device.input_ids.narrow(0, first_row, rows), layout, layers, /*with_logits=*/false);
-        std::vector<at::Tensor> aux_parts;
-        for (int64_t layer : settings.layer_ids) aux_parts.push_back(out.hidden.at(layer));
-        const at::Tensor aux = at::cat(aux_parts, -1).to(at::kCPU, dtype);  // (rows, T, k*H)
-        const at::Tensor last = settings.last_hidden ? out.hidden.at(last_layer).to(at::kCPU, dtype)
-                                                     : at::Tensor();  // (rows, T, H)
-        for (const PackedDocument& piece : batch.documents) {
-          if (piece.row < first_row || piece.row >= first_row + rows) continue;
-          const int64_t row = piece.row - first_row;
-          chunks[next + piece.source_index][piece.source_begin] = {
-              aux[row].narrow(0, piece.begin, piece.length),
-              last.defined() ? last[row].narrow(0, piece.begin, piece.length) : at::Tensor()};
-        }
-      }
-      next += batch.documents_consumed;
-    }
-    std::vector<std::pair<std::string, at::Tensor>> tensors;
-    for (int64_t i = 0; i < count; ++i) {
-      const TokenizedDocument& document = shard_documents[i];
-      std::vector<at::Tensor> aux, last;
-      for (const auto& [begin, features] : chunks[i]) {
-        aux.push_back(features.first);
-        last.push_back(features.second);
-      }
-      const std::string j = std::to_string(first + i);
-      const int64_t length = static_cast<int64_t>(document.ids.size());
-      tensors.emplace_back("aux." + j, at::cat(aux, 0));
-      if (settings.last_hidden) tensors.emplace_back("last." + j, at::cat(last, 0));
-      tensors.emplace_back(
-          "input_ids." + j,
-          at::from_blob(const_cast<int32_t*>(document.ids.data()), {length}, at::kInt).clone());
-      tensors.emplace_back(
-          "loss_mask." + j,
-          at::from_blob(const_cast<uint8_t*>(document.loss_mask.data()), {length}, at::kByte)
-              .clone());
-    }
     const std::string file = shard_name(static_cast<int64_t>(manifest.shards.size()));
-    write_tensors(dir + "/" + file, tensors, {{"format", kFormat}});
-    manifest.shards.push_back({file, first, count});
-    replace_file(manifest_path, manifest.to_json().dump(2) + "\n", "[capture]");
-    progress.documents_written += count;
-    progress.shards_written += 1;
+    write_shard(target, dataset, settings, dir, file, first, count, options.rows, manifest,
+                manifest_path, progress);
     if (!options.quiet)
       std::cerr << "[capture] " << first + count << "/" << settings.num_documents << " documents ("
                 << file << ")\n";

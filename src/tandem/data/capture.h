@@ -15,6 +15,9 @@
 // Resumable: shards are written atomically one by one and listed in the manifest only once
 // complete; a rerun with the same settings continues after the last listed shard, a rerun with
 // different settings is refused.
+// On W ranks (torchrun): shard s (documents s*N..) goes to rank s % W, which lists its finished
+// shards in ranks/rank-R-of-W.json; the last rank to finish writes manifest.json, the same file
+// one process writes, and removes ranks/.
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
@@ -23,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "tandem/data/rank_parts.h"
 #include "tandem/io/safetensors.h"
 
 namespace tandem {
@@ -56,6 +60,8 @@ struct CaptureOptions {
   int64_t documents_per_shard = 256;
   int64_t rows = 8;  // documents packed per target forward (at most `rows` rows of seq_len)
   bool quiet = false;
+  // Under torchrun: this rank captures shards rank, rank + ranks, ... (data/rank_parts.h).
+  DataRank rank;
 };
 
 /// Runs `target` over every document of `dataset` and writes `dir` (resuming if it holds an
