@@ -3,9 +3,10 @@
 # and the machine (CPU model, cores, GPUs) the figures belong to: what docs/benchmarks.md quotes.
 # Usage: bench/run_all.sh BUILD_DIR OUT_DIR [NAMES...]
 #   NAMES: forward sft eagle3 dflash long_context gated_delta hybrid_forward family_forward moe
-#   distill dpo tokenizer generate distributed
+#   distill dpo tokenizer generate regenerate distributed
 #   (default: all; long_context alone takes about 14 minutes on 2 cores)
-#   distributed needs the demo target (scripts/demo.sh); tokenizer and generate need
+#   distributed needs the demo target (scripts/demo.sh); regenerate runs it (the shipped
+#   data/demo/target); tokenizer and generate need
 #   scripts/setup.sh --tools (generate also uses the demo target when present).
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -13,7 +14,7 @@ build=$(cd "${1:?usage: bench/run_all.sh BUILD_DIR OUT_DIR [NAMES...]}" && pwd)
 out=${2:?usage: bench/run_all.sh BUILD_DIR OUT_DIR [NAMES...]}
 shift 2
 names=("$@")
-((${#names[@]})) || names=(forward sft eagle3 dflash long_context gated_delta hybrid_forward family_forward moe distill dpo tokenizer generate distributed)
+((${#names[@]})) || names=(forward sft eagle3 dflash long_context gated_delta hybrid_forward family_forward moe distill dpo tokenizer generate regenerate distributed)
 mkdir -p "$out"
 cd "$root" || exit 2
 {
@@ -30,6 +31,7 @@ for name in "${names[@]}"; do
   case $name in
     tokenizer) BUILD="$build" bench/bench_tokenizer.sh ;;
     generate) BUILD="$build" bench/bench_generate.sh ;;
+    regenerate) BUILD="$build" bench/bench_regenerate.sh ;;
     distributed) bench/bench_distributed.sh "$build" ;;
     *) "$build/bench_$name" ;;
   esac > "$out/$name.txt" 2>&1 || { status=1; echo "   failed (see $out/$name.txt)"; }

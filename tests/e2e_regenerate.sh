@@ -6,6 +6,8 @@
 #   rerun with --on-error skip resumes there; every bad line is listed with its reason;
 #   a run killed with SIGKILL mid-way (and a torn last line, as a write cut by the kill leaves)
 #   resumes to the uninterrupted run's output byte for byte: no duplicate, no gap;
+#   continuous batching (the default) writes what --batching static writes, byte for byte;
+#   a sampled output begun with one batching is not resumed with the other;
 #   the output trains (SFT reads it as conversations) and a finished run is not redone.
 # Usage: tests/e2e_regenerate.sh BUILD_DIR   (run by ctest)
 set -euo pipefail
@@ -41,6 +43,18 @@ grep -q "resuming .*a.jsonl: 3 conversations written, input lines 1..3 done" "$w
 echo "== uninterrupted run"
 "$tandem" regenerate "${args[@]}" --out "$work/ref.jsonl" --on-error skip > "$work/ref.log" 2>&1
 cmp "$work/a.jsonl" "$work/ref.jsonl"
+echo "== static batching: the same output (greedy)"
+"$tandem" regenerate "${args[@]}" --out "$work/static.jsonl" --on-error skip --batching static \
+  > "$work/static.log" 2>&1
+for suffix in "" .skipped.jsonl; do cmp "$work/static.jsonl$suffix" "$work/ref.jsonl$suffix"; done
+echo "== sampled: continuous batching draws per conversation; resuming as static is refused"
+"$tandem" regenerate "${args[@]}" --out "$work/t1.jsonl" --on-error skip --temperature 1 --seed 5 \
+  --limit 9 > /dev/null 2>&1
+if "$tandem" regenerate "${args[@]}" --out "$work/t1.jsonl" --on-error skip --temperature 1 \
+  --seed 5 --limit 9 --batching static > "$work/t1-static.log" 2>&1; then
+  echo "a sampled output was resumed with the other batching" >&2; exit 1
+fi
+grep -q 'draws: "per conversation" there, null now' "$work/t1-static.log"
 
 echo "== killed with SIGKILL, a torn line appended, resumed"
 "$tandem" regenerate "${args[@]}" --out "$work/killed.jsonl" --on-error skip \

@@ -8,11 +8,14 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <deque>
+#include <exception>
 #include <filesystem>
 #include <fstream>
 #include <iomanip>
 #include <iostream>
 #include <limits>
+#include <map>
 #include <optional>
 #include <sstream>
 
@@ -27,6 +30,7 @@
 #include "tandem/data/parquet_rows.h"
 #include "tandem/data/rank_parts.h"
 #include "tandem/data/resumable_jsonl.h"
+#include "tandem/data/sampler.h"
 #include "tandem/eval/regeneration.h"
 #include "tandem/models/frozen.h"
 
@@ -36,7 +40,7 @@ namespace {
 
 struct RegenerateOptions {
   std::string config, target, tokenizer, chat_template, template_kwargs, data, out, on_error, dtype;
-  std::string device = "auto";
+  std::string device = "auto", batching = "continuous";
   int64_t max_new_tokens = 512, max_length = 0, batch_size = 16, limit = 0, top_k = 0;
   double temperature = 0, top_p = 1.0;
   uint64_t seed = 0;
@@ -137,7 +141,9 @@ bool begin_or_resume(const std::string& path, const nlohmann::json& settings,
   if (previous.contains("dtype") && previous["dtype"].is_string())
     previous["dtype"] = compute_dtype_name(
         parse_compute_dtype(previous["dtype"].get<std::string>(), path + ": dtype"));
-  for (const auto& [key, value] : settings.items())
+  nlohmann::json compared = settings;
+  if (!compared.contains("draws")) compared["draws"] = nullptr;  // absent on both sides, or refused
+  for (const auto& [key, value] : compared.items())
     check(previous.value(key, nlohmann::json()) == value, "[regenerate] ", output,
           " was begun with other settings (", key, ": ",
           previous.value(key, nlohmann::json()).dump(), " there, ", value.dump(),
@@ -216,6 +222,11 @@ Runner add_regenerate_command(CLI::App& root) {
                       "prompt + max-new-tokens must fit (default: max_position_embeddings)");
   command->add_option("--batch-size", o->batch_size,
                       "conversations generated together (default 16)");
+  command
+      ->add_option("--batching", o->batching,
+                   "continuous (default): a row whose answer ends takes the next one at once; "
+                   "static: each batch runs until its longest answer ends")
+      ->check(CLI::IsMember({"continuous", "static"}));
   command->add_option("--temperature", o->temperature, "0: greedy (default); > 0: sampling");
   command->add_option("--top-k", o->top_k, "sampling: keep the k most likely tokens (0: all)");
   command->add_option("--top-p", o->top_p, "sampling: nucleus probability (default 1: all)");
@@ -243,6 +254,7 @@ Runner add_regenerate_command(CLI::App& root) {
     const Tokenizer tokenizer = Tokenizer::from_dir(o->tokenizer);
     const ChatTemplate chat_template =
         ChatTemplate::resolve(o->chat_template, o->tokenizer, o->template_kwargs);
+    const bool continuous = o->batching == "continuous";
     RegenerationOptions options;
     options.max_new_tokens = o->max_new_tokens;
     options.max_length = o->max_length;
@@ -269,6 +281,10 @@ Runner add_regenerate_command(CLI::App& root) {
         {"seed", o->seed},
         {"batch_size", o->batch_size},
         {"limit", o->limit}};
+    // Sampled answers draw per conversation under continuous batching, per batch under static
+    // batching: an output begun one way is not resumed the other way. Greedy answers are the same.
+    // (Outputs begun before continuous batching drew per batch and recorded no `draws`.)
+    if (o->temperature > 0 && continuous) settings["draws"] = "per conversation";
     const std::string settings_path = o->out + ".settings.json";
     const std::filesystem::path out_dir = std::filesystem::path(o->out).parent_path();
     if (!out_dir.empty()) std::filesystem::create_directories(out_dir);
@@ -348,96 +364,165 @@ Runner add_regenerate_command(CLI::App& root) {
     auto last_print = start - std::chrono::seconds(60);
     int64_t written = resumed, new_tokens = 0, truncated = 0;
 
+    // Batches are formed from the input in order (the units of resuming and of the ranks' shares)
+    // and written in order. Static batching generates each batch alone; continuous batching
+    // reads ahead, keeping twice --batch-size conversations in flight, and a row freed by any
+    // answer takes the next one (eval/regeneration.h's RegenerationStream).
+    struct PendingBatch {
+      int64_t index = 0, batch_end = 0;
+      std::vector<int64_t> lines;                     // input line of each conversation
+      std::vector<nlohmann::ordered_json> originals;  // in the input's key order
+      std::vector<nlohmann::json> skipped;            // bad lines met while forming it
+      std::map<int64_t, Regenerated> results;         // by input line
+    };
+    std::deque<PendingBatch> pending;
+    std::optional<RegenerationStream> stream;
+    if (continuous) stream.emplace(regenerator, o->batch_size);
     nlohmann::json value;
     bool more = !rank_done;
-    for (int64_t batch_index = 0; more; ++batch_index) {
-      // The next batch of good conversations.
-      std::vector<std::vector<ChatMessage>> batch;
-      std::vector<jinja::Value> batch_tools;
-      std::vector<nlohmann::ordered_json> originals;  // in the input's key order
-      std::vector<int64_t> lines;
-      while (static_cast<int64_t>(batch.size()) < o->batch_size) {
-        if (o->limit > 0 && reader.line() >= o->limit) {
-          more = false;
-          break;
-        }
-        if (!reader.next(value)) {
-          more = false;
-          break;
-        }
-        if (o->limit > 0 && reader.line() > o->limit) {
-          more = false;
-          break;
-        }
-        static const nlohmann::ordered_json kNoOrder;
-        nlohmann::ordered_json original = ordered_line(reader.line_text());  // key order kept
-        const nlohmann::ordered_json& order = chat_template.is_jinja() ? original : kNoOrder;
-        try {
-          std::vector<ChatMessage> messages = parse_conversation(value, order);
-          batch_tools.push_back(parse_tools(value, order));
-          batch.push_back(std::move(messages));
-        } catch (const BadLine& bad) {
-          reader.reject(bad);
-          continue;
-        }
-        originals.push_back(std::move(original));
-        lines.push_back(reader.line());
-      }
-      if (!rank.owns(batch_index) || reader.line() <= done_through) {
-        skipped_lines.clear();  // another rank's batch, or one this rank has written
-        continue;
-      }
-      std::vector<nlohmann::ordered_json> out_lines;
-      if (!batch.empty()) {
-        at::Generator generator = at::detail::createCPUGenerator(
-            o->seed * 1000003ULL + static_cast<uint64_t>(lines.front()));
-        std::vector<Regenerated> results;
-        try {
-          results = regenerator.run(batch, &generator, batch_tools);
-        } catch (const std::exception& e) {
-          throw Error(who, "input lines ", lines.front(), "..", lines.back(), " (batch ",
-                      batch_index, "; this rank answers ", rank.share("batches"), "): ", e.what());
-        }
-        for (size_t i = 0; i < results.size(); ++i) {
-          const Regenerated& result = results[i];
-          if (result.rejected) {
-            reader.reject(*result.rejected, lines[i]);
+    int64_t batch_index = 0;
+    // Forms the next batch this rank answers (false at the end of the input).
+    auto next_batch = [&]() -> bool {
+      while (more) {
+        std::vector<std::vector<ChatMessage>> batch;
+        std::vector<jinja::Value> batch_tools;
+        PendingBatch formed;
+        formed.index = batch_index++;
+        while (static_cast<int64_t>(batch.size()) < o->batch_size) {
+          if (o->limit > 0 && reader.line() >= o->limit) {
+            more = false;
+            break;
+          }
+          if (!reader.next(value)) {
+            more = false;
+            break;
+          }
+          if (o->limit > 0 && reader.line() > o->limit) {
+            more = false;
+            break;
+          }
+          static const nlohmann::ordered_json kNoOrder;
+          nlohmann::ordered_json original = ordered_line(reader.line_text());  // key order kept
+          const nlohmann::ordered_json& order = chat_template.is_jinja() ? original : kNoOrder;
+          try {
+            std::vector<ChatMessage> messages = parse_conversation(value, order);
+            batch_tools.push_back(parse_tools(value, order));
+            batch.push_back(std::move(messages));
+          } catch (const BadLine& bad) {
+            reader.reject(bad);
             continue;
           }
-          nlohmann::ordered_json messages = nlohmann::ordered_json::array();
-          for (const ChatMessage& message : result.messages) {
-            // The message as it came (its role's spelling, tool calls, reasoning, ... in their
-            // order), with the answer's text where one was generated.
-            nlohmann::ordered_json item = {{"role", std::string(chat_role_name(message.role))},
-                                           {"content", message.content}};
-            for (const auto& [key, field] : message.fields.items)
-              item[key] = nlohmann::ordered_json::parse(jinja::to_json(field));
-            messages.push_back(std::move(item));
-          }
-          nlohmann::ordered_json line;
-          line["id"] = originals[i].contains("id")
-                           ? originals[i]["id"]
-                           : nlohmann::ordered_json(record_name(o->data, input_kind, lines[i]));
-          line["conversations"] = messages;
-          if (originals[i].contains("tools")) line["tools"] = originals[i]["tools"];
-          line["regenerated"] = {{"source_line", lines[i]},
-                                 {"batch_end", reader.line()},
-                                 {"answer_tokens", result.answer_tokens},
-                                 {"answer_stopped", result.answer_stopped}};
-          out_lines.push_back(std::move(line));
-          for (size_t a = 0; a < result.answer_tokens.size(); ++a) {
-            new_tokens += result.answer_tokens[a];
-            truncated += result.answer_stopped[a] ? 0 : 1;
+          formed.originals.push_back(std::move(original));
+          formed.lines.push_back(reader.line());
+        }
+        formed.batch_end = reader.line();
+        formed.skipped = std::move(skipped_lines);
+        skipped_lines.clear();
+        if (!rank.owns(formed.index) || formed.batch_end <= done_through)
+          continue;  // another rank's batch, or one this rank has written
+        // Sampling: static batches draw from `seed` and their first line; continuous batching
+        // gives each conversation its own streams from `seed` and its line.
+        if (!batch.empty() && !continuous) {
+          at::Generator generator = at::detail::createCPUGenerator(
+              o->seed * 1000003ULL + static_cast<uint64_t>(formed.lines.front()));
+          try {
+            const std::vector<Regenerated> results =
+                regenerator.run(batch, &generator, batch_tools);
+            for (size_t i = 0; i < results.size(); ++i)
+              formed.results[formed.lines[i]] = results[i];
+          } catch (const std::exception& e) {
+            throw Error(who, "input lines ", formed.lines.front(), "..", formed.lines.back(),
+                        " (batch ", formed.index, "; this rank answers ", rank.share("batches"),
+                        "): ", e.what());
           }
         }
+        for (size_t i = 0; continuous && i < batch.size(); ++i)
+          stream->add(formed.lines[i], std::move(batch[i]), std::move(batch_tools[i]),
+                      splitmix64(o->seed * 1000003ULL + static_cast<uint64_t>(formed.lines[i])));
+        pending.push_back(std::move(formed));
+        return true;
       }
+      return false;
+    };
+    // Writes the oldest batch once every conversation of it is answered.
+    auto write_front = [&]() {
+      PendingBatch& front = pending.front();
+      std::vector<nlohmann::ordered_json> out_lines;
+      for (size_t i = 0; i < front.lines.size(); ++i) {
+        const Regenerated& result = front.results.at(front.lines[i]);
+        if (result.rejected) {
+          reader.reject(*result.rejected, front.lines[i]);  // logged into skipped_lines
+          continue;
+        }
+        nlohmann::ordered_json messages = nlohmann::ordered_json::array();
+        for (const ChatMessage& message : result.messages) {
+          // The message as it came (its role's spelling, tool calls, reasoning, ... in their
+          // order), with the answer's text where one was generated.
+          nlohmann::ordered_json item = {{"role", std::string(chat_role_name(message.role))},
+                                         {"content", message.content}};
+          for (const auto& [key, field] : message.fields.items)
+            item[key] = nlohmann::ordered_json::parse(jinja::to_json(field));
+          messages.push_back(std::move(item));
+        }
+        const nlohmann::ordered_json& original = front.originals[i];
+        nlohmann::ordered_json line;
+        line["id"] = original.contains("id")
+                         ? original["id"]
+                         : nlohmann::ordered_json(record_name(o->data, input_kind, front.lines[i]));
+        line["conversations"] = messages;
+        if (original.contains("tools")) line["tools"] = original["tools"];
+        line["regenerated"] = {{"source_line", front.lines[i]},
+                               {"batch_end", front.batch_end},
+                               {"answer_tokens", result.answer_tokens},
+                               {"answer_stopped", result.answer_stopped}};
+        out_lines.push_back(std::move(line));
+        for (size_t a = 0; a < result.answer_tokens.size(); ++a) {
+          new_tokens += result.answer_tokens[a];
+          truncated += result.answer_stopped[a] ? 0 : 1;
+        }
+      }
+      front.skipped.insert(front.skipped.end(), skipped_lines.begin(), skipped_lines.end());
+      skipped_lines.clear();
       // Skipped lines first: a kill between the two appends leaves them past the last written
       // line, where the next run drops and redoes them.
-      for (const nlohmann::json& line : skipped_lines) count_logged(skipped, line);
-      skipped_log.append(skipped_lines);
-      skipped_lines.clear();
+      for (const nlohmann::json& line : front.skipped) count_logged(skipped, line);
+      skipped_log.append(front.skipped);
       if (!out_lines.empty()) output.append_ordered(out_lines);
       written += static_cast<int64_t>(out_lines.size());
+      pending.pop_front();
+    };
+    std::exception_ptr input_error;  // a bad line under on_error fail: the batches before it
+                                     // are finished and written first, as without read-ahead
+    while (true) {
+      // Read ahead: one batch when static; enough to keep the rows busy when continuous.
+      try {
+        while (more &&
+               (pending.empty() || (continuous && stream->in_flight() < 2 * o->batch_size)) &&
+               next_batch()) {
+        }
+      } catch (const std::exception&) {
+        input_error = std::current_exception();
+        more = false;
+      }
+      if (pending.empty()) break;
+      if (pending.front().results.size() < pending.front().lines.size()) {
+        std::vector<std::pair<int64_t, Regenerated>> complete;
+        try {
+          complete = stream->next_complete();
+        } catch (const std::exception& e) {
+          throw Error(who, "input lines ", done_through + 1, "..", pending.back().batch_end,
+                      " (batches ", pending.front().index, "..", pending.back().index,
+                      " in flight; this rank answers ", rank.share("batches"), "): ", e.what());
+        }
+        check(!complete.empty(), "[regenerate] internal: batch ", pending.front().index,
+              " waits for answers that nothing generates");
+        for (auto& [line, result] : complete)
+          for (PendingBatch& batch : pending)
+            if (!batch.lines.empty() && line >= batch.lines.front() && line <= batch.lines.back())
+              batch.results[line] = std::move(result);
+        continue;
+      }
+      write_front();
       const auto now = std::chrono::steady_clock::now();
       if (interactive || now - last_print >= std::chrono::seconds(10) || !more) {
         const double seconds = std::chrono::duration<double>(now - start).count();
@@ -449,10 +534,11 @@ Runner add_regenerate_command(CLI::App& root) {
                   << new_tokens << " new tokens, " << std::fixed << std::setprecision(0) << rate
                   << " tokens/s, eta "
                   << duration(lines_rate > 0 ? (total_lines - line) / lines_rate : 0)
-                  << (interactive && more ? "   " : "\n") << std::flush;
+                  << (interactive && (more || !pending.empty()) ? "   " : "\n") << std::flush;
         last_print = now;
       }
     }
+    if (input_error) std::rethrow_exception(input_error);
     const double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     std::cout << std::fixed << std::setprecision(1) << who << output_path << ": " << written

@@ -1,9 +1,9 @@
 // tandem rollout: sample completions of prompts from a model, with each token's log-probability
-// and a rule-based reward, written as rollout JSONL (data.format: rollout) for GRPO/GSPO. A
-// prompt's samples are generated as one batch with a KV cache (eval/generation.h); production
-// rollouts come from a serving engine in the same format.
+// and a rule-based reward, written as rollout JSONL (data.format: rollout) for GRPO/GSPO. The
+// completions are decoded --rows at a time with continuous batching and a KV cache
+// (eval/continuous_generation.h); production rollouts come from a serving engine in the same
+// format.
 #include <ATen/ATen.h>
-#include <ATen/CPUGeneratorImpl.h>
 
 #include <iomanip>
 #include <iostream>
@@ -15,7 +15,9 @@
 #include "tandem/core/dtype.h"
 #include "tandem/core/error.h"
 #include "tandem/core/file_io.h"
+#include "tandem/data/sampler.h"
 #include "tandem/data/token_cache.h"
+#include "tandem/eval/continuous_generation.h"
 #include "tandem/eval/generation.h"
 #include "tandem/models/frozen.h"
 #include "tandem/text/regex.h"
@@ -28,7 +30,7 @@ Runner add_rollout_command(CLI::App& root) {
     std::string model, data, format = "conversations", tokenizer, chat_template = "auto";
     std::string template_kwargs;
     std::string reward_regex, out, dtype = "fp32", cache_dir, device = "auto";
-    int64_t num_prompts = 16, prompt_tokens = 32, samples = 4, max_new_tokens = 32;
+    int64_t num_prompts = 16, prompt_tokens = 32, samples = 4, max_new_tokens = 32, rows = 16;
     uint64_t seed = 0;
   };
   auto o = std::make_shared<Options>();
@@ -53,7 +55,11 @@ Runner add_rollout_command(CLI::App& root) {
       ->add_option("--reward-regex", o->reward_regex,
                    "reward = number of matches of this regex in the decoded completion")
       ->required();
-  command->add_option("--seed", o->seed, "sampling seed (default 0)");
+  command->add_option("--rows", o->rows,
+                      "completions decoded together (default 16); a row whose completion ends "
+                      "takes the next at once (continuous batching)");
+  command->add_option("--seed", o->seed,
+                      "sampling seed (default 0): completion i draws from its own stream");
   command->add_option("--dtype", o->dtype, "compute dtype (default fp32)");
   add_device_option(*command, o->device);
   command->add_option("--cache-dir", o->cache_dir, "token cache directory");
@@ -78,36 +84,46 @@ Runner add_rollout_command(CLI::App& root) {
     DecodeOptions decode;
     decode.max_new_tokens = o->max_new_tokens;
     decode.stop_ids = model.config().eos_token_ids;
-    at::Generator generator = at::detail::createCPUGenerator(o->seed);
-    std::ostringstream lines;
-    double reward_sum = 0;
-    int64_t written = 0, used = 0;
+    // Every completion is one request (temperature 1, no filter: the policy's distribution),
+    // drawing from its own stream, so it does not depend on which others share its batch.
+    SamplingOptions sampling;
+    sampling.temperature = 1.0;
+    check(o->rows >= 1, "[rollout] --rows must be positive");
+    ContinuousGenerator generator(model, decode, sampling, o->rows);
+    int64_t used = 0;
+    std::vector<std::pair<std::vector<int64_t>, std::string>> requests;  // prompt, group id
     for (int64_t i = 0; i < prompts.size() && used < o->num_prompts; ++i) {
       const TokenizedDocument document = prompts.document(i);
       const std::vector<int64_t> prompt = prompt_of(document, o->prompt_tokens);
       if (prompt.empty()) continue;
       ++used;
-      // The prompt's samples as one batch (temperature 1, no filter: the policy's distribution).
-      SamplingOptions sampling;
-      sampling.temperature = 1.0;
-      const std::vector<Generation> group =
-          generate(model, std::vector<std::vector<int64_t>>(o->samples, prompt), decode, sampling,
-                   &generator);
-      for (const Generation& completion : group) {
-        const std::vector<int32_t> completion_ids(completion.tokens.begin(),
-                                                  completion.tokens.end());
-        std::vector<Match> matches;
-        reward.find_all(tokenizer.decode(completion_ids, /*skip_special_tokens=*/true), matches);
-        nlohmann::json line;
-        line["prompt_ids"] = prompt;
-        line["completion_ids"] = completion.tokens;
-        line["old_logprobs"] = completion.logprobs;
-        line["reward"] = static_cast<double>(matches.size());
-        line["group_id"] = document.source;
-        lines << line.dump() << "\n";
-        reward_sum += static_cast<double>(matches.size());
-        ++written;
+      for (int64_t s = 0; s < o->samples; ++s) {
+        const uint64_t stream = static_cast<uint64_t>(requests.size());
+        generator.submit(prompt, splitmix64(o->seed + 0x9E3779B97F4A7C15ULL * stream));
+        requests.emplace_back(prompt, document.source);
       }
+    }
+    std::vector<Generation> completions(requests.size());
+    for (auto finished = generator.next_finished(); !finished.empty();
+         finished = generator.next_finished())
+      for (auto& [id, completion] : finished) completions[id] = std::move(completion);
+    std::ostringstream lines;
+    double reward_sum = 0;
+    int64_t written = 0;
+    for (size_t r = 0; r < requests.size(); ++r) {
+      const Generation& completion = completions[r];
+      const std::vector<int32_t> completion_ids(completion.tokens.begin(), completion.tokens.end());
+      std::vector<Match> matches;
+      reward.find_all(tokenizer.decode(completion_ids, /*skip_special_tokens=*/true), matches);
+      nlohmann::json line;
+      line["prompt_ids"] = requests[r].first;
+      line["completion_ids"] = completion.tokens;
+      line["old_logprobs"] = completion.logprobs;
+      line["reward"] = static_cast<double>(matches.size());
+      line["group_id"] = requests[r].second;
+      lines << line.dump() << "\n";
+      reward_sum += static_cast<double>(matches.size());
+      ++written;
     }
     check(written > 0, "[rollout] ", o->data, ": no document gave a prompt");
     replace_file(o->out, lines.str(), "[rollout]");

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "tandem/core/error.h"
+#include "tandem/data/sampler.h"
 
 namespace tandem {
 
@@ -43,79 +44,150 @@ Regenerator::Regenerator(const FrozenModel& model, const Tokenizer& tokenizer,
         chat_template.end_of_turn(), " token: answers could only end at max_new_tokens");
 }
 
+bool Regenerator::start(Conversation& conversation) const {
+  if (!has_user_turn(conversation.in)) {
+    conversation.out.rejected =
+        BadLine(BadInput::no_user_turn, "the conversation has no user message");
+    return false;
+  }
+  return answer_due(conversation);
+}
+
+// Copies the conversation's messages up to its next answer into the output; true when an answer
+// is due there (a run of answers, skipped, or the end after a user or tool message).
+bool Regenerator::answer_due(Conversation& conversation) {
+  const std::vector<ChatMessage>& in = conversation.in;
+  std::vector<ChatMessage>& messages = conversation.out.messages;
+  size_t& next = conversation.next;
+  while (next < in.size() && !is_answer(in[next])) messages.push_back(in[next++]);
+  if (next < in.size()) {
+    while (next < in.size() && is_answer(in[next])) ++next;
+    return true;
+  }
+  return !messages.empty() &&
+         (messages.back().role == ChatRole::user || messages.back().role == ChatRole::tool);
+}
+
+std::optional<std::vector<int64_t>> Regenerator::prompt(Conversation& conversation) const {
+  ChatEncodeOptions with_header;
+  with_header.add_generation_prompt = true;
+  with_header.tools = conversation.tools;
+  std::vector<int32_t> ids;
+  try {
+    ids = encode_chat(tokenizer_, chat_template_, conversation.out.messages, with_header).ids;
+  } catch (const Error& e) {  // the template refused this conversation
+    conversation.out.rejected = BadLine(BadInput::template_error, e.what());
+    return std::nullopt;
+  }
+  const int64_t length = static_cast<int64_t>(ids.size());
+  if (length + options_.max_new_tokens > max_length_) {
+    conversation.out.rejected = BadLine(
+        BadInput::too_long, "the prompt of answer " +
+                                std::to_string(conversation.out.answer_tokens.size() + 1) + " is " +
+                                std::to_string(length) + " tokens: with max_new_tokens " +
+                                std::to_string(options_.max_new_tokens) +
+                                " it exceeds max_length " + std::to_string(max_length_));
+    return std::nullopt;
+  }
+  return std::vector<int64_t>(ids.begin(), ids.end());
+}
+
+bool Regenerator::take_answer(Conversation& conversation, const Generation& answer) const {
+  std::vector<int32_t> tokens(answer.tokens.begin(), answer.tokens.end());
+  const bool stopped = !tokens.empty() &&
+                       std::find(decode_.stop_ids.begin(), decode_.stop_ids.end(), tokens.back()) !=
+                           decode_.stop_ids.end();
+  conversation.out.answer_tokens.push_back(static_cast<int64_t>(tokens.size()));
+  conversation.out.answer_stopped.push_back(stopped);
+  if (stopped) tokens.pop_back();
+  conversation.out.messages.push_back(
+      {ChatRole::assistant, tokenizer_.decode(tokens, /*skip_special_tokens=*/true), {}});
+  return answer_due(conversation);
+}
+
+Regenerated Regenerator::finish(Conversation& conversation) {
+  if (conversation.out.rejected) conversation.out.messages.clear();
+  return std::move(conversation.out);
+}
+
 std::vector<Regenerated> Regenerator::run(
     const std::vector<std::vector<ChatMessage>>& conversations, at::Generator* generator,
     const std::vector<jinja::Value>& tools) const {
   const size_t count = conversations.size();
-  std::vector<Regenerated> out(count);
-  std::vector<size_t> next(count, 0);  // the next input message of each conversation
-  // Copies the conversation's messages up to its next answer into the output; true when an
-  // answer is due there (a run of answers, skipped, or the end after a user or tool message).
-  auto answer_due = [&](size_t c) {
-    const std::vector<ChatMessage>& in = conversations[c];
-    std::vector<ChatMessage>& messages = out[c].messages;
-    while (next[c] < in.size() && !is_answer(in[next[c]])) messages.push_back(in[next[c]++]);
-    if (next[c] < in.size()) {
-      while (next[c] < in.size() && is_answer(in[next[c]])) ++next[c];
-      return true;
-    }
-    return !messages.empty() &&
-           (messages.back().role == ChatRole::user || messages.back().role == ChatRole::tool);
-  };
+  std::vector<Conversation> state(count);
   std::vector<size_t> due;
   for (size_t c = 0; c < count; ++c) {
-    if (!has_user_turn(conversations[c]))
-      out[c].rejected = BadLine(BadInput::no_user_turn, "the conversation has no user message");
-    else if (answer_due(c))
-      due.push_back(c);
+    state[c].in = conversations[c];
+    state[c].tools = c < tools.size() ? tools[c] : jinja::Value();
+    if (start(state[c])) due.push_back(c);
   }
-  ChatEncodeOptions with_header;
-  with_header.add_generation_prompt = true;
+  // At each turn, the answers every conversation still needs are generated as one batch.
   while (!due.empty()) {
     std::vector<size_t> batch;
     std::vector<std::vector<int64_t>> prompts;
     for (size_t c : due) {
-      std::vector<int32_t> ids;
-      try {
-        with_header.tools = c < tools.size() ? tools[c] : jinja::Value();
-        ids = encode_chat(tokenizer_, chat_template_, out[c].messages, with_header).ids;
-      } catch (const Error& e) {  // the template refused this conversation
-        out[c].rejected = BadLine(BadInput::template_error, e.what());
-        continue;
+      if (auto ids = prompt(state[c])) {
+        batch.push_back(c);
+        prompts.push_back(std::move(*ids));
       }
-      const int64_t length = static_cast<int64_t>(ids.size());
-      if (length + options_.max_new_tokens > max_length_) {
-        out[c].rejected =
-            BadLine(BadInput::too_long,
-                    "the prompt of answer " + std::to_string(out[c].answer_tokens.size() + 1) +
-                        " is " + std::to_string(length) + " tokens: with max_new_tokens " +
-                        std::to_string(options_.max_new_tokens) + " it exceeds max_length " +
-                        std::to_string(max_length_));
-        continue;
-      }
-      batch.push_back(c);
-      prompts.emplace_back(ids.begin(), ids.end());
     }
     std::vector<Generation> answers;
     if (!prompts.empty())
       answers = generate(model_, prompts, decode_, options_.sampling, generator);
     due.clear();
-    for (size_t i = 0; i < batch.size(); ++i) {
-      const size_t c = batch[i];
-      std::vector<int32_t> tokens(answers[i].tokens.begin(), answers[i].tokens.end());
-      const bool stopped =
-          !tokens.empty() && std::find(decode_.stop_ids.begin(), decode_.stop_ids.end(),
-                                       tokens.back()) != decode_.stop_ids.end();
-      out[c].answer_tokens.push_back(static_cast<int64_t>(tokens.size()));
-      out[c].answer_stopped.push_back(stopped);
-      if (stopped) tokens.pop_back();
-      out[c].messages.push_back(
-          {ChatRole::assistant, tokenizer_.decode(tokens, /*skip_special_tokens=*/true), {}});
-      if (answer_due(c)) due.push_back(c);
+    for (size_t i = 0; i < batch.size(); ++i)
+      if (take_answer(state[batch[i]], answers[i])) due.push_back(batch[i]);
+  }
+  std::vector<Regenerated> out;
+  for (Conversation& conversation : state) out.push_back(finish(conversation));
+  return out;
+}
+
+RegenerationStream::RegenerationStream(const Regenerator& regenerator, int64_t rows)
+    : regenerator_(regenerator),
+      generator_(regenerator.model(), regenerator.decode_options(), regenerator.options().sampling,
+                 rows) {}
+
+void RegenerationStream::add(int64_t key, std::vector<ChatMessage> conversation, jinja::Value tools,
+                             uint64_t seed) {
+  check(!conversations_.count(key), "[regenerate] conversation ", key, " is already in flight");
+  Flight& flight = conversations_[key];
+  flight.conversation.in = std::move(conversation);
+  flight.conversation.tools = std::move(tools);
+  flight.seed = seed;
+  if (!regenerator_.start(flight.conversation) || !queue_answer(key, flight)) {
+    complete_.emplace_back(key, Regenerator::finish(flight.conversation));
+    conversations_.erase(key);
+  }
+}
+
+bool RegenerationStream::queue_answer(int64_t key, Flight& flight) {
+  std::optional<std::vector<int64_t>> ids = regenerator_.prompt(flight.conversation);
+  if (!ids) return false;
+  const uint64_t answer = flight.conversation.out.answer_tokens.size();
+  const int64_t request =
+      generator_.submit(std::move(*ids), splitmix64(flight.seed + 0x9E3779B97F4A7C15ULL * answer));
+  request_to_key_[request] = key;
+  return true;
+}
+
+std::vector<std::pair<int64_t, Regenerated>> RegenerationStream::next_complete() {
+  while (complete_.empty()) {
+    const auto finished = generator_.next_finished();
+    if (finished.empty()) break;
+    for (const auto& [request, answer] : finished) {
+      const int64_t key = request_to_key_.at(request);
+      request_to_key_.erase(request);
+      Flight& flight = conversations_.at(key);
+      if (!regenerator_.take_answer(flight.conversation, answer) || !queue_answer(key, flight)) {
+        complete_.emplace_back(key, Regenerator::finish(flight.conversation));
+        conversations_.erase(key);
+      }
     }
   }
-  for (Regenerated& result : out)
-    if (result.rejected) result.messages.clear();
+  std::vector<std::pair<int64_t, Regenerated>> out = std::move(complete_);
+  complete_.clear();
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
   return out;
 }
 

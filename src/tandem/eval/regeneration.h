@@ -12,11 +12,13 @@
 #include <ATen/core/Generator.h>
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "tandem/data/jsonl.h"
+#include "tandem/eval/continuous_generation.h"
 #include "tandem/eval/generation.h"
 #include "tandem/models/frozen.h"
 #include "tandem/text/chat_template.h"
@@ -40,6 +42,13 @@ struct Regenerated {
 
 class Regenerator {
  public:
+  /// A conversation being regenerated: where it is in its input, and what it has so far.
+  struct Conversation {
+    std::vector<ChatMessage> in;
+    jinja::Value tools;
+    size_t next = 0;  // the next input message
+    Regenerated out;
+  };
   Regenerator(const FrozenModel& model, const Tokenizer& tokenizer,
               const ChatTemplate& chat_template, const RegenerationOptions& options);
 
@@ -50,17 +59,66 @@ class Regenerator {
                                at::Generator* generator,
                                const std::vector<jinja::Value>& tools = {}) const;
 
+  /// Starts `conversation`: its messages up to its first answer copied; false when none is due
+  /// (or it is rejected: no user turn).
+  bool start(Conversation& conversation) const;
+  /// The prompt of its due answer, ids ending with the generation prompt; nullopt when the
+  /// conversation is rejected there (template error, too long).
+  std::optional<std::vector<int64_t>> prompt(Conversation& conversation) const;
+  /// Takes `answer` as its due answer; true when another answer is due after it.
+  bool take_answer(Conversation& conversation, const Generation& answer) const;
+  /// The finished result (a rejected conversation keeps no message).
+  static Regenerated finish(Conversation& conversation);
+
+  const DecodeOptions& decode_options() const { return decode_; }
+  const RegenerationOptions& options() const { return options_; }
+
   /// The ids that end an answer: the model's eos ids and the template's end-of-turn token.
   const std::vector<int64_t>& stop_ids() const { return decode_.stop_ids; }
   int64_t max_length() const { return max_length_; }
+  const FrozenModel& model() const { return model_; }
 
  private:
+  static bool answer_due(Conversation& conversation);
   const FrozenModel& model_;
   const Tokenizer& tokenizer_;
   const ChatTemplate& chat_template_;
   RegenerationOptions options_;
   DecodeOptions decode_;
   int64_t max_length_;
+};
+
+/// Continuous batching over a stream of conversations (eval/continuous_generation.h): every
+/// answer due is one request, a conversation's next answer is queued as soon as its previous one
+/// ends, and a row freed by any answer takes the next request. Answers equal run()'s when greedy;
+/// sampled, answer i of a conversation draws from its own stream (its seed mixed with i), so its
+/// tokens do not depend on what else runs beside it.
+class RegenerationStream {
+ public:
+  RegenerationStream(const Regenerator& regenerator, int64_t rows);
+  /// Queues conversation `key` (keys unique among those in flight) with `tools` for the
+  /// template; sampled answers draw from streams derived from `seed`.
+  void add(int64_t key, std::vector<ChatMessage> conversation, jinja::Value tools, uint64_t seed);
+  /// Generates until at least one conversation is complete and returns the complete ones by
+  /// key, in key order; empty when none is in flight.
+  std::vector<std::pair<int64_t, Regenerated>> next_complete();
+  /// Conversations added and not yet returned.
+  int64_t in_flight() const { return static_cast<int64_t>(conversations_.size()); }
+  const ContinuousGenerator& generator() const { return generator_; }
+
+ private:
+  struct Flight {
+    Regenerator::Conversation conversation;
+    uint64_t seed;
+  };
+  // Queues the conversation's due answer; false when it is complete (or rejected) instead.
+  bool queue_answer(int64_t key, Flight& flight);
+
+  const Regenerator& regenerator_;
+  ContinuousGenerator generator_;
+  std::map<int64_t, Flight> conversations_;
+  std::map<int64_t, int64_t> request_to_key_;
+  std::vector<std::pair<int64_t, Regenerated>> complete_;  // found while queueing
 };
 
 }  // namespace tandem

@@ -61,6 +61,98 @@ void KvCache::truncate(int64_t length) {
   length_ = length;
 }
 
+namespace {
+
+// Slot dimension of a cache tensor: keys, values and latents are (B, heads, slots, dim), the
+// validity flags (B, slots).
+int64_t slot_dim(const at::Tensor& tensor) { return tensor.dim() == 2 ? 1 : 2; }
+
+}  // namespace
+
+void KvCache::clear_row(int64_t row) {
+  check(pending_ == 0 && row >= 0 && row < batch_, "[kv_cache] clear_row(", row, ") of ", batch_,
+        " rows, outside a forward");
+  valid_[row].fill_(false);
+  for (auto& state : linear_) {
+    if (!state) continue;
+    state->conv_window[row].zero_();
+    state->recurrent[row].zero_();
+    state->pending = 0;  // the last forward can no longer be rolled back
+  }
+}
+
+void KvCache::shift(int64_t new_length) {
+  check(pending_ == 0, "[kv_cache] shift during a forward");
+  check(new_length >= 0 && new_length <= capacity_, "[kv_cache] cannot shift to ", new_length,
+        " slots: the capacity is ", capacity_);
+  if (new_length == length_) return;
+  const int64_t offset = new_length - length_;  // where slot s goes: s + offset
+  if (offset < 0)
+    check(!valid_.narrow(1, 0, -offset).any().item<bool>(), "[kv_cache] shifting ", length_,
+          " slots to ", new_length, " would drop real tokens");
+  auto move = [&](at::Tensor& tensor) {
+    if (!tensor.defined()) return;
+    const int64_t dim = slot_dim(tensor);
+    const int64_t kept = std::min(length_, new_length);
+    const at::Tensor from = tensor.narrow(dim, std::max<int64_t>(0, -offset), kept).clone();
+    tensor.narrow(dim, std::max<int64_t>(0, offset), kept).copy_(from);
+    if (offset > 0) tensor.narrow(dim, 0, offset).zero_();
+  };
+  for (size_t layer = 0; layer < keys_.size(); ++layer) {
+    move(keys_[layer]);
+    move(values_[layer]);
+  }
+  move(valid_);
+  length_ = new_length;
+}
+
+void KvCache::place_row(int64_t row, const KvCache& source, int64_t source_row) {
+  const int64_t n = source.length_;
+  check(pending_ == 0 && source.pending_ == 0, "[kv_cache] place_row during a forward");
+  check(row >= 0 && row < batch_ && source_row >= 0 && source_row < source.batch_,
+        "[kv_cache] place_row: row ", row, " of ", batch_, ", source row ", source_row, " of ",
+        source.batch_);
+  check(n <= length_, "[kv_cache] place_row: ", n, " slots do not fit before slot ", length_,
+        " (shift first)");
+  check(source.keys_.size() == keys_.size(), "[kv_cache] place_row: a cache of another model");
+  const int64_t first = length_ - n;
+  valid_[row].fill_(false);
+  valid_[row].narrow(0, first, n).copy_(source.valid_[source_row].narrow(0, 0, n));
+  for (size_t layer = 0; layer < keys_.size(); ++layer) {
+    if (linear_[layer]) {
+      linear_[layer]->conv_window[row].copy_(source.linear_[layer]->conv_window[source_row]);
+      linear_[layer]->recurrent[row].copy_(source.linear_[layer]->recurrent[source_row]);
+      linear_[layer]->pending = 0;
+      continue;
+    }
+    keys_[layer][row].narrow(1, first, n).copy_(source.keys_[layer][source_row].narrow(1, 0, n));
+    if (values_[layer].defined())
+      values_[layer][row]
+          .narrow(1, first, n)
+          .copy_(source.values_[layer][source_row].narrow(1, 0, n));
+  }
+}
+
+void KvCache::grow(int64_t capacity) {
+  check(pending_ == 0, "[kv_cache] grow during a forward");
+  if (capacity <= capacity_) return;
+  auto regrow = [&](at::Tensor& tensor) {
+    if (!tensor.defined()) return;
+    const int64_t dim = slot_dim(tensor);
+    std::vector<int64_t> shape = tensor.sizes().vec();
+    shape[dim] = capacity;
+    at::Tensor bigger = at::zeros(shape, tensor.options());
+    bigger.narrow(dim, 0, length_).copy_(tensor.narrow(dim, 0, length_));
+    tensor = bigger;
+  };
+  for (size_t layer = 0; layer < keys_.size(); ++layer) {
+    regrow(keys_[layer]);
+    regrow(values_[layer]);
+  }
+  regrow(valid_);
+  capacity_ = capacity;
+}
+
 GatedDeltaNetState& KvCache::linear_state(int64_t layer) {
   check(layer >= 0 && layer < static_cast<int64_t>(linear_.size()) && linear_[layer],
         "[kv_cache] layer ", layer, " is not a Gated DeltaNet layer");

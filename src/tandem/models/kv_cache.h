@@ -36,6 +36,20 @@ class KvCache {
   /// Forgets the slots from `length` on (speculative decoding rolls back rejected tokens).
   void truncate(int64_t length);
 
+  // Continuous batching (eval/continuous_generation.h) keeps each live row's valid slots as one
+  // run ending at length(), and reuses a finished row for the next sequence:
+  /// Forgets row `row`: no valid slot, a zero Gated DeltaNet state.
+  void clear_row(int64_t row);
+  /// Moves every slot by the same offset so that the last filled slot becomes slot
+  /// `new_length` - 1 (earlier: frees slots; later: makes room for a longer sequence to be
+  /// placed); slots it would drop must be invalid, and new ones are invalid.
+  void shift(int64_t new_length);
+  /// Puts row `source_row` of `source` (a cache of the same model, its slots [0, L)) into row
+  /// `row` as its slots [length() - L, length()); the row's other slots become invalid.
+  void place_row(int64_t row, const KvCache& source, int64_t source_row);
+  /// Reallocates to `capacity` slots (no fewer than length()), keeping every slot.
+  void grow(int64_t capacity);
+
   /// A Gated DeltaNet layer's state (an Error for an attention layer).
   GatedDeltaNetState& linear_state(int64_t layer);
 
