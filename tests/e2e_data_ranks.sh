@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # End to end through the binary: the data jobs on 2 ranks under torchrun (data/rank_parts.h) write
 # exactly what one process writes.
-#   regenerate (60 lines, 4 bad ones skipped): OUT, OUT.skipped.jsonl and OUT.settings.json byte for byte;
+#   regenerate (60 lines, 6 bad ones skipped, their log in line order): OUT, OUT.skipped.jsonl and OUT.settings.json byte for byte;
 #     rank 1 killed with SIGKILL mid-way (a torn line appended) resumes its own part under
 #     torchrun to the same bytes; a rerun on 3 ranks or in one process is refused while parts of
 #     2 are there; a bad line under on_error fail stops the ranks naming the rank, file and line;
@@ -27,6 +27,15 @@ source "$root/tests/dist_helpers.sh"  # torchrun2, random_documents
 source "$root/tests/chat_helpers.sh"  # tiny_chat_model, conversations_with_bad_lines
 tiny_chat_model "$work"
 conversations_with_bad_lines "$work/in.jsonl"
+# Line 15 too long as well and line 16 malformed: in the batch of lines 14-17, a line refused
+# while generating (15) comes before one refused while reading (16), and the skipped log stays in
+# line order.
+python3 - "$work/in.jsonl" <<'PY'
+import sys
+lines = open(sys.argv[1]).read().splitlines()
+lines[14], lines[15] = lines[16], '{"conversations": [oops'
+open(sys.argv[1], "w").write("\n".join(lines) + "\n")
+PY
 base=(regenerate --target "$work/base/export" --tokenizer data/demo/tokenizer --data "$work/in.jsonl"
       --max-length 200 --batch-size 3 --max-new-tokens 40)
 args=("${base[@]}" --on-error skip)
@@ -39,7 +48,9 @@ echo "== regenerate: one process, then 2 ranks"
 "$tandem" "${args[@]}" --out "$work/one.jsonl" > "$work/one.log" 2>&1
 torchrun2 "$work/two.log" "${args[@]}" --out "$work/two.jsonl"
 same_regenerated "$work/one.jsonl" "$work/two.jsonl"
-grep -q "merged the parts of 2 ranks, 56 conversations, 4 lines skipped" "$work/two.log"
+python3 -c "import json, sys; lines = [json.loads(l)['line'] for l in open(sys.argv[1])]; assert lines == [5, 11, 15, 16, 17, 23], lines" \
+  "$work/two.jsonl.skipped.jsonl"
+grep -q "merged the parts of 2 ranks, 54 conversations, 6 lines skipped" "$work/two.log"
 echo "  2 ranks: the output, its skipped lines and settings equal one process's byte for byte"
 
 echo "== regenerate: rank 1 killed mid-way, resumed under torchrun"

@@ -5,8 +5,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <optional>
 #include <sstream>
 
 #include "tandem/data/rank_parts.h"
@@ -49,6 +52,45 @@ TEST(DataRank, DealsUnitsRoundRobin) {
   EXPECT_EQ(second.share("batches"), "batches 1, 4, 7, ... (counting from 0, every 3)");
 }
 
+// Sets environment variables for one scope, then restores them.
+class ScopedEnv {
+ public:
+  explicit ScopedEnv(const std::map<std::string, std::string>& vars) {
+    for (const auto& [name, value] : vars) {
+      const char* old = std::getenv(name.c_str());
+      saved_.emplace_back(name, old ? std::optional<std::string>(old) : std::nullopt);
+      ::setenv(name.c_str(), value.c_str(), 1);
+    }
+  }
+  ~ScopedEnv() {
+    for (const auto& [name, value] : saved_)
+      value ? ::setenv(name.c_str(), value->c_str(), 1) : ::unsetenv(name.c_str());
+  }
+
+ private:
+  std::vector<std::pair<std::string, std::optional<std::string>>> saved_;
+};
+
+TEST(DataRank, ASlurmBatchScriptIsOneRankAnSrunStepItsTasks) {
+  ASSERT_EQ(std::getenv("RANK"), nullptr) << "run outside torchrun";
+  const std::map<std::string, std::string> allocation = {{"SLURM_PROCID", "1"},
+                                                         {"SLURM_NTASKS", "2"},
+                                                         {"MASTER_ADDR", "127.0.0.1"},
+                                                         {"MASTER_PORT", "29511"}};
+  {
+    const ScopedEnv batch_script(allocation);  // sbatch --ntasks=2: its own process, alone
+    const DataRank rank = DataRank::from_launch();
+    EXPECT_EQ(rank.rank, 0);
+    EXPECT_EQ(rank.ranks, 1);
+  }
+  std::map<std::string, std::string> step = allocation;
+  step["SLURM_STEP_NUM_TASKS"] = "2";
+  const ScopedEnv srun_step(step);  // srun --ntasks=2: task 1 of 2
+  const DataRank rank = DataRank::from_launch();
+  EXPECT_EQ(rank.rank, 1);
+  EXPECT_EQ(rank.ranks, 2);
+}
+
 TEST(RankParts, RefusesPartsOfAnotherNumberOfRanks) {
   const std::string dir = fresh_dir("refuse");
   {
@@ -81,6 +123,21 @@ TEST(RankParts, TheLastRankToFinishMergesOnce) {
   EXPECT_FALSE(std::filesystem::exists(dir));  // the parts are removed once merged
   EXPECT_FALSE(first.merge_if_all_done([&] { ++merges; }));
   EXPECT_EQ(merges, 1);
+}
+
+TEST(RankParts, AStragglerAfterTheMergeCleansUpAndDoesNotMergeAgain) {
+  const std::string dir = fresh_dir("straggler");
+  const RankParts first(dir, {0, 2}, "[test]"), second(dir, {1, 2}, "[test]");
+  first.mark_done();
+  second.mark_done();
+  int merges = 0;
+  EXPECT_TRUE(second.merge_if_all_done([&] { ++merges; }));
+  // What a rank that opened the lock while the folder was being removed leaves behind.
+  std::filesystem::create_directories(dir);
+  write(dir + "/merge.lock", "");
+  EXPECT_FALSE(first.merge_if_all_done([&] { ++merges; }));
+  EXPECT_EQ(merges, 1);
+  EXPECT_FALSE(std::filesystem::exists(dir));
 }
 
 TEST(RankParts, AFailedMergeKeepsTheParts) {

@@ -3,7 +3,9 @@
 // with reference.logprobs=FILE needs no reference model in memory.
 #include <ATen/ATen.h>
 
+#include <filesystem>
 #include <iostream>
+#include <map>
 #include <optional>
 
 #include "tandem/cli/commands.h"
@@ -62,7 +64,32 @@ Runner add_reference_logprobs_command(CLI::App& root) {
     // OUT.parts/rank-R-of-W.safetensors; the last rank to finish writes OUT from the parts.
     const DataRank rank = DataRank::from_launch();
     std::optional<RankParts> parts;
-    if (rank.parallel()) parts.emplace(options->out + ".parts", rank, "[reference-logprobs]");
+    if (rank.parallel())
+      parts.emplace(options->out + ".parts", rank, "[reference-logprobs]");
+    else
+      check(!std::filesystem::exists(options->out + ".parts"), "[reference-logprobs] ",
+            options->out, ".parts holds the parts of a run on several ranks: rerun it under ",
+            "torchrun with as many ranks to finish it, or delete it");
+    // What a part was computed from: a part of other data or another reference is not merged.
+    const std::map<std::string, std::string> part_identity = {
+        {"dataset_key", info.dataset_key},
+        {"seq_len", std::to_string(info.seq_len)},
+        {"reference", info.reference},
+        {"dtype", info.dtype},
+        {"fp32_lm_head", info.fp32_lm_head ? "true" : "false"}};
+    auto check_part = [&](const std::string& path) {
+      safetensors::File file = safetensors::File::open(path);
+      const auto& metadata = file.header().metadata;
+      for (const auto& [key, value] : part_identity) {
+        const auto found = metadata.find(key);
+        check(found != metadata.end() && found->second == value, "[reference-logprobs] ", path,
+              ": computed with ", key, " ",
+              found == metadata.end() ? std::string("(none)") : found->second, ", this run has ",
+              value, "; delete ", parts->dir(), " and rerun every rank with the same config");
+      }
+      return file;
+    };
+    if (parts && parts->done()) check_part(parts->path(".safetensors"));
     const std::string who = "[reference-logprobs] " + (parts ? rank.name() + ": " : std::string());
     if (!parts || !parts->done()) {
       std::vector<at::Tensor> indices, logprobs, counts;
@@ -108,8 +135,7 @@ Runner add_reference_logprobs_command(CLI::App& root) {
         return 0;
       }
       write_tensors(parts->path(".safetensors"),
-                    {{"index", index}, {"logprobs", values}, {"counts", count}},
-                    {{"dataset_key", info.dataset_key}});
+                    {{"index", index}, {"logprobs", values}, {"counts", count}}, part_identity);
       parts->mark_done();
       std::cout << who << index.numel() << " documents written to " << parts->path(".safetensors")
                 << "\n";
@@ -119,11 +145,7 @@ Runner add_reference_logprobs_command(CLI::App& root) {
       at::Tensor all_counts = at::full({documents}, -1, at::kLong);
       for (int64_t r = 0; r < rank.ranks; ++r) {
         const std::string path = parts->path_of(r, ".safetensors");
-        const safetensors::File file = safetensors::File::open(path);
-        const auto& metadata = file.header().metadata;
-        check(metadata.count("dataset_key") && metadata.at("dataset_key") == info.dataset_key,
-              "[reference-logprobs] ", path, ": computed from other data than this rank's; delete ",
-              parts->dir(), " and rerun every rank with the same config");
+        const safetensors::File file = check_part(path);
         const at::Tensor index = read_tensor(file, file.info("index"));
         check(index.numel() == 0 ||
                   (index.min().item<int64_t>() >= 0 && index.max().item<int64_t>() < documents),

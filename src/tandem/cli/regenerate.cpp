@@ -7,6 +7,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <deque>
 #include <exception>
@@ -155,8 +156,10 @@ bool begin_or_resume(const std::string& path, const nlohmann::json& settings,
 int64_t json_key(const std::string& line, const char* field, const std::string& part) {
   const nlohmann::json parsed = nlohmann::json::parse(line, nullptr, false);
   const nlohmann::json* value = &parsed;
-  if (std::string(field) == "source_line")  // an output line: regenerated.source_line
-    value = parsed.is_object() ? &parsed["regenerated"] : nullptr;
+  if (std::string(field) == "source_line") {  // an output line: regenerated.source_line
+    const auto found = parsed.is_object() ? parsed.find("regenerated") : parsed.end();
+    value = found != parsed.end() ? &*found : nullptr;
+  }
   check(
       value && value->is_object() && value->contains(field) && (*value)[field].is_number_integer(),
       "[regenerate] ", part, ": a line without ", field, ": not a part this command wrote");
@@ -173,10 +176,11 @@ void merge_regenerated(const RankParts& parts, nlohmann::json settings, const st
     check(theirs == settings, "[regenerate] ", parts.path_of(rank, ".settings.json"), ": rank ",
           rank, " ran with other settings than this rank; delete ", parts.dir(),
           " and rerun every rank with the same flags");
-    outputs.push_back(parts.path_of(rank, ".jsonl"));
-    logs.push_back(parts.path_of(rank, ".skipped.jsonl"));
-    for (const std::string* path : {&outputs.back(), &logs.back()})
-      if (!std::filesystem::exists(*path)) replace_file(*path, "", "[regenerate]");
+    // A rank that wrote nothing has no file: nothing to merge from it.
+    if (std::filesystem::exists(parts.path_of(rank, ".jsonl")))
+      outputs.push_back(parts.path_of(rank, ".jsonl"));
+    if (std::filesystem::exists(parts.path_of(rank, ".skipped.jsonl")))
+      logs.push_back(parts.path_of(rank, ".skipped.jsonl"));
   }
   const std::string log_path = out + ".skipped.jsonl";
   merge_sorted_jsonl(
@@ -483,6 +487,11 @@ Runner add_regenerate_command(CLI::App& root) {
       }
       front.skipped.insert(front.skipped.end(), skipped_lines.begin(), skipped_lines.end());
       skipped_lines.clear();
+      // In line order: lines refused while reading and answers refused while generating interleave.
+      std::stable_sort(front.skipped.begin(), front.skipped.end(),
+                       [](const nlohmann::json& a, const nlohmann::json& b) {
+                         return a.value("line", int64_t{0}) < b.value("line", int64_t{0});
+                       });
       // Skipped lines first: a kill between the two appends leaves them past the last written
       // line, where the next run drops and redoes them.
       for (const nlohmann::json& line : front.skipped) count_logged(skipped, line);
@@ -503,6 +512,7 @@ Runner add_regenerate_command(CLI::App& root) {
       } catch (const std::exception&) {
         input_error = std::current_exception();
         more = false;
+        skipped_lines.clear();  // the unfinished batch's: it is not written
       }
       if (pending.empty()) break;
       if (pending.front().results.size() < pending.front().lines.size()) {

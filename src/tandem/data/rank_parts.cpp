@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -20,6 +21,15 @@ namespace tandem {
 
 DataRank DataRank::from_launch() {
   const dist::LaunchEnv env = dist::read_launch_env();
+  if (env.launcher == "slurm") {
+    // SLURM_PROCID and SLURM_NTASKS are also set in a batch script outside srun, where this
+    // process is alone: only an srun step's own task count deals the units.
+    const char* step_tasks = std::getenv("SLURM_STEP_NUM_TASKS");
+    const int64_t ranks = step_tasks ? std::atoll(step_tasks) : 1;
+    if (ranks <= 1) return {0, 1};
+    check(ranks == env.world_size, "[dist] SLURM_STEP_NUM_TASKS=", ranks,
+          " differs from SLURM_NTASKS=", env.world_size);
+  }
   return {env.rank, env.world_size};
 }
 
@@ -75,10 +85,18 @@ bool RankParts::merge_if_all_done(const std::function<void()>& merge) const {
   check(lock.get() >= 0, component_, " ", lock_path, ": cannot open: ", std::strerror(errno));
   check(::flock(lock.get(), LOCK_EX) == 0, component_, " ", lock_path,
         ": cannot lock: ", std::strerror(errno));
+  std::error_code error;
+  if (!done()) {  // this rank marked its part done, and a merge has removed the mark since
+    std::filesystem::remove_all(dir_, error);  // what a straggler like this one left there
+    return false;
+  }
   for (int64_t rank = 0; rank < rank_.ranks; ++rank)
     if (!std::filesystem::exists(path_of(rank, ".done"))) return false;
   merge();
-  std::error_code error;
+  // The marks go first, still under the lock: a rank that opens a new lock file while the folder
+  // is being removed finds no mark and cannot merge a second time.
+  for (int64_t rank = 0; rank < rank_.ranks; ++rank)
+    std::filesystem::remove(path_of(rank, ".done"), error);
   std::filesystem::remove_all(dir_, error);  // the output is whole; the parts are spent
   return true;
 }

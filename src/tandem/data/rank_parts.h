@@ -21,7 +21,8 @@ struct DataRank {
   int64_t rank = 0;
   int64_t ranks = 1;
 
-  /// From the launcher's environment (RANK/WORLD_SIZE or SLURM_PROCID/SLURM_NTASKS).
+  /// From the launcher's environment: torchrun's RANK/WORLD_SIZE, or inside an srun step
+  /// SLURM_PROCID/SLURM_STEP_NUM_TASKS (a batch script's own process is one rank of one).
   static DataRank from_launch();
   bool parallel() const { return ranks > 1; }
   /// Whether unit `unit` (0, 1, 2, ... in the one-process job's order) is this rank's.
@@ -48,9 +49,10 @@ class RankParts {
   bool done() const;
   /// Marks this rank's part complete.
   void mark_done() const;
-  /// Under the merge lock: when every rank's part is complete, runs `merge` (which must write the
-  /// final output atomically) and removes the parts folder; returns whether it did. A rank that
-  /// finishes before the others returns false and leaves the merge to the last one.
+  /// After mark_done(), under the merge lock: when every rank's part is complete, runs `merge`
+  /// (which must write the final output atomically), removes the done marks, then the parts
+  /// folder; returns whether it did. A rank that finishes before the others returns false and
+  /// leaves the merge to the last one.
   bool merge_if_all_done(const std::function<void()>& merge) const;
 
  private:
