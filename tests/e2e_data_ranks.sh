@@ -8,7 +8,8 @@
 #   capture of an EAGLE-3 config: manifest.json and every shard byte for byte;
 #   reference-logprobs of a DPO config: the file byte for byte;
 #   eval of an EAGLE-3 draft: the report equal except the timings (and `ranks`).
-#   eval at temperature 1 (each prompt its own seeded draws): the same.
+#   eval at temperature 1 (each prompt its own seeded draws): the same;
+#   one-process eval and reference-logprobs refuse an output beside a parts folder.
 # Usage: tests/e2e_data_ranks.sh BUILD_DIR   (run by ctest)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -149,4 +150,12 @@ assert t1_one["temperature"] == 1 and t1_one["per_prompt"] != one["per_prompt"]
 print(f"  at T = 1: equal too (tau {t1_two['tau']:.3f}, "
       f"{sum(len(p['tokens']) for p in t1_two['per_prompt'])} sampled tokens)")
 PY
+echo "== one process refuses an output beside the parts of several ranks"
+mkdir "$work/eval-one.json.parts" "$work/ref-one.safetensors.parts"
+"$tandem" "${eval_args[@]}" --out "$work/eval-one.json" > "$work/eval-refused.log" 2>&1 &&
+  { echo "eval ran beside a parts folder" >&2; exit 1; }
+grep -q "eval-one.json.parts holds the parts of a job run on several ranks" "$work/eval-refused.log"
+"$tandem" reference-logprobs "$work/dpo.yaml" --out "$work/ref-one.safetensors" \
+  > "$work/ref-refused.log" 2>&1 && { echo "reference-logprobs ran beside a parts folder" >&2; exit 1; }
+grep -q "ref-one.safetensors.parts holds the parts of a job run on several ranks" "$work/ref-refused.log"
 echo "e2e_data_ranks: all checks passed"

@@ -34,12 +34,6 @@ namespace tandem::cli {
 
 namespace {
 
-// Prompt `document`'s seed: splitmix64 at the document's step of the sequence from `seed`, so that
-// prompts and seeds give unrelated streams.
-uint64_t sampling_seed(uint64_t seed, int64_t document) {
-  return splitmix64(seed + 0x9E3779B97F4A7C15ULL * static_cast<uint64_t>(document));
-}
-
 // One prompt's speculative decoding, and its baseline (greedy or plain sampling) when timed.
 struct PromptResult {
   int64_t document = 0;  // in --data
@@ -123,7 +117,7 @@ PromptResult run_prompt(const FrozenModel& target, DraftDecoder& draft, int64_t 
   result.prompt_tokens = static_cast<int64_t>(prompt.size());
   result.category = std::move(category);
   // Each prompt draws from its own stream, so a prompt's output does not depend on the others.
-  decode.seed = sampling_seed(o.seed, document);
+  decode.seed = stream_seed(o.seed, static_cast<uint64_t>(document));
   auto start = std::chrono::steady_clock::now();
   result.output = draft.decode(target, prompt, draft_tokens, decode);
   result.speculative_seconds =
@@ -420,6 +414,8 @@ Runner add_eval_command(CLI::App& root) {
             "merges the ranks' prompts into it");
       parts.emplace(o->out + ".parts", rank, "[eval]");
       context.ranks = rank.ranks;
+    } else if (!o->out.empty()) {
+      check_no_rank_parts(o->out + ".parts", o->out + ".parts", "[eval]");
     }
     const std::string who = "[eval] " + (parts ? rank.name() + ": " : std::string());
     const nlohmann::json settings = {{"target", o->target},
@@ -435,7 +431,11 @@ Runner add_eval_command(CLI::App& root) {
                                      {"dtype", compute_dtype_name(dtype)},
                                      {"kv_cache", decode.kv_cache},
                                      {"greedy_check", o->greedy_check},
-                                     {"category_field", o->category_field}};
+                                     {"category_field", o->category_field},
+                                     {"format", o->format},
+                                     {"tokenizer", o->tokenizer},
+                                     {"chat_template", o->chat_template},
+                                     {"template_kwargs", o->template_kwargs}};
 
     std::vector<PromptResult> results;
     if (!parts || !parts->done()) {

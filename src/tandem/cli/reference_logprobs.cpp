@@ -3,7 +3,6 @@
 // with reference.logprobs=FILE needs no reference model in memory.
 #include <ATen/ATen.h>
 
-#include <filesystem>
 #include <iostream>
 #include <map>
 #include <optional>
@@ -67,9 +66,7 @@ Runner add_reference_logprobs_command(CLI::App& root) {
     if (rank.parallel())
       parts.emplace(options->out + ".parts", rank, "[reference-logprobs]");
     else
-      check(!std::filesystem::exists(options->out + ".parts"), "[reference-logprobs] ",
-            options->out, ".parts holds the parts of a run on several ranks: rerun it under ",
-            "torchrun with as many ranks to finish it, or delete it");
+      check_no_rank_parts(options->out + ".parts", options->out + ".parts", "[reference-logprobs]");
     // What a part was computed from: a part of other data or another reference is not merged.
     const std::map<std::string, std::string> part_identity = {
         {"dataset_key", info.dataset_key},
@@ -91,6 +88,21 @@ Runner add_reference_logprobs_command(CLI::App& root) {
     };
     if (parts && parts->done()) check_part(parts->path(".safetensors"));
     const std::string who = "[reference-logprobs] " + (parts ? rank.name() + ": " : std::string());
+    // Every document's sum and count, filled from what this process computed or from the parts.
+    at::Tensor all_logprobs = at::zeros({documents}, at::kFloat);
+    at::Tensor all_counts = at::full({documents}, -1, at::kLong);
+    auto add_documents = [&](const at::Tensor& index, const at::Tensor& logprobs,
+                             const at::Tensor& counts, const std::string& from) {
+      check(index.numel() == 0 ||
+                (index.min().item<int64_t>() >= 0 && index.max().item<int64_t>() < documents),
+            "[reference-logprobs] ", from, ": a document index outside 0..", documents - 1);
+      all_logprobs.index_copy_(0, index, logprobs);
+      all_counts.index_copy_(0, index, counts);
+    };
+    auto write_whole = [&](const std::string& when_missing) {
+      check((all_counts >= 0).all().item<bool>(), "[reference-logprobs] ", when_missing);
+      ReferenceLogprobs::write(options->out, all_logprobs, all_counts, info);
+    };
     if (!parts || !parts->done()) {
       std::vector<at::Tensor> indices, logprobs, counts;
       at::NoGradGuard no_grad;
@@ -123,13 +135,8 @@ Runner add_reference_logprobs_command(CLI::App& root) {
       const at::Tensor values = joined(logprobs, at::kFloat);
       const at::Tensor count = joined(counts, at::kLong);
       if (!parts) {
-        at::Tensor all_logprobs = at::zeros({documents}, at::kFloat);
-        at::Tensor all_counts = at::full({documents}, -1, at::kLong);
-        all_logprobs.index_copy_(0, index, values);
-        all_counts.index_copy_(0, index, count);
-        check((all_counts >= 0).all().item<bool>(),
-              "[reference-logprobs] internal: a document was missed");
-        ReferenceLogprobs::write(options->out, all_logprobs, all_counts, info);
+        add_documents(index, values, count, "this run");
+        write_whole("internal: a document was missed");
         std::cout << "[reference-logprobs] " << options->out << ": " << documents << " documents ("
                   << data.num_records() << " pairs) from " << dpo.reference_path << "\n";
         return 0;
@@ -141,21 +148,14 @@ Runner add_reference_logprobs_command(CLI::App& root) {
                 << "\n";
     }
     const bool merged = parts->merge_if_all_done([&] {
-      at::Tensor all_logprobs = at::zeros({documents}, at::kFloat);
-      at::Tensor all_counts = at::full({documents}, -1, at::kLong);
       for (int64_t r = 0; r < rank.ranks; ++r) {
         const std::string path = parts->path_of(r, ".safetensors");
         const safetensors::File file = check_part(path);
-        const at::Tensor index = read_tensor(file, file.info("index"));
-        check(index.numel() == 0 ||
-                  (index.min().item<int64_t>() >= 0 && index.max().item<int64_t>() < documents),
-              "[reference-logprobs] ", path, ": a document index outside 0..", documents - 1);
-        all_logprobs.index_copy_(0, index, read_tensor(file, file.info("logprobs")));
-        all_counts.index_copy_(0, index, read_tensor(file, file.info("counts")));
+        add_documents(read_tensor(file, file.info("index")),
+                      read_tensor(file, file.info("logprobs")),
+                      read_tensor(file, file.info("counts")), path);
       }
-      check((all_counts >= 0).all().item<bool>(), "[reference-logprobs] ", parts->dir(),
-            ": the ranks' parts miss documents; delete it and rerun");
-      ReferenceLogprobs::write(options->out, all_logprobs, all_counts, info);
+      write_whole(parts->dir() + ": the ranks' parts miss documents; delete it and rerun");
       std::cout << "[reference-logprobs] " << options->out << ": merged the parts of " << rank.ranks
                 << " ranks, " << documents << " documents (" << data.num_records()
                 << " pairs) from " << dpo.reference_path << "\n";

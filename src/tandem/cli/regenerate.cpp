@@ -299,10 +299,7 @@ Runner add_regenerate_command(CLI::App& root) {
     std::optional<RankParts> parts;
     bool finished = false;
     if (!rank.parallel()) {
-      check(!std::filesystem::exists(parts_dir), "[regenerate] ", parts_dir,
-            " holds the parts of a job run on several ranks: rerun it under torchrun with as "
-            "many ranks to finish it, or delete ",
-            parts_dir, " to start over");
+      check_no_rank_parts(parts_dir, parts_dir, "[regenerate]");
       finished = begin_or_resume(settings_path, settings, o->out);
     } else if (std::filesystem::exists(settings_path)) {
       std::ifstream in(settings_path);

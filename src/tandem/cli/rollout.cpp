@@ -99,7 +99,7 @@ Runner add_rollout_command(CLI::App& root) {
       ++used;
       for (int64_t s = 0; s < o->samples; ++s) {
         const uint64_t stream = static_cast<uint64_t>(requests.size());
-        generator.submit(prompt, splitmix64(o->seed + 0x9E3779B97F4A7C15ULL * stream));
+        generator.submit(prompt, stream_seed(o->seed, stream));
         requests.emplace_back(prompt, document.source);
       }
     }

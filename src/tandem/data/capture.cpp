@@ -315,10 +315,7 @@ CaptureProgress capture_features(const FrozenModel& target, const TokenizedDatas
         "[capture] documents per shard and rows must be positive");
   std::filesystem::create_directories(dir);
   if (options.rank.parallel()) return capture_on_ranks(target, dataset, settings, dir, options);
-  check(!std::filesystem::exists(dir + "/ranks"), "[capture] ", dir,
-        "/ranks holds the parts of a capture run on several ranks: rerun it under torchrun with "
-        "as many ranks to finish it, or delete ",
-        dir, " to start over");
+  check_no_rank_parts(dir + "/ranks", dir, "[capture]");
   const std::string manifest_path = dir + "/manifest.json";
   Manifest manifest;
   manifest.settings = settings;

@@ -101,6 +101,14 @@ bool RankParts::merge_if_all_done(const std::function<void()>& merge) const {
   return true;
 }
 
+void check_no_rank_parts(const std::string& dir, const std::string& start_over,
+                         const std::string& component) {
+  check(!std::filesystem::exists(dir), component, " ", dir,
+        " holds the parts of a job run on several ranks: rerun it under torchrun with as many "
+        "ranks to finish it, or delete ",
+        start_over, " to start over");
+}
+
 int64_t merge_sorted_jsonl(const std::vector<std::string>& parts,
                            const std::function<int64_t(const std::string& line)>& key,
                            const std::string& out, const std::string& component) {

@@ -61,6 +61,11 @@ class RankParts {
   std::string component_;
 };
 
+/// For one process: refuses to start when `dir` holds the parts of a job run on several ranks
+/// (finishing them takes as many ranks); `start_over` names what to delete instead.
+void check_no_rank_parts(const std::string& dir, const std::string& start_over,
+                         const std::string& component);
+
 /// Merges JSONL `parts` (each in ascending order of `key`, an integer every line has) into `out`,
 /// written atomically: the lines in ascending key order, copied byte for byte (a key seen twice
 /// is an error naming both parts). Returns the lines written.

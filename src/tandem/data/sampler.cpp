@@ -42,6 +42,10 @@ uint64_t splitmix64(uint64_t value) {
   return value ^ (value >> 31);
 }
 
+uint64_t stream_seed(uint64_t seed, uint64_t stream) {
+  return splitmix64(seed + 0x9E3779B97F4A7C15ull * stream);
+}
+
 std::vector<int64_t> epoch_permutation(int64_t size, uint64_t seed, int64_t epoch) {
   check(size >= 0, "[sampler] dataset size must be >= 0, got ", size);
   std::vector<int64_t> permutation(size);

@@ -48,6 +48,10 @@ void from_json(const nlohmann::json& json, SamplerState& state);
 
 /// splitmix64 (Steele, Lea, Flood 2014): the 64-bit mixer used to derive per-epoch seeds.
 uint64_t splitmix64(uint64_t value);
+/// The seed of stream `stream` drawn from `seed`: splitmix64 at that step of the Weyl sequence
+/// from `seed`, so that streams and seeds give unrelated draws (eval's prompts, regenerate's
+/// answers, rollout's completions).
+uint64_t stream_seed(uint64_t seed, uint64_t stream);
 
 /// The permutation of 0..size-1 for (seed, epoch), as described above. (size,)
 std::vector<int64_t> epoch_permutation(int64_t size, uint64_t seed, int64_t epoch);

@@ -165,8 +165,7 @@ bool RegenerationStream::queue_answer(int64_t key, Flight& flight) {
   std::optional<std::vector<int64_t>> ids = regenerator_.prompt(flight.conversation);
   if (!ids) return false;
   const uint64_t answer = flight.conversation.out.answer_tokens.size();
-  const int64_t request =
-      generator_.submit(std::move(*ids), splitmix64(flight.seed + 0x9E3779B97F4A7C15ULL * answer));
+  const int64_t request = generator_.submit(std::move(*ids), stream_seed(flight.seed, answer));
   request_to_key_[request] = key;
   return true;
 }
