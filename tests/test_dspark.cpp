@@ -200,7 +200,8 @@ TEST(DSparkLoss, FusedEqualsUnfusedWithGradients) {
                 : tandem::unfused_dspark_loss(hidden, head, code, w2, teacher, labels, weights,
                                               loss_weights);
     (out.loss * 2.5).backward();  // an incoming gradient other than 1
-    (chunked ? fused_grads : plain_grads) = {hidden.grad(), code.grad(), w2.grad()};
+    std::vector<at::Tensor>& grads = chunked ? fused_grads : plain_grads;
+    grads = std::vector<at::Tensor>{hidden.grad(), code.grad(), w2.grad()};
     (chunked ? fused : plain) = out;
   }
   EXPECT_NEAR(fused.loss.item<double>(), plain.loss.item<double>(), 1e-12);
@@ -264,9 +265,11 @@ TEST(DSparkHeads, InitialisationFanInOrNormal) {
   std::map<std::string, at::Tensor> a, b;
   for (const auto& p : fan_in.draft()->named_parameters()) a[p.key()] = p.value();
   for (const auto& p : normal.draft()->named_parameters()) b[p.key()] = p.value();
-  for (const auto& [name, value] : a)
-    if (name.rfind("markov_head.", 0) != 0 && name.rfind("confidence_head.", 0) != 0)
+  for (const auto& [name, value] : a) {
+    if (name.rfind("markov_head.", 0) != 0 && name.rfind("confidence_head.", 0) != 0) {
       EXPECT_TRUE(at::equal(value, b.at(name))) << name << ": the backbone must not change";
+    }
+  }
   const double bound_w2 = 1.0 / 8.0;  // 1/sqrt(64)
   const at::Tensor& w1 = a.at("markov_head.markov_w1.weight");
   const at::Tensor& w2 = a.at("markov_head.markov_w2.weight");
