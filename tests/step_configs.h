@@ -51,49 +51,54 @@ class StepConfigs {
            "micro_batch_rows: 2, cache_dir: " + (dir_ / "cache") + extra + "}\n";
   }
   /// A one-step job of `objective` on this directory's data; `training` adds training keys
-  /// ("run_dir: ..., steps: 12").
-  std::string config(const std::string& objective, const std::string& training_keys = "") const {
+  /// ("run_dir: ..., steps: 12"), `data_keys` data keys (", validation: ...").
+  std::string config(const std::string& objective, const std::string& training_keys = "",
+                     const std::string& data_keys = "") const {
     const std::string llama = tandem::testing::model_fixture("llama3");
     const std::string qwen3 = tandem::testing::model_fixture("qwen3");
     const std::string training = "training: {objective: " + objective + ", seed: 0" +
                                  (training_keys.empty() ? "" : ", " + training_keys) + "}\n";
     if (objective == "sft")
-      return "model: {path: " + llama + ", dtype: fp32}\nloss: {chunk_tokens: 16}\n" + data() +
-             training;
+      return "model: {path: " + llama + ", dtype: fp32}\nloss: {chunk_tokens: 16}\n" +
+             data(data_keys) + training;
     if (objective == "eagle3")
       return "target: {path: " + llama +
              ", dtype: fp32}\ndraft: {aux_layer_ids: [0, 1, 2], ttt_length: 3, "
              "draft_vocab_size: 128, intermediate_size: 96, dtype: fp32}\n" +
-             data() + training;
+             data(data_keys) + training;
     if (objective == "dflash")
       return "target: {path: " + qwen3 +
              ", dtype: fp32}\ndraft: {num_layers: 2, target_layer_ids: [0, 2], "
              "block_size: 4, mask_token_id: 511, dtype: fp32}\nloss: {max_anchors: 8, "
              "chunk_tokens: 16}\n" +
-             data() + training;
+             data(data_keys) + training;
     if (objective == "dspark")
       return "target: {path: " + qwen3 +
              ", dtype: fp32}\ndraft: {num_layers: 2, target_layer_ids: [0, 2], "
              "block_size: 4, mask_token_id: 511, markov_rank: 8, dtype: fp32}\nloss: "
              "{max_anchors: 8, chunk_tokens: 16}\n" +
-             data() + training;
+             data(data_keys) + training;
     if (objective == "distill")
       return "model: {config: " + llama + "/config.json, dtype: fp32}\nteacher: {path: " + llama +
-             ", dtype: fp32}\nloss: {divergence: jsd, beta: 0.5, chunk_tokens: 16}\n" + data() +
-             training;
+             ", dtype: fp32}\nloss: {divergence: jsd, beta: 0.5, chunk_tokens: 16}\n" +
+             data(data_keys) + training;
     if (objective == "dpo")
       return "model: {path: " + (dir_ / "policy") + ", dtype: fp32}\nreference: {dtype: fp32}\n" +
              "loss: {beta: 0.1, chunk_tokens: 64}\n" + "data: {path: " + (dir_ / "pairs.jsonl") +
              ", format: preference, tokenizer: " +
              tandem::testing::source_path("data/demo/tokenizer") + ", seq_len: 512, " +
-             "micro_batch_rows: 2, cache_dir: " + (dir_ / "cache") + "}\n" + training;
+             "micro_batch_rows: 2, cache_dir: " + (dir_ / "cache") + data_keys + "}\n" + training;
     if (objective == "gspo")
       return "model: {path: " + llama +
              ", dtype: fp32}\nloss: {chunk_tokens: 16}\ndata: {path: " + (dir_ / "rollouts.jsonl") +
-             ", format: rollout, seq_len: 32, micro_batch_rows: 2}\n" + training;
+             ", format: rollout, seq_len: 32, micro_batch_rows: 2" + data_keys + "}\n" + training;
     throw std::runtime_error("no step config for " + objective);
   }
   /// EAGLE-3 offline: the online config plus a capture of its target, made by the binary.
+  /// The documents file (pretokenized) and the preference pairs.
+  std::string docs_path() const { return dir_ / "docs.jsonl"; }
+  std::string pairs_path() const { return dir_ / "pairs.jsonl"; }
+
   std::string eagle3_offline() const {
     const std::string online = config("eagle3");
     std::ofstream(dir_ / "eagle3.yaml") << online;

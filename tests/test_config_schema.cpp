@@ -173,8 +173,8 @@ TEST(ConfigSchema, OutOfRangeValuesNameTheFileTheKeyAndTheRange) {
            {[&] { keys::data::format.read(config); },
             "run.yaml: data.format: 'csv' is not one of: conversations, text, pretokenized, "
             "preference, rollout"},
-           {[&] { keys::training::steps.read(config); },
-            "run.yaml: training.steps: required an integer is missing"},
+           {[&] { keys::training::run_dir.read(config); },
+            "run.yaml: training.run_dir: required a string is missing"},
            {[&] { keys::block_loss::gamma.read(config); }, "internal"}})
     EXPECT_NE(error_of(read).find(phrase), std::string::npos) << phrase << "\n" << error_of(read);
   // Defaults come from the declarations and are recorded in the resolved config.

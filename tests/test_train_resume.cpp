@@ -58,8 +58,9 @@ std::vector<std::string> deterministic_metrics(const std::string& run_dir) {
   std::vector<std::string> lines;
   for (std::string line; std::getline(in, line);) {
     auto json = nlohmann::json::parse(line);
-    for (const char* timing : {"tokens_per_s", "time/step", "time/data", "time/forward",
-                               "time/backward", "time/optimizer", "peak_rss_mib"})
+    for (const char* timing :
+         {"tokens_per_s", "time/step", "time/data", "time/forward", "time/backward",
+          "time/optimizer", "time/validation", "peak_rss_mib"})
       json.erase(timing);
     lines.push_back(json.dump());
   }
@@ -141,6 +142,33 @@ TEST(TrainResume, SigkillThenResumeIsBitIdenticalForADSparkDraft) {
                                                         "export: false");
     return path;
   });
+}
+
+// With validation every step and the best checkpoint kept: the validation metrics, best.json and
+// the kept checkpoints come out the same after a kill.
+TEST(TrainResume, SigkillThenResumeIsBitIdenticalWithValidation) {
+  ScratchDir dir;
+  const tandem::testing::StepConfigs configs;
+  expect_sigkill_resume_is_bit_identical(dir, [&](const std::string& run_dir) {
+    const std::string path = run_dir + ".yaml";
+    std::ofstream(path) << configs.config(
+        "dspark",
+        "run_dir: " + run_dir + ", steps: " + std::to_string(kSteps) +
+            ", save_every: 1, keep_last: 2, lr: 1.0e-3, export: false, eval_every: 1, "
+            "best_metric: val/sim_accept_length",
+        ", validation: " + configs.docs_path());
+    return path;
+  });
+  std::ifstream straight(dir / "straight/best.json"), killed(dir / "killed/best.json");
+  const std::string a{std::istreambuf_iterator<char>(straight), {}};
+  const std::string b{std::istreambuf_iterator<char>(killed), {}};
+  EXPECT_FALSE(a.empty());
+  EXPECT_EQ(a, b);
+  std::vector<int64_t> kept_a, kept_b;
+  for (const auto& entry : tandem::list_checkpoints(dir / "straight"))
+    kept_a.push_back(entry.first);
+  for (const auto& entry : tandem::list_checkpoints(dir / "killed")) kept_b.push_back(entry.first);
+  EXPECT_EQ(kept_a, kept_b);
 }
 
 TEST(TrainResume, SigtermSavesExitsWithCode75AndResumesBitIdentical) {

@@ -38,7 +38,12 @@ KeyGroup group{"training", "the run"};
 const StringKey objective{group, "objective", "sft",
                           "what is trained against what: one of the objectives (below)"};
 const StringKey run_dir{group, "run_dir", Required{}, "checkpoints, metrics and exports go here"};
-const IntKey steps{group, "steps", Required{}, IntRange::at_least(1), "optimizer steps"};
+const IntKey steps{group, "steps", Unset{"required unless `epochs` is set"}, IntRange::at_least(1),
+                   "optimizer steps"};
+const IntKey epochs{group, "epochs", Unset{"`steps` decides"}, IntRange::between(1, 100000),
+                    "passes over the data instead of `steps`: the steps are planned from the data "
+                    "after splitting, truncation and packing (`tandem train --dry-run` prints "
+                    "them); the last step may take a few records of the next pass"};
 const IntKey seed{group, "seed", 0, IntRange::at_least(0),
                   "sampler order, fresh-model initialisation, DFlash anchors"};
 const NumberKey lr{group, "lr", Required{}, NumberRange::at_least(0),
@@ -91,6 +96,21 @@ const ChoiceKey on_nonfinite{group,
                              "saving (exit 3), or drop its update"};
 const IntKey max_consecutive_skips{group, "max_consecutive_skips", 10, IntRange::at_least(1),
                                    "`skip_step`: stop after this many skipped steps in a row"};
+const IntKey eval_every{group, "eval_every", 0, IntRange::at_least(0),
+                        "with `data.validation`: validate every N steps and at the last step (0: "
+                        "at the last step only)"};
+const StringKey best_metric{group, "best_metric", "val/loss",
+                            "with `data.validation`: the validation metric that picks the best "
+                            "checkpoint (`RUN_DIR/best`, never pruned by `keep_last`): "
+                            "`val/loss`, `val/sim_accept_length`, `val/acc_0`, "
+                            "`val/rewards/accuracy`, ..."};
+const ChoiceKey best_mode{group,
+                          "best_mode",
+                          "auto",
+                          {"auto", "min", "max"},
+                          "whether the best `best_metric` is the smallest or the largest; "
+                          "`auto`: the largest for accuracies and acceptance lengths (names "
+                          "holding `acc` or `accept`), else the smallest"};
 }  // namespace training
 
 namespace optimizer {
@@ -105,6 +125,20 @@ const NumberKey max_grad_norm{group, "max_grad_norm", 1.0, NumberRange::at_least
                               "clip by the global gradient norm (over all ranks and slices); 0 "
                               "disables"};
 }  // namespace optimizer
+
+namespace metrics {
+KeyGroup group{"metrics", "the metric sinks"};
+const BoolKey mlflow{group, "mlflow", false,
+                     "also write the metrics into an MLflow file store (`mlflow ui "
+                     "--backend-store-uri DIR`); metrics.jsonl and TensorBoard are always written"};
+const StringKey mlflow_dir{group, "mlflow_dir", "",
+                           "the store (an `mlruns/` directory, shared by runs or not); empty: "
+                           "`RUN_DIR/mlruns`"};
+const StringKey mlflow_experiment{group, "mlflow_experiment", "tandem",
+                                  "the MLflow experiment (found by name, or made)"};
+const StringKey mlflow_run_name{group, "mlflow_run_name", "",
+                                "the MLflow run's name; empty: the run directory's name"};
+}  // namespace metrics
 
 namespace data {
 KeyGroup group{"data", "the data"};
@@ -192,6 +226,10 @@ const NumberKey heldout_fraction{
     "--heldout-fraction F --seed S` writes to its held-out file); 0: none"};
 const IntKey heldout_seed{group, "heldout_seed", 0, IntRange::at_least(0),
                           "the seed of the held-out hash"};
+const StringKey validation{group, "validation", "",
+                           "held-out data validated during training (`training.eval_every`): a "
+                           "file or glob of `format`, or `heldout`: the records "
+                           "`heldout_fraction` leaves out; empty: no validation"};
 const BoolKey scale_rewards_by_std{group, "scale_rewards_by_std", true,
                                    "rollout only: divide group advantages by the group's std"};
 }  // namespace data
@@ -246,8 +284,9 @@ const IntKey linear_chunk{group, "linear_chunk", 64, IntRange::between(1, 4096),
 }  // namespace attention
 
 const std::vector<const KeyGroup*>& common_groups() {
-  static const std::vector<const KeyGroup*> groups = {
-      &training::group, &optimizer::group, &data::group, &distributed::group, &attention::group};
+  static const std::vector<const KeyGroup*> groups = {&training::group,    &optimizer::group,
+                                                      &metrics::group,     &data::group,
+                                                      &distributed::group, &attention::group};
   return groups;
 }
 

@@ -37,8 +37,9 @@ namespace training {  // how long, how fast, how often to save, where the run co
 extern KeyGroup group;
 extern const StringKey objective;
 extern const StringKey run_dir;
-extern const IntKey steps;
-extern const IntKey seed;  // read once, into RunContext::seed
+extern const IntKey steps;   // or epochs
+extern const IntKey epochs;  // planned into steps (train/epoch_plan.h)
+extern const IntKey seed;    // read once, into RunContext::seed
 extern const NumberKey lr;
 extern const ChoiceKey schedule;
 extern const IntKey warmup_steps;
@@ -56,6 +57,9 @@ extern const BoolKey tf32;
 extern const ChoiceKey mfu;
 extern const ChoiceKey on_nonfinite;
 extern const IntKey max_consecutive_skips;
+extern const IntKey eval_every;  // validation (train/validation.h)
+extern const StringKey best_metric;
+extern const ChoiceKey best_mode;
 }  // namespace training
 
 namespace optimizer {  // AdamW
@@ -66,6 +70,14 @@ extern const NumberKey eps;
 extern const NumberKey weight_decay;
 extern const NumberKey max_grad_norm;
 }  // namespace optimizer
+
+namespace metrics {  // where metrics go besides metrics.jsonl and TensorBoard
+extern KeyGroup group;
+extern const BoolKey mlflow;
+extern const StringKey mlflow_dir;
+extern const StringKey mlflow_experiment;
+extern const StringKey mlflow_run_name;
+}  // namespace metrics
 
 namespace data {  // the dataset, its tokenizer, how it is packed
 extern KeyGroup group;
@@ -88,6 +100,7 @@ extern const StringKey cache_dir;
 extern const StringMapKey columns;
 extern const NumberKey heldout_fraction;
 extern const IntKey heldout_seed;
+extern const StringKey validation;
 extern const BoolKey scale_rewards_by_std;
 }  // namespace data
 

@@ -323,7 +323,7 @@ void CheckpointWriter::write_text(const std::string& name, const std::string& te
   files_[name] = {text.size(), xxh64(text.data(), text.size())};
 }
 
-CheckpointCommit CheckpointWriter::commit(int keep_last) {
+CheckpointCommit CheckpointWriter::commit(int keep_last, int64_t keep_step) {
   if (committed_) fail(staging_dir_, "step ", step_, " is already committed");
   std::lock_guard lock(writers_mutex());
   const std::string dir_name = checkpoint_dir_name(step_);
@@ -408,7 +408,7 @@ CheckpointCommit CheckpointWriter::commit(int keep_last) {
   if (keep_last > 0) {
     std::vector<std::string> older;  // step dirs older than this one, newest first
     for (const auto& [step, path] : list_checkpoints(run_dir_)) {
-      if (step < step_) older.insert(older.begin(), path);
+      if (step < step_ && step != keep_step) older.insert(older.begin(), path);
     }
     for (size_t i = static_cast<size_t>(keep_last) - 1; i < older.size(); ++i) {
       const std::string prune_error = discard_step_dir(run_dir_, older[i]);

@@ -74,8 +74,9 @@ class CheckpointWriter {
   /// ever leaving neither), points `latest` at it, then prunes step dirs older than it so that
   /// `keep_last` remain counting this one (keep_last <= 0 keeps all). Newer step dirs (from an
   /// abandoned run, see remove_checkpoints_after) are never pruned. Failures before `latest` is
-  /// replaced undo the move; pruning failures are returned as warnings, not thrown.
-  CheckpointCommit commit(int keep_last);
+  /// replaced undo the move; pruning failures are returned as warnings, not thrown. The step dir
+  /// of `keep_step` (the best checkpoint; -1: none) is never pruned and not counted.
+  CheckpointCommit commit(int keep_last, int64_t keep_step = -1);
 
   /// The step being written.
   int64_t step() const { return step_; }

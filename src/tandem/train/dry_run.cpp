@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <map>
+#include <optional>
 
 #include "tandem/core/device.h"
 #include "tandem/core/error.h"
@@ -13,6 +14,7 @@
 #include "tandem/models/frozen.h"
 #include "tandem/objectives/objective.h"
 #include "tandem/train/data_parallel.h"
+#include "tandem/train/epoch_plan.h"
 #include "tandem/train/training_data.h"
 #include "tandem/train/training_options.h"
 
@@ -54,12 +56,23 @@ std::string dtypes_of(const std::vector<at::Tensor>& tensors) {
 }  // namespace
 
 void dry_run(const Config& config, std::ostream& out) {
-  const TrainingOptions options = read_training(config);
+  TrainingOptions options = read_training(config);
   const DistributedOptions distributed = read_distributed(config);
   const dist::LaunchEnv launch = dist::read_launch_env();
   const RunContext run = read_run_context(config, launch, /*dry_run=*/true);
   const auto [replicas, shards] = replicas_and_shards(distributed, launch.world_size);
   const TrainingData data = read_training_data(config);
+  const std::optional<TrainingData> validation = read_validation_data(config);
+  const StepShape shape{options.micro_batches, options.docs_per_step, launch.world_size,
+                        shards > 1};
+  std::optional<EpochPlan> plan;  // training.epochs
+  if (options.epochs > 0) {
+    SamplerOptions sampler;
+    sampler.dataset_size = data.num_records();
+    sampler.seed = run.seed;
+    plan = plan_epochs(data, sampler, options.epochs, shape);
+    set_planned_steps(options, plan->steps);
+  }
   std::unique_ptr<Objective> objective = make_objective(config, run);  // on the meta device
   config.check_all_used();
   objective->attach_data({data.dataset ? &*data.dataset : nullptr,
@@ -140,8 +153,16 @@ void dry_run(const Config& config, std::ostream& out) {
       out << ", weight " << data.files[k].weight << ": " << thousands(data.file_draws[k])
           << " draws per epoch\n";
     }
-  char epochs[160];
-  if (options.docs_per_step > 0)
+  char epochs[200];
+  if (plan)
+    std::snprintf(epochs, sizeof epochs,
+                  "%lld epoch%s: %lld steps planned (%lld micro-batches, %lld tokens, %.1f%% of "
+                  "their row slots real tokens)",
+                  static_cast<long long>(options.epochs), options.epochs == 1 ? "" : "s",
+                  static_cast<long long>(plan->steps), static_cast<long long>(plan->micro_batches),
+                  static_cast<long long>(plan->tokens),
+                  100.0 * static_cast<double>(plan->tokens) / static_cast<double>(plan->slots));
+  else if (options.docs_per_step > 0)
     std::snprintf(epochs, sizeof epochs, "%lld documents per step: %.2f epochs",
                   static_cast<long long>(options.docs_per_step),
                   static_cast<double>(options.steps * options.docs_per_step) /
@@ -153,6 +174,12 @@ void dry_run(const Config& config, std::ostream& out) {
                   static_cast<long long>(data.packing.seq_len),
                   static_cast<double>(options.steps * step_tokens) / static_cast<double>(tokens));
   out << "[dry-run] " << epochs << "\n";
+  if (validation)
+    out << "[dry-run] validation: " << validation->path << ", "
+        << thousands(validation->num_records()) << " records, "
+        << (options.eval_every > 0 ? "every " + std::to_string(options.eval_every) + " steps and "
+                                   : std::string())
+        << "at the last step; best checkpoint by " << options.best_metric << "\n";
   out << "[dry-run] ok: the config is valid and its checkpoints match; nothing was trained\n";
 }
 

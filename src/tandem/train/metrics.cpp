@@ -319,6 +319,10 @@ MetricsLogger::MetricsLogger(const MetricsOptions& options) : last_step_(options
 MetricsLogger::MetricsLogger(std::vector<std::unique_ptr<MetricsSink>> sinks, int64_t resume_step)
     : sinks_(std::move(sinks)), last_step_(resume_step) {}
 
+void MetricsLogger::add_sink(std::unique_ptr<MetricsSink> sink) {
+  sinks_.push_back(std::move(sink));
+}
+
 MetricsLogger::~MetricsLogger() {
   try {
     close();

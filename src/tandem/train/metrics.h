@@ -167,6 +167,8 @@ class MetricsLogger {
   /// Throws Error("[metrics] ...") on an empty, repeated or "step" name, or a step below
   /// resume_step or below the previous record's; then writes to every sink.
   void log(const MetricsRecord& record);
+  /// One more sink (an MLflow store), written from the next record on.
+  void add_sink(std::unique_ptr<MetricsSink> sink);
   /// A line for a person, printed above the progress bar.
   void note(const std::string& text);
   /// Closes every sink; the destructor does it if not done.

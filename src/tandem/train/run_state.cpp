@@ -26,7 +26,8 @@ std::optional<at::Generator> device_generator(const at::Device& device) {
   return at::detail::getCUDAHooks().getDefaultGenerator(device.index());
 }
 
-// The random generators' states by name: "cpu_generator", and "cuda_generator" on a GPU.
+}  // namespace
+
 std::vector<std::pair<std::string, at::Tensor>> generator_states(const at::Device& device) {
   std::vector<std::pair<std::string, at::Tensor>> states{
       {"cpu_generator", at::detail::getDefaultCPUGenerator().get_state()}};
@@ -35,8 +36,8 @@ std::vector<std::pair<std::string, at::Tensor>> generator_states(const at::Devic
   return states;
 }
 
-// Restores what `states` holds; a checkpoint from another device type keeps this device's
-// generator as seeded (its draws then differ from the original run's, which had none).
+// A checkpoint from another device type keeps this device's generator as seeded (its draws then
+// differ from the original run's, which had none).
 void restore_generators(const std::map<std::string, at::Tensor>& states, const at::Device& device) {
   at::Generator cpu = at::detail::getDefaultCPUGenerator();  // a handle to the global one
   cpu.set_state(states.at("cpu_generator"));
@@ -45,12 +46,16 @@ void restore_generators(const std::map<std::string, at::Tensor>& states, const a
   if (generator && saved != states.end()) generator->set_state(saved->second);
 }
 
+namespace {
+
 nlohmann::json counters_json(const Counters& counters, const SamplerState& sampler) {
   return {{"step", counters.step},
           {"documents_seen", counters.documents_seen},
           {"tokens_seen", counters.tokens_seen},
           {"skipped_steps", counters.skipped_steps},
           {"consecutive_skips", counters.consecutive_skips},
+          {"best_step", counters.best_step},
+          {"best_value", counters.best_value},
           {"sampler", sampler}};
 }
 
@@ -63,6 +68,9 @@ std::pair<Counters, SamplerState> parse_trainer_state(const nlohmann::json& stat
   // Absent from checkpoints written before training.on_nonfinite existed: nothing was skipped.
   counters.skipped_steps = state.value("skipped_steps", int64_t{0});
   counters.consecutive_skips = state.value("consecutive_skips", int64_t{0});
+  // Absent before validation existed: no best checkpoint.
+  counters.best_step = state.value("best_step", int64_t{-1});
+  counters.best_value = state.value("best_value", 0.0);
   return {counters, state.at("sampler").get<SamplerState>()};
 }
 
@@ -101,7 +109,9 @@ void save_checkpoint(const TrainingOptions& options, const Config& config,
   writer.write_tensors("rng.safetensors", generator_states(device));
   writer.write_text("trainer_state.json", counters_json(counters, sampler.state()).dump(2) + "\n");
   writer.write_text("config.yaml", config.resolved_yaml() + "\n");
-  for (const std::string& warning : writer.commit(static_cast<int>(options.keep_last)).warnings)
+  // The best checkpoint (validation) is kept whatever keep_last says.
+  for (const std::string& warning :
+       writer.commit(static_cast<int>(options.keep_last), counters.best_step).warnings)
     std::cerr << "[train] warning: " << warning << "\n";
 }
 

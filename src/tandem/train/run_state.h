@@ -30,7 +30,17 @@ struct Counters {
   int64_t tokens_seen = 0;     // cumulative real tokens
   int64_t skipped_steps = 0;   // training.on_nonfinite: skip_step: steps whose update was dropped
   int64_t consecutive_skips = 0;  // ... of them, in a row up to now
+  // Validation (train/validation.h): the step whose checkpoint is the best so far (-1: none),
+  // and its training.best_metric.
+  int64_t best_step = -1;
+  double best_value = 0;
 };
+
+/// The random generators' states by name: "cpu_generator", and "cuda_generator" on a GPU.
+std::vector<std::pair<std::string, at::Tensor>> generator_states(const at::Device& device);
+/// Restores what `states` holds (generator_states' names); a state for a generator this device
+/// lacks is ignored.
+void restore_generators(const std::map<std::string, at::Tensor>& states, const at::Device& device);
 
 /// Writes step `counters.step` to the run directory. Every rank calls it: rank 0 stages and
 /// commits; with a sharded model the ranks of the first replica write their shard files into

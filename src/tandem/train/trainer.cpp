@@ -8,6 +8,7 @@
 #include <cmath>
 #include <csignal>
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
 #include <optional>
 #include <sstream>
@@ -27,8 +28,10 @@
 #include "tandem/objectives/objective.h"
 #include "tandem/train/checkpoint.h"
 #include "tandem/train/data_parallel.h"
+#include "tandem/train/epoch_plan.h"
 #include "tandem/train/export_run.h"
 #include "tandem/train/metrics.h"
+#include "tandem/train/mlflow_sink.h"
 #include "tandem/train/optimizer.h"
 #include "tandem/train/phase_timer.h"
 #include "tandem/train/run_dir_lock.h"
@@ -38,6 +41,7 @@
 #include "tandem/train/step_metrics.h"
 #include "tandem/train/training_data.h"
 #include "tandem/train/training_options.h"
+#include "tandem/train/validation.h"
 
 namespace tandem {
 
@@ -104,6 +108,8 @@ class TrainingRun {
 
  private:
   StepData draw_step();
+  void plan_epochs_into_steps();
+  std::vector<std::pair<std::string, double>> validate_if_due();
   bool all_finite(const at::Tensor& loss, const at::Tensor& grad_norm) const;
   void check_state_finite() const;
   std::string kept_checkpoint() const;
@@ -124,6 +130,11 @@ class TrainingRun {
   std::shared_ptr<dist::ProcessGroup> group_;
   ParallelGroups groups_;
   std::optional<TrainingData> data_;
+  std::optional<TrainingData> validation_data_;  // read beside data_, before the objective
+  std::optional<Validation> validation_;         // data.validation
+  bool larger_is_better_ = false;                // training.best_metric's direction
+  bool best_now_ = false;  // this step's validation is the best so far: save it
+  StepShape step_shape_;
   std::optional<RankZeroLoading> rank_zero_loading_;  // only rank 0 opens weight files
   std::optional<ParameterShards> load_shards_;  // shard, hybrid: loaded models split as they load
   std::unique_ptr<Objective> objective_;
@@ -154,7 +165,10 @@ void TrainingRun::set_up() {
   // Rank 0 tokenizes into the data cache first; the others then read what it wrote.
   if (!lead()) group_->barrier();
   data_.emplace(read_training_data(config_));
+  validation_data_ = read_validation_data(config_);
   if (lead()) group_->barrier();
+  step_shape_ = {options_.micro_batches, options_.docs_per_step, world(), groups_.sharded};
+  if (options_.epochs > 0) plan_epochs_into_steps();
   if (world() > 1) run_.rank_zero = &rank_zero_loading_.emplace(group_, run_.device);
   if (groups_.sharded) run_.shard_on_load = &load_shards_.emplace(groups_.shard);
   if (lead())
@@ -165,6 +179,20 @@ void TrainingRun::set_up() {
   objective_->attach_data({data_->dataset ? &*data_->dataset : nullptr,
                            data_->dataset ? nullptr : &data_->rollouts, data_->cache_dir,
                            data_->packing.seq_len});
+  if (validation_data_) {
+    validation_.emplace(std::move(*validation_data_), *objective_);
+    validation_data_.reset();
+    larger_is_better_ = larger_is_better(options_.best_metric, options_.best_mode);
+    if (lead())
+      std::cerr << "[train] validation: " << validation_->data().path << ", "
+                << validation_->records() << " records in " << validation_->micro_batches()
+                << " micro-batches, "
+                << (options_.eval_every > 0
+                        ? "every " + std::to_string(options_.eval_every) + " steps and "
+                        : std::string())
+                << "at the last step; best checkpoint by " << options_.best_metric << " ("
+                << (larger_is_better_ ? "largest" : "smallest") << ")\n";
+  }
   if (groups_.sharded) sharded_.emplace(objective_->trainable(), groups_.shard, *load_shards_);
   if (distributed.check_frozen_weights) check_frozen_weights_agree(*group_);
 
@@ -251,12 +279,75 @@ void TrainingRun::resume() {
   if (!lead()) return;
   if (!resumed.empty())
     std::cerr << "[train] resuming from " << resumed << " (step " << counters_.step << ")\n";
+  // best.json follows the checkpoint resumed from: one written after it (an abandoned timeline)
+  // or lost in a crash after the commit is put right.
+  if (counters_.best_step >= 0)
+    write_best_marker(options_.run_dir, counters_.best_step, options_.best_metric,
+                      larger_is_better_, counters_.best_value);
+  else
+    std::filesystem::remove(options_.run_dir + "/best.json");
   MetricsOptions metrics_options;  // run_dir exists: the lock above created it
   metrics_options.run_dir = options_.run_dir;
   metrics_options.total_steps = options_.steps;
   metrics_options.resume_step = counters_.step + 1;  // steps after the checkpoint are redone
   metrics_options.log_every = options_.log_every;
   metrics_.emplace(metrics_options);
+  if (options_.mlflow) {
+    MlflowOptions mlflow;
+    mlflow.tracking_dir =
+        options_.mlflow_dir.empty() ? options_.run_dir + "/mlruns" : options_.mlflow_dir;
+    mlflow.experiment = options_.mlflow_experiment;
+    mlflow.run_name = options_.mlflow_run_name;
+    mlflow.run_dir = options_.run_dir;
+    mlflow.resume_step = metrics_options.resume_step;
+    mlflow.params = mlflow_params_from_yaml(config_.resolved_yaml(), "the run's config");
+    auto sink = std::make_unique<MlflowSink>(std::move(mlflow));
+    std::cerr << "[train] MLflow: run " << sink->run_id() << " in " << sink->run_path() << "\n";
+    metrics_->add_sink(std::move(sink));
+  }
+}
+
+// training.epochs: the steps those passes take, drawn from the lengths as the run will draw them.
+void TrainingRun::plan_epochs_into_steps() {
+  SamplerOptions sampler_options;
+  sampler_options.dataset_size = data_->num_records();
+  sampler_options.seed = run_.seed;
+  const EpochPlan plan = plan_epochs(*data_, sampler_options, options_.epochs, step_shape_);
+  set_planned_steps(options_, plan.steps);
+  if (lead())
+    std::cerr << "[train] " << options_.epochs << " epoch" << (options_.epochs == 1 ? "" : "s")
+              << " of " << data_->num_records() << " records: " << plan.steps << " steps ("
+              << plan.micro_batches << " micro-batches, " << plan.tokens << " tokens)\n";
+}
+
+// Validation when due (every eval_every steps and at the last), on every rank; notes a new best.
+std::vector<std::pair<std::string, double>> TrainingRun::validate_if_due() {
+  best_now_ = false;
+  const bool last = counters_.step == options_.steps;
+  const bool due = options_.eval_every > 0 && counters_.step % options_.eval_every == 0;
+  if (!validation_ || !(due || last)) return {};
+  const auto start = Clock::now();
+  std::vector<std::pair<std::string, double>> values =
+      validation_->run(*objective_, run_.device, *group_);
+  const double* value = nullptr;
+  for (const auto& [name, number] : values)
+    if (name == options_.best_metric) value = &number;
+  if (value == nullptr) {
+    std::string names;
+    for (const auto& entry : values) names += (names.empty() ? "" : ", ") + entry.first;
+    throw Error("[train] training.best_metric = ", options_.best_metric,
+                " is not a validation metric of ", objective_->name(), " (these are: ", names, ")");
+  }
+  const bool better =
+      counters_.best_step < 0 ||
+      (larger_is_better_ ? *value > counters_.best_value : *value < counters_.best_value);
+  if (std::isfinite(*value) && better) {
+    counters_.best_step = counters_.step;
+    counters_.best_value = *value;
+    best_now_ = true;
+  }
+  values.emplace_back("time/validation", seconds_since(start));
+  return values;
 }
 
 // The step's micro-batches, then its totals (known before any backward). Every rank draws the
@@ -268,11 +359,7 @@ StepData TrainingRun::draw_step() {
     step.batches.push_back(next_micro_batch(*sampler_, *data_));
     step.documents += step.batches.back().total_documents();
     const int64_t drawn = static_cast<int64_t>(step.batches.size());
-    // Sharded: every rank must run as many micro-batches (their layer calls pair up).
-    if (options_.docs_per_step > 0 ? step.documents >= options_.docs_per_step && drawn >= world() &&
-                                         (!sharded_ || drawn % world() == 0)
-                                   : drawn >= options_.micro_batches)
-      break;
+    if (step_shape_.complete(drawn, step.documents)) break;
   }
   for (const PackedBatch& batch : step.batches) {
     step.totals.add(objective_->count(batch));
@@ -351,9 +438,12 @@ bool TrainingRun::step() {
   counters_.tokens_seen += step.tokens;
   counters_.skipped_steps += skipped ? 1 : 0;
   counters_.consecutive_skips = skipped ? counters_.consecutive_skips + 1 : 0;
+  const double step_seconds = seconds_since(start);
+  const std::vector<std::pair<std::string, double>> validation = validate_if_due();
   if (metrics_) {
     MetricsRecord record = step_record(step, std::move(summed), lr, grad_norm, model_flops,
-                                       reduce_seconds, phase_seconds, seconds_since(start));
+                                       reduce_seconds, phase_seconds, step_seconds);
+    record.values.insert(record.values.end(), validation.begin(), validation.end());
     if (options_.on_nonfinite == "skip_step") {
       record.values.emplace_back("skipped", skipped ? 1.0 : 0.0);
       record.values.emplace_back("skipped_steps", static_cast<double>(counters_.skipped_steps));
@@ -476,11 +566,18 @@ MetricsRecord TrainingRun::step_record(const StepData& step,
 void TrainingRun::checkpoint(bool stop) {
   const bool last = counters_.step == options_.steps;
   const bool due = options_.save_every > 0 && counters_.step % options_.save_every == 0;
-  if (!(due || last || stop)) return;
+  if (!(due || last || stop || best_now_)) return;
   check_state_finite();
   save_checkpoint(options_, config_, *optimizer_, objective_->trainable(),
                   sharded_ ? &*sharded_ : nullptr, groups_, counters_, *sampler_, run_.device);
   saved_step_ = counters_.step;
+  if (best_now_ && lead()) {
+    write_best_marker(options_.run_dir, counters_.step, options_.best_metric, larger_is_better_,
+                      counters_.best_value);
+    metrics_->note("best " + options_.best_metric + " = " +
+                   format_metric_value(counters_.best_value) + ": " +
+                   checkpoint_dir_name(counters_.step) + " (best.json)");
+  }
   if (!last && lead()) metrics_->note("saved " + checkpoint_dir_name(counters_.step));
   if (objective_->export_at_checkpoints() && !(last && options_.export_at_end))
     export_trained_model(options_.run_dir + "/export");

@@ -198,15 +198,18 @@ DataOptions read_data_options(const Config& config) {
   options.dataset.heldout.fraction = data::heldout_fraction.read(config);
   options.dataset.heldout.seed = static_cast<uint64_t>(data::heldout_seed.read(config));
   options.cache_dir = data::cache_dir.read(config);
+  options.validation = data::validation.read(config);
   if (options.format == DataFormat::rollout)
     options.scale_rewards_by_std = data::scale_rewards_by_std.read(config);
   return options;
 }
 
-TrainingData read_training_data(const Config& config, bool weighted) {
-  const DataOptions read = read_data_options(config);
+namespace {
+
+// The data `read` names (where_path: the key that named it, for messages), opened and planned.
+TrainingData open_training_data(const DataOptions& read, const std::string& where_path,
+                                bool weighted) {
   TrainingData setup;
-  const std::string where_path = keys::data::path.where(config);
   setup.files = expand_data_files(read.paths, where_path);
   const std::vector<std::string> paths = paths_of(setup.files);
   setup.path = describe_files(paths);
@@ -224,8 +227,9 @@ TrainingData read_training_data(const Config& config, bool weighted) {
   cache.dir = setup.cache_dir;
   if (setup.format == DataFormat::rollout) {
     // A held-out sample would leave its group's advantages computed from part of the group.
-    check(!options.heldout.active(), "[train] ", keys::data::heldout_fraction.where(config),
-          ": rollouts are not split (a group's samples must stay together); hold prompts out "
+    check(!options.heldout.active(), "[train] ", where_path,
+          ": data.heldout_fraction: rollouts are not split (a group's samples must stay together); "
+          "hold prompts out "
           "before `tandem rollout` instead");
     for (size_t file = 0; file < paths.size(); ++file) {
       RolloutStream stream(paths[file], options);
@@ -248,7 +252,9 @@ TrainingData read_training_data(const Config& config, bool weighted) {
     }
   }
   check(setup.num_records() > 0, "[train] ", where_path, ": ", setup.path, " yielded no documents",
-        options.heldout.active() ? " on the training side of data.heldout_fraction" : "");
+        !options.heldout.active()      ? ""
+        : options.heldout.keep_heldout ? " on the held-out side of data.heldout_fraction"
+                                       : " on the training side of data.heldout_fraction");
   plan_records(setup, options.on_error);
   check(setup.num_records() > 0, "[train] ", where_path, ": ", setup.path,
         ": every record was skipped (", setup.skipped_records, " fit in no micro-batch)");
@@ -258,6 +264,32 @@ TrainingData read_training_data(const Config& config, bool weighted) {
               << setup.skipped_records << " record(s) that fit in no micro-batch skipped\n";
   apply_weights(setup, weighted);
   return setup;
+}
+
+}  // namespace
+
+TrainingData read_training_data(const Config& config, bool weighted) {
+  return open_training_data(read_data_options(config), keys::data::path.where(config), weighted);
+}
+
+std::optional<TrainingData> read_validation_data(const Config& config) {
+  DataOptions read = read_data_options(config);
+  const std::string validation = read.validation;
+  if (validation.empty()) return std::nullopt;
+  const std::string where = keys::data::validation.where(config);
+  check(read.format != DataFormat::rollout, "[train] ", where,
+        ": rollouts are not validated (a policy is judged by the rewards of held-out prompts: "
+        "`tandem rollout` them); remove data.validation");
+  if (validation == "heldout") {
+    check(read.dataset.heldout.active(), "[train] ", where, " = heldout needs ",
+          keys::data::heldout_fraction.where(config),
+          " > 0 (the records it leaves out are the validation set)");
+    read.dataset.heldout.keep_heldout = true;
+  } else {
+    read.paths = {WeightedPath{validation, 1.0}};
+    read.dataset.heldout = HeldoutOptions{};  // the whole file
+  }
+  return open_training_data(read, where, /*weighted=*/false);
 }
 
 namespace {
@@ -346,6 +378,39 @@ PackedBatch next_micro_batch(Sampler& sampler, const TrainingData& data) {
   PackedBatch batch = pack_records(records, epochs, data, used);
   sampler.next(used);
   return batch;
+}
+
+MicroBatchSize next_micro_batch_size(Sampler& sampler, const TrainingData& data) {
+  const std::vector<int64_t> records =
+      candidates(data, sampler.per_rank(), [&](int64_t count) { return sampler.peek(count); });
+  const int per_record = data.documents_per_record();
+  std::vector<int64_t> lengths;
+  for (const int64_t record : records) {
+    const RecordPart part = data.part(record);
+    for (int j = 0; j < per_record; ++j)
+      lengths.push_back(part.end >= 0 ? part.end - part.begin
+                                      : data.document_length(part.record * per_record + j));
+  }
+  // As pack_records: whole records only, so a half-placed last record is packed again without.
+  PackingPlan plan = plan_packing(lengths, data.packing);
+  MicroBatchSize size;
+  size.records = plan.documents_consumed / per_record;
+  check(size.records > 0, "[train] one ", data_format_name(data.format), " record (",
+        data.record_tokens(records.front()), " tokens) does not fit in a micro-batch of ",
+        data.rows, " rows x ", data.packing.seq_len,
+        " tokens; raise data.micro_batch_rows or data.seq_len");
+  if (plan.documents_consumed % per_record != 0) {
+    lengths.resize(static_cast<size_t>(size.records * per_record));
+    plan = plan_packing(lengths, data.packing);
+  }
+  size.rows = static_cast<int64_t>(plan.rows.size());
+  for (const std::vector<PackingPiece>& row : plan.rows)
+    for (const PackingPiece& piece : row) {
+      size.documents += 1;
+      size.tokens += piece.length;
+    }
+  sampler.next(size.records);
+  return size;
 }
 
 PackedBatch next_micro_batch_in_order(int64_t& next_record, const TrainingData& data) {

@@ -47,6 +47,7 @@ struct DataOptions {
   DatasetOptions dataset;  // chat_template, max_length, last_turn_only, on_error, vocab_size,
                            // heldout
   std::string cache_dir;   // "" = the default data cache
+  std::string validation;  // data.validation: "", "heldout", or a file or glob
   bool scale_rewards_by_std = false;  // rollout only (read only for rollout data)
 };
 
@@ -108,10 +109,25 @@ struct TrainingData {
 /// once whatever the weights (a pass over the data, as reference log-probs make).
 TrainingData read_training_data(const Config& config, bool weighted = true);
 
+/// data.validation read like the training data (same format, tokenizer, template, packing and
+/// checks) with every record once: the named file or glob whole, or (`heldout`) the records
+/// data.heldout_fraction leaves out of training. Nothing when data.validation is empty.
+std::optional<TrainingData> read_validation_data(const Config& config);
+
 /// The next micro-batch: records in sampler order, their documents packed into at most `rows`
 /// rows. The sampler advances by exactly the records packed, so a resumed run sees the same
 /// batches. Each PackedDocument records its document index (dataset_index).
 PackedBatch next_micro_batch(Sampler& sampler, const TrainingData& data);
+
+/// What next_micro_batch would draw, from the records' lengths alone (no tokens read, no
+/// tensors made): the sampler advances by exactly the records that micro-batch would hold.
+struct MicroBatchSize {
+  int64_t records = 0;    // sampler records
+  int64_t documents = 0;  // packed documents (PackedBatch::total_documents)
+  int64_t tokens = 0;     // real tokens (PackedBatch::num_tokens)
+  int64_t rows = 0;       // rows (PackedBatch::rows)
+};
+MicroBatchSize next_micro_batch_size(Sampler& sampler, const TrainingData& data);
 
 /// The next micro-batch of a pass over the records in file order, starting at `next_record`
 /// (advanced past the records packed): packed exactly like training batches (reference log-prob

@@ -1,5 +1,7 @@
 #include "tandem/train/training_options.h"
 
+#include <optional>
+
 #include "tandem/core/config_schema.h"
 #include "tandem/core/device.h"
 #include "tandem/core/error.h"
@@ -40,7 +42,15 @@ TrainingOptions read_training(const Config& config) {
   namespace optimizer = keys::optimizer;
   TrainingOptions options;
   options.run_dir = training::run_dir.read(config);
-  options.steps = training::steps.read(config);
+  const std::optional<int64_t> steps = training::steps.find(config);
+  const std::optional<int64_t> epochs = training::epochs.find(config);
+  check(steps.has_value() != epochs.has_value(), "[train] ",
+        steps ? "set either " + training::steps.where(config) + " or " +
+                    training::epochs.where(config) + ", not both"
+              : "set " + training::steps.where(config) + " (optimizer steps) or " +
+                    training::epochs.where(config) + " (passes over the data)");
+  options.steps = steps.value_or(0);
+  options.epochs = epochs.value_or(0);
   options.micro_batches = training::micro_batches.read(config);
   options.docs_per_step = training::docs_per_step.read(config);
   options.schedule.kind = training::schedule.read(config);
@@ -49,7 +59,8 @@ TrainingOptions read_training(const Config& config) {
   options.schedule.warmup_steps = training::warmup_steps.read(config);
   options.schedule.warmup_ratio = training::warmup_ratio.read(config);
   options.schedule.total_steps = options.steps;
-  validate(options.schedule, training::schedule.where(config));
+  options.schedule_where = training::schedule.where(config);
+  if (options.epochs == 0) validate(options.schedule, options.schedule_where);
   // Out of their ranges AdamW divides by zero or grows without bound: refused before any work.
   options.adamw.beta1 = optimizer::beta1.read(config);
   options.adamw.beta2 = optimizer::beta2.read(config);
@@ -63,7 +74,22 @@ TrainingOptions read_training(const Config& config) {
   options.mfu = training::mfu.read(config);
   options.on_nonfinite = training::on_nonfinite.read(config);
   options.max_consecutive_skips = training::max_consecutive_skips.read(config);
+  options.eval_every = training::eval_every.read(config);
+  options.best_metric = training::best_metric.read(config);
+  options.best_mode = training::best_mode.read(config);
+  options.mlflow = keys::metrics::mlflow.read(config);
+  options.mlflow_dir = keys::metrics::mlflow_dir.read(config);
+  options.mlflow_experiment = keys::metrics::mlflow_experiment.read(config);
+  options.mlflow_run_name = keys::metrics::mlflow_run_name.read(config);
   return options;
+}
+
+void set_planned_steps(TrainingOptions& options, int64_t steps) {
+  check(steps >= 1, "[train] training.epochs = ", options.epochs, " plans no step");
+  options.steps = steps;
+  options.schedule.total_steps = steps;
+  validate(options.schedule, options.schedule_where + " (" + std::to_string(options.epochs) +
+                                 " epochs = " + std::to_string(steps) + " steps)");
 }
 
 }  // namespace tandem

@@ -16,7 +16,8 @@ namespace tandem {
 /// What `training:` and `optimizer:` say (defaults and ranges: core/config_schema.cpp).
 struct TrainingOptions {
   std::string run_dir;
-  int64_t steps = 0;
+  int64_t steps = 0;          // 0 until planned when `epochs` is given (set_planned_steps)
+  int64_t epochs = 0;         // 0: `steps` was given
   int64_t micro_batches = 0;  // fixed accumulation, unless docs_per_step > 0
   int64_t docs_per_step = 0;
   ScheduleOptions schedule;
@@ -30,10 +31,27 @@ struct TrainingOptions {
   // kExitNonFinite) or "skip_step" (drop its update; stop after max_consecutive_skips in a row).
   std::string on_nonfinite;
   int64_t max_consecutive_skips = 0;
+  // Validation (train/validation.h), when data.validation names data.
+  int64_t eval_every = 0;  // 0: at the last step only
+  std::string best_metric;
+  std::string best_mode;       // auto | min | max
+  std::string schedule_where;  // training.schedule's location, for the planned steps' check
+  // metrics.*: an MLflow file store beside metrics.jsonl and TensorBoard (train/mlflow_sink.h).
+  bool mlflow = false;
+  std::string mlflow_dir;  // "" = RUN_DIR/mlruns
+  std::string mlflow_experiment;
+  std::string mlflow_run_name;
 };
 
-/// Reads `training.*` (but `objective`, `seed`, `device` and `deterministic`) and `optimizer.*`.
+/// Reads `training.*` (but `objective`, `seed`, `device` and `deterministic`), `optimizer.*` and
+/// `metrics.*`.
+/// Exactly one of `steps` and `epochs` must be set; with `epochs`, `steps` stays 0 until
+/// set_planned_steps.
 TrainingOptions read_training(const Config& config);
+
+/// Sets the steps planned from `epochs` (train/epoch_plan.h) and checks the schedule against
+/// them.
+void set_planned_steps(TrainingOptions& options, int64_t steps);
 
 /// The `attention` section: kernel (blockwise | dense), query_chunk, key_chunk
 /// (docs/long-context.md).
