@@ -106,6 +106,16 @@ assert a.keys() == b.keys() and a, (a.keys(), b.keys())
 worst = max(abs(a[s] - b[s]) / abs(a[s]) for s in a)
 print(f"  losses of {len(a)} steps, max relative difference {worst:.3g}")
 assert worst <= 1e-5, (a, b)
+# Validation metrics (data.validation), when the job has them: the same on every side.
+def validated(path):
+    return {(r["step"], k): v for r in map(json.loads, open(path)) for k, v in r.items()
+            if k.startswith("val/")}
+va, vb = validated(sys.argv[1]), validated(sys.argv[2])
+assert va.keys() == vb.keys(), (sorted(va.keys() ^ vb.keys()))
+if va:
+    worst = max(abs(va[k] - vb[k]) / max(1.0, abs(va[k])) for k in va)
+    print(f"  {len(va)} validation values, max relative difference {worst:.3g}")
+    assert worst <= 1e-5, [(k, va[k], vb[k]) for k in va if abs(va[k] - vb[k]) > 1e-5]
 PY
 }
 

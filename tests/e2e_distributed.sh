@@ -78,13 +78,15 @@ rank0_loaded() {
 
 # 24 documents of random ids from the fixture's 512-token vocab, the first 4 tokens unmasked.
 random_documents "$work/docs.jsonl" 1 24 12 512
+# Validated every 2 steps: 9 documents in 3 micro-batches, so on 2 ranks one reruns a spare.
+random_documents "$work/validation.jsonl" 2 9 12 512
 data="data: {path: $work/docs.jsonl, format: pretokenized, seq_len: 32, micro_batch_rows: 2,
-       cache_dir: $work/cache}"
+       cache_dir: $work/cache, validation: $work/validation.jsonl}"
 cat > "$work/sft.yaml" <<YAML
 model: {path: tests/fixtures/models/llama3, dtype: fp32}
 $data
 training: {objective: sft, steps: 4, micro_batches: 2, lr: 1.0e-3, save_every: 2, keep_last: 3,
-           log_every: 1, seed: 3}
+           log_every: 1, seed: 3, eval_every: 2}
 optimizer: {eps: 1.0e-2}
 distributed: {timeout_s: 30}
 YAML
@@ -93,7 +95,7 @@ target: {path: tests/fixtures/models/llama3, dtype: fp32}
 draft: {aux_layer_ids: [0, 1, 2], ttt_length: 3, draft_vocab_size: 128, intermediate_size: 96}
 $data
 training: {objective: eagle3, steps: 4, micro_batches: 2, lr: 1.0e-3, save_every: 2,
-           keep_last: 3, log_every: 1, seed: 3}
+           keep_last: 3, log_every: 1, seed: 3, eval_every: 2}
 optimizer: {eps: 1.0e-2}
 distributed: {timeout_s: 30}
 YAML
@@ -192,7 +194,14 @@ done
 
 echo "== eagle3 offline (from a capture: only the target's head is loaded, sharded as it loads)"
 "$tandem" capture "$work/eagle3.yaml" --out "$work/capture" > /dev/null 2>&1
-one_vs_sharded eagle3-offline "$work/eagle3.yaml" "data.capture=$work/capture"
+# Offline drafts are not validated (the capture holds no features of the validation records).
+if "$tandem" train "$work/eagle3.yaml" "training.run_dir=$work/refused" "data.capture=$work/capture" \
+    2> "$work/refused.err"; then
+  echo "an offline draft with data.validation was accepted" >&2
+  exit 1
+fi
+grep -q "data.validation: an offline draft (data.capture)" "$work/refused.err"
+one_vs_sharded eagle3-offline "$work/eagle3.yaml" "data.capture=$work/capture" 'data.validation=""'
 grep -q "rank 1 of 2: .*frozen weights 0.125 MiB" "$work/eagle3-offline-shard.log"
 grep -q "rank 0 of 1: .*frozen weights 0.250 MiB" "$work/eagle3-offline-1.log"
 

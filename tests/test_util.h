@@ -6,6 +6,7 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <string>
 
@@ -36,6 +37,12 @@ class ScratchDir {
   ~ScratchDir() { std::filesystem::remove_all(path_); }
   const std::string& path() const { return path_; }
   std::string operator/(const std::string& name) const { return path_ + "/" + name; }
+  /// Writes `text` as the file `name` here and returns its path.
+  std::string write(const std::string& name, const std::string& text) const {
+    const std::string path = *this / name;
+    std::ofstream(path) << text;
+    return path;
+  }
 
  private:
   std::string path_;

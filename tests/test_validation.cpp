@@ -41,12 +41,6 @@ std::map<int64_t, nlohmann::json> metrics_by_step(const std::string& run_dir) {
   return out;
 }
 
-std::string write_config(const ScratchDir& dir, const std::string& name, const std::string& yaml) {
-  const std::string path = dir / name;
-  std::ofstream(path) << yaml;
-  return path;
-}
-
 // 150 pretokenized documents of 3..70 tokens (some longer than seq_len 32: split into parts).
 tandem::TrainingData random_lengths_data(const ScratchDir& dir, int64_t rows) {
   std::mt19937 random(5);
@@ -137,9 +131,8 @@ TEST(Epochs, TheRunTrainsThePlannedStepsAndTheDryRunPrintsThem) {
   ScratchDir dir;
   const StepConfigs configs;
   const std::string config =
-      write_config(dir, "sft.yaml",
-                   configs.config("sft", "run_dir: " + (dir / "run") +
-                                             ", epochs: 2, lr: 1.0e-3, export: false"));
+      dir.write("sft.yaml", configs.config("sft", "run_dir: " + (dir / "run") +
+                                                      ", epochs: 2, lr: 1.0e-3, export: false"));
   const auto dry = run_command(tandem_binary() + " train " + config + " --dry-run");
   ASSERT_EQ(dry.exit_code, 0) << dry.output;
   // 8 documents of 20..31 tokens, 2 rows of 32 per micro-batch: 2 per batch, 4 steps per pass.
@@ -166,8 +159,8 @@ TEST(Validation, EqualsTheTrainingMetricsOfTheSameRecordsAtTheSameWeights) {
     ScratchDir dir;
     const std::string file = objective == "dpo" ? configs.pairs_path() : configs.docs_path();
     const std::string documents = objective == "dpo" ? "8" : "8";  // 4 pairs: 8 documents
-    const std::string config = write_config(
-        dir, "run.yaml",
+    const std::string config = dir.write(
+        "run.yaml",
         configs.config(objective,
                        "run_dir: " + (dir / "run") + ", steps: 2, docs_per_step: " + documents +
                            ", eval_every: 1, lr: 1.0e-3, schedule: constant, export: false",
@@ -195,10 +188,10 @@ TEST(Validation, ChangesNoTrainingNumber) {
   const StepConfigs configs;
   ScratchDir dir;
   const std::string keys = ", steps: 3, lr: 1.0e-3, export: false";
-  const std::string plain = write_config(
-      dir, "plain.yaml", configs.config("dflash", "run_dir: " + (dir / "plain") + keys));
-  const std::string validated = write_config(
-      dir, "validated.yaml",
+  const std::string plain =
+      dir.write("plain.yaml", configs.config("dflash", "run_dir: " + (dir / "plain") + keys));
+  const std::string validated = dir.write(
+      "validated.yaml",
       configs.config("dflash", "run_dir: " + (dir / "validated") + keys + ", eval_every: 1",
                      ", validation: " + configs.docs_path()));
   for (const std::string& config : {plain, validated}) {
@@ -228,8 +221,8 @@ TEST(Validation, TheBestCheckpointIsKeptMarkedAndExported) {
   const StepConfigs configs;
   ScratchDir dir;
   // A high learning rate, so the validation loss does not simply fall at every step.
-  const std::string config = write_config(
-      dir, "run.yaml",
+  const std::string config = dir.write(
+      "run.yaml",
       configs.config("sft",
                      "run_dir: " + (dir / "run") +
                          ", steps: 6, eval_every: 1, lr: 0.3, keep_last: 1, schedule: constant",
@@ -268,8 +261,8 @@ TEST(Validation, TheBestCheckpointIsKeptMarkedAndExported) {
 TEST(Validation, BadSettingsAreRefusedWithWhatToChange) {
   const StepConfigs configs;
   ScratchDir dir;
-  const std::string config = write_config(
-      dir, "run.yaml",
+  const std::string config = dir.write(
+      "run.yaml",
       configs.config("sft", "run_dir: " + (dir / "run") + ", steps: 1, lr: 1.0e-3, export: false",
                      ", validation: " + configs.docs_path()));
   const auto metric =

@@ -299,6 +299,11 @@ const DtypeKey dtype{group, "dtype", Computed{kTrainedDtype}, kDtypes,
                      "parameter dtype (fp32 masters and AdamW moments either way)"};
 const NumberKey init_std{group, "init_std", 0.02, NumberRange::at_least(0),
                          "normal init of a fresh model"};
+const StringKey init_from{group, "init_from", "",
+                          "warm start: the weights of an earlier run's checkpoint (`RUN_DIR` or "
+                          "`RUN_DIR/step-N`) or an HF export, over those `path` or `config` "
+                          "made; optimizer, data position and step count start fresh (unlike "
+                          "resume)"};
 }  // namespace model
 
 namespace chunked_loss {
@@ -361,6 +366,11 @@ const NumberKey rope_theta{group, "rope_theta", Unset{"the target's RoPE"}, Numb
                            "an unscaled RoPE of this base"};
 const NumberKey init_std{group, "init_std", 0.02, NumberRange::at_least(0),
                          "normal init of the draft's matrices"};
+const StringKey init_from{group, "init_from", "",
+                          "warm start: the weights of an earlier run's checkpoint (`RUN_DIR` or "
+                          "`RUN_DIR/step-N`) or of its draft export (the format `tandem eval` "
+                          "loads); optimizer, data position and step count start fresh (unlike "
+                          "resume)"};
 }  // namespace draft
 
 namespace eagle3_draft {

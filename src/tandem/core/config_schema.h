@@ -133,6 +133,7 @@ extern const StringKey path;
 extern const StringKey config;
 extern const DtypeKey dtype;
 extern const NumberKey init_std;
+extern const StringKey init_from;  // train/warm_start.h
 }  // namespace model
 
 namespace chunked_loss {  // every loss through a vocabulary head
@@ -175,6 +176,7 @@ extern const IntKey num_key_value_heads;
 extern const IntKey head_dim;
 extern const NumberKey rope_theta;
 extern const NumberKey init_std;
+extern const StringKey init_from;  // train/warm_start.h
 }  // namespace draft
 
 namespace eagle3_draft {

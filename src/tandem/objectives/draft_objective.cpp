@@ -92,6 +92,13 @@ CapturedBatch DraftObjective::captured_features(const PackedBatch& batch) const 
   return read_captured_batch(*capture_, batch, source_.dtype, error_tag());
 }
 
+std::string DraftObjective::cannot_validate() const {
+  if (!offline()) return "";
+  return "an offline draft (data.capture) reads its target's features from the capture, which "
+         "holds none for the validation records: validate in an online run (without "
+         "data.capture), where the target computes them";
+}
+
 void DraftObjective::finish_metrics(
     std::vector<std::pair<std::string, double>>& step_metrics) const {
   double product = 1.0, accepted = 0.0;

@@ -41,6 +41,8 @@ class DraftObjective : public Objective {
 
   /// True when the features come from a capture directory.
   bool offline() const { return capture_.has_value(); }
+  /// Offline, the target's features come from the capture, which holds none for validation data.
+  std::string cannot_validate() const override;
   /// Offline, with prefetching on: reads `upcoming`'s captured features on a thread of its own,
   /// so the forward on it takes them without waiting for the disk. One read ahead at a time.
   void prefetch(const PackedBatch& upcoming) override;

@@ -92,6 +92,9 @@ class Objective {
   virtual void finish_metrics(std::vector<std::pair<std::string, double>>& step_metrics) const {
     (void)step_metrics;
   }
+  /// Why this objective cannot validate on data.validation ("" when it can): checked before
+  /// step 1.
+  virtual std::string cannot_validate() const { return ""; }
   /// Whether an export is written at every checkpoint (drafts: serving engines pick them up).
   virtual bool export_at_checkpoints() const { return false; }
   /// Model FLOPs of forward + backward on `batch` (models/flops.h), frozen forwards included:

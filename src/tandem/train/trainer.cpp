@@ -25,6 +25,7 @@
 #include "tandem/dist/sharding.h"
 #include "tandem/dist/weight_checksum.h"
 #include "tandem/models/frozen.h"
+#include "tandem/objectives/description.h"
 #include "tandem/objectives/objective.h"
 #include "tandem/train/checkpoint.h"
 #include "tandem/train/data_parallel.h"
@@ -42,6 +43,7 @@
 #include "tandem/train/training_data.h"
 #include "tandem/train/training_options.h"
 #include "tandem/train/validation.h"
+#include "tandem/train/warm_start.h"
 
 namespace tandem {
 
@@ -175,11 +177,24 @@ void TrainingRun::set_up() {
     std::cerr << "[train] device " << run_.device.str()
               << (run_.deterministic ? " (deterministic algorithms)" : "") << "\n";
   objective_ = make_objective(config_, run_);
+  const ObjectiveDescription& description = find_objective(
+      keys::training::objective.read(config_), keys::training::objective.where(config_));
+  std::string init_from_where;
+  const std::string init_from = read_init_from(config_, description, init_from_where);
   config_.check_all_used();  // every key of the file was understood, before any work
   objective_->attach_data({data_->dataset ? &*data_->dataset : nullptr,
                            data_->dataset ? nullptr : &data_->rollouts, data_->cache_dir,
                            data_->packing.seq_len});
+  // Before sharding and the optimizer: the weights it starts from (after attach_data, which may
+  // set buffers such as a vocabulary map that the source then overrides with its own).
+  if (!init_from.empty()) {
+    const std::string line =
+        warm_start(objective_->trainable(), init_from, description, init_from_where);
+    if (lead()) std::cerr << line << "\n";
+  }
   if (validation_data_) {
+    const std::string refusal = objective_->cannot_validate();
+    check(refusal.empty(), "[train] ", keys::data::validation.where(config_), ": ", refusal);
     validation_.emplace(std::move(*validation_data_), *objective_);
     validation_data_.reset();
     larger_is_better_ = larger_is_better(options_.best_metric, options_.best_mode);
