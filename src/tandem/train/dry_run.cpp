@@ -64,7 +64,7 @@ void dry_run(const Config& config, std::ostream& out) {
   const TrainingData data = read_training_data(config);
   const std::optional<TrainingData> validation = read_validation_data(config);
   const StepShape shape{options.micro_batches, options.docs_per_step, launch.world_size,
-                        shards > 1};
+                        distributed.mode != "ddp"};
   std::optional<EpochPlan> plan;  // training.epochs
   if (options.epochs > 0) {
     SamplerOptions sampler;
