@@ -86,6 +86,9 @@ const std::vector<ObjectiveDescription>& objective_descriptions();
 /// The description named `name`; an Error naming `where` and listing the names otherwise.
 const ObjectiveDescription& find_objective(const std::string& name, const std::string& where);
 
+/// The description training.objective names in `config`.
+const ObjectiveDescription& configured_objective(const Config& config);
+
 /// "a, b, c": the names of the objectives for which `has` is true.
 std::string objective_names(const std::function<bool(const ObjectiveDescription&)>& has);
 

@@ -58,10 +58,13 @@ SpeculativeOutput DraftDecoder::decode(const FrozenModel& target,
   return speculative_decode(target, *draft, prompt, options);
 }
 
-std::unique_ptr<Objective> make_objective(const Config& config, const RunContext& run) {
+const ObjectiveDescription& configured_objective(const Config& config) {
   return find_objective(keys::training::objective.read(config),
-                        keys::training::objective.where(config))
-      .make(config, run);
+                        keys::training::objective.where(config));
+}
+
+std::unique_ptr<Objective> make_objective(const Config& config, const RunContext& run) {
+  return configured_objective(config).make(config, run);
 }
 
 }  // namespace tandem

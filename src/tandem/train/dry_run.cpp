@@ -67,10 +67,7 @@ void dry_run(const Config& config, std::ostream& out) {
                         distributed.mode != "ddp"};
   std::optional<EpochPlan> plan;  // training.epochs
   if (options.epochs > 0) {
-    SamplerOptions sampler;
-    sampler.dataset_size = data.num_records();
-    sampler.seed = run.seed;
-    plan = plan_epochs(data, sampler, options.epochs, shape);
+    plan = plan_epochs(data, run_sampler_options(data, run.seed), options.epochs, shape);
     set_planned_steps(options, plan->steps);
   }
   std::unique_ptr<Objective> objective = make_objective(config, run);  // on the meta device

@@ -11,6 +11,13 @@ bool StepShape::complete(int64_t drawn, int64_t documents) const {
   return documents >= docs_per_step && drawn >= ranks && (!sharded || drawn % ranks == 0);
 }
 
+SamplerOptions run_sampler_options(const TrainingData& data, uint64_t seed) {
+  SamplerOptions options;
+  options.dataset_size = data.num_records();
+  options.seed = seed;
+  return options;
+}
+
 EpochPlan plan_epochs(const TrainingData& data, const SamplerOptions& options, int64_t epochs,
                       const StepShape& shape) {
   check(epochs >= 1, "[train] training.epochs must be at least 1, got ", epochs);

@@ -25,6 +25,10 @@ struct StepShape {
   bool complete(int64_t drawn, int64_t documents) const;
 };
 
+/// The sampler a run draws `data`'s records with: every rank the same order, seeded by
+/// training.seed (train/data_parallel.h).
+SamplerOptions run_sampler_options(const TrainingData& data, uint64_t seed);
+
 /// What `epochs` passes over `data` come to.
 struct EpochPlan {
   int64_t steps = 0;

@@ -132,10 +132,9 @@ class TrainingRun {
   std::shared_ptr<dist::ProcessGroup> group_;
   ParallelGroups groups_;
   std::optional<TrainingData> data_;
-  std::optional<TrainingData> validation_data_;  // read beside data_, before the objective
-  std::optional<Validation> validation_;         // data.validation
-  bool larger_is_better_ = false;                // training.best_metric's direction
-  bool best_now_ = false;  // this step's validation is the best so far: save it
+  std::optional<Validation> validation_;  // data.validation
+  bool larger_is_better_ = false;         // training.best_metric's direction
+  bool best_now_ = false;                 // this step's validation is the best so far: save it
   StepShape step_shape_;
   std::optional<RankZeroLoading> rank_zero_loading_;  // only rank 0 opens weight files
   std::optional<ParameterShards> load_shards_;  // shard, hybrid: loaded models split as they load
@@ -167,7 +166,7 @@ void TrainingRun::set_up() {
   // Rank 0 tokenizes into the data cache first; the others then read what it wrote.
   if (!lead()) group_->barrier();
   data_.emplace(read_training_data(config_));
-  validation_data_ = read_validation_data(config_);
+  std::optional<TrainingData> validation_data = read_validation_data(config_);
   if (lead()) group_->barrier();
   step_shape_ = {options_.micro_batches, options_.docs_per_step, world(), groups_.sharded};
   if (options_.epochs > 0) plan_epochs_into_steps();
@@ -177,8 +176,7 @@ void TrainingRun::set_up() {
     std::cerr << "[train] device " << run_.device.str()
               << (run_.deterministic ? " (deterministic algorithms)" : "") << "\n";
   objective_ = make_objective(config_, run_);
-  const ObjectiveDescription& description = find_objective(
-      keys::training::objective.read(config_), keys::training::objective.where(config_));
+  const ObjectiveDescription& description = configured_objective(config_);
   std::string init_from_where;
   const std::string init_from = read_init_from(config_, description, init_from_where);
   config_.check_all_used();  // every key of the file was understood, before any work
@@ -192,11 +190,10 @@ void TrainingRun::set_up() {
         warm_start(objective_->trainable(), init_from, description, init_from_where);
     if (lead()) std::cerr << line << "\n";
   }
-  if (validation_data_) {
+  if (validation_data) {
     const std::string refusal = objective_->cannot_validate();
     check(refusal.empty(), "[train] ", keys::data::validation.where(config_), ": ", refusal);
-    validation_.emplace(std::move(*validation_data_), *objective_);
-    validation_data_.reset();
+    validation_.emplace(std::move(*validation_data), *objective_);
     larger_is_better_ = larger_is_better(options_.best_metric, options_.best_mode);
     if (lead())
       std::cerr << "[train] validation: " << validation_->data().path << ", "
@@ -212,10 +209,7 @@ void TrainingRun::set_up() {
   if (distributed.check_frozen_weights) check_frozen_weights_agree(*group_);
 
   at::manual_seed(run_.seed);
-  SamplerOptions sampler_options;
-  sampler_options.dataset_size = data_->num_records();
-  sampler_options.seed = run_.seed;
-  sampler_.emplace(sampler_options);
+  sampler_.emplace(run_sampler_options(*data_, run_.seed));
   if (sharded_)
     optimizer_.emplace(sharded_->optimizer_parameters(), options_.adamw, sharded_->decays());
   else
@@ -324,10 +318,8 @@ void TrainingRun::resume() {
 
 // training.epochs: the steps those passes take, drawn from the lengths as the run will draw them.
 void TrainingRun::plan_epochs_into_steps() {
-  SamplerOptions sampler_options;
-  sampler_options.dataset_size = data_->num_records();
-  sampler_options.seed = run_.seed;
-  const EpochPlan plan = plan_epochs(*data_, sampler_options, options_.epochs, step_shape_);
+  const EpochPlan plan =
+      plan_epochs(*data_, run_sampler_options(*data_, run_.seed), options_.epochs, step_shape_);
   set_planned_steps(options_, plan.steps);
   if (lead())
     std::cerr << "[train] " << options_.epochs << " epoch" << (options_.epochs == 1 ? "" : "s")
