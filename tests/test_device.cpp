@@ -20,7 +20,6 @@
 #include "step_configs.h"
 #include "tandem/core/config.h"
 #include "tandem/core/device.h"
-#include "tandem/data/sampler.h"
 #include "tandem/dist/process_group.h"
 #include "tandem/dist/sharding.h"
 #include "tandem/io/hf_checkpoint.h"
@@ -114,8 +113,8 @@ StepResult one_step(const std::string& yaml, const at::Device& device) {
                           data.packing.seq_len});
   tandem::SamplerOptions sampler_options;
   sampler_options.dataset_size = data.num_records();
-  tandem::Sampler sampler(sampler_options);
-  const tandem::PackedBatch batch = tandem::next_micro_batch(sampler, data);
+  tandem::DataCursor cursor(sampler_options);
+  const tandem::PackedBatch batch = tandem::next_micro_batch(cursor, data);
   const tandem::StepTotals totals = objective->count(batch);
   tandem::ObjectiveOutput output = objective->compute(batch.to(device), totals);
   output.loss.backward();

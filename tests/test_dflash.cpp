@@ -678,12 +678,13 @@ TEST(DFlashAnchors, TrainingBatchesCarryTheEpochEachDocumentWasDrawnIn) {
   tandem::SamplerOptions options;
   options.dataset_size = data.num_records();
   options.seed = 3;
-  tandem::Sampler sampler(options);
+  tandem::DataCursor cursor(options);
+  const tandem::Sampler& sampler = cursor.sampler;
   std::map<int64_t, std::vector<int64_t>> epochs_of;  // dataset index -> epochs it came in
   int64_t crossing = 0;
   for (int step = 0; step < 8; ++step) {
     const int64_t before = sampler.state().epoch;
-    const tandem::PackedBatch batch = tandem::next_micro_batch(sampler, data);
+    const tandem::PackedBatch batch = tandem::next_micro_batch(cursor, data);
     std::set<int64_t> in_batch;
     for (const auto& document : batch.documents) {
       EXPECT_GE(document.epoch, before);

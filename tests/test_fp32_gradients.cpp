@@ -13,7 +13,6 @@
 #include "step_configs.h"
 #include "tandem/core/config.h"
 #include "tandem/core/fp32_gradients.h"
-#include "tandem/data/sampler.h"
 #include "tandem/dist/sharding.h"
 #include "tandem/models/frozen.h"
 #include "tandem/models/layers.h"
@@ -132,8 +131,8 @@ TEST(Fp32GradientSums, Bf16GradientsOfAnEagle3StepAgainstFp32) {
   };
   tandem::SamplerOptions sampler_options;
   sampler_options.dataset_size = data.num_records();
-  tandem::Sampler sampler(sampler_options);
-  const tandem::PackedBatch batch = tandem::next_micro_batch(sampler, data);
+  tandem::DataCursor cursor(sampler_options);
+  const tandem::PackedBatch batch = tandem::next_micro_batch(cursor, data);
 
   // The fp32 reference starts from the bf16 draft's own weights.
   std::unique_ptr<tandem::Objective> reference = make(fp32_config);

@@ -20,7 +20,6 @@
 #include "tandem/core/config.h"
 #include "tandem/core/host_read.h"
 #include "tandem/core/run_context.h"
-#include "tandem/data/sampler.h"
 #include "tandem/eval/dflash_decode.h"
 #include "tandem/eval/eagle3_decode.h"
 #include "tandem/eval/generation.h"
@@ -188,8 +187,8 @@ Reads training_step_on_meta(const std::string& yaml) {
   tandem::MixedPrecisionAdamW optimizer(tandem::trainable_parameters(objective->trainable()), {});
   tandem::SamplerOptions sampler_options;
   sampler_options.dataset_size = data.num_records();
-  tandem::Sampler sampler(sampler_options);
-  const tandem::PackedBatch batch = tandem::next_micro_batch(sampler, data);
+  tandem::DataCursor cursor(sampler_options);
+  const tandem::PackedBatch batch = tandem::next_micro_batch(cursor, data);
   const tandem::StepTotals totals = objective->count(batch);  // on the host batch, as the trainer
 
   tandem::reset_meta_host_reads();

@@ -211,6 +211,49 @@ TEST(TrainCheckpoints, OneThatCannotBeLoadedIsSkipped) {
       << result.output;
 }
 
+// Best-fit packing's pending records in trainer_state.json: one outside the data makes the
+// checkpoint unloadable (skipped, naming why); records pending under another packing mode are
+// refused rather than dropped.
+TEST(TrainCheckpoints, BestFitPendingRecordsAreCheckedOnResume) {
+  ScratchDir dir;
+  const std::string config =
+      write_job(dir, dir / "run", 2, 0, "  packing: best_fit\n  packing_lookahead: 2\n");
+  const auto first = run_command(train_command(config));
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  const auto step_2 = tandem::CheckpointReader::open(dir / "run/step-00000002");
+  auto state = nlohmann::json::parse(step_2.read_text("trainer_state.json"));
+  ASSERT_FALSE(state.at("pending").empty()) << state.dump();  // 40 records: the pass goes on
+  // Another packing mode cannot take the pending records over.
+  const auto other = run_command(train_command(config) + " training.steps=3 data.packing=packed");
+  EXPECT_NE(other.exit_code, 0) << other.output;
+  EXPECT_NE(other.output.find("records drawn ahead by data.packing: best_fit, but data.packing "
+                              "is now packed"),
+            std::string::npos)
+      << other.output;
+  EXPECT_FALSE(fs::exists(dir / "run/step-00000003"));
+  {
+    // Step 5: step 2's files with a pending record past the data's 40.
+    tandem::CheckpointWriter bad(dir / "run", 5);
+    for (const char* file : {"model.safetensors", "optimizer.safetensors", "rng.safetensors"}) {
+      std::vector<std::pair<std::string, at::Tensor>> tensors;
+      for (auto& entry : step_2.read_tensors(file)) tensors.push_back(entry);
+      bad.write_tensors(file, tensors);
+    }
+    nlohmann::json broken = state;
+    broken["pending"] = nlohmann::json::array({nlohmann::json::array({40, 0})});
+    bad.write_text("trainer_state.json", broken.dump());
+    bad.write_text("config.yaml", step_2.read_text("config.yaml"));
+    bad.commit(0);
+  }
+  const auto resumed = run_command(train_command(config) + " training.steps=4");
+  EXPECT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_NE(resumed.output.find("pending record [40,0] outside the sampler's 40 records"),
+            std::string::npos)
+      << resumed.output;
+  EXPECT_NE(resumed.output.find("resuming from " + (dir / "run/step-00000002")), std::string::npos)
+      << resumed.output;
+}
+
 // Checkpoints exist and none can be used: an error that touches nothing; --start-over moves them
 // aside (nothing deleted) and trains from step 0.
 TEST(TrainCheckpoints, NoneUsableIsAnErrorUnlessStartOver) {

@@ -42,7 +42,8 @@ std::map<int64_t, nlohmann::json> metrics_by_step(const std::string& run_dir) {
 }
 
 // 150 pretokenized documents of 3..70 tokens (some longer than seq_len 32: split into parts).
-tandem::TrainingData random_lengths_data(const ScratchDir& dir, int64_t rows) {
+tandem::TrainingData random_lengths_data(const ScratchDir& dir, int64_t rows,
+                                         const std::string& packing = "packed") {
   std::mt19937 random(5);
   std::ofstream docs(dir / "lengths.jsonl");
   for (int d = 0; d < 150; ++d) {
@@ -57,74 +58,90 @@ tandem::TrainingData random_lengths_data(const ScratchDir& dir, int64_t rows) {
   docs.close();
   const tandem::Config config = tandem::Config::parse(
       "data: {path: " + (dir / "lengths.jsonl") + ", format: pretokenized, seq_len: 32, " +
-          "micro_batch_rows: " + std::to_string(rows) + ", cache_dir: " + (dir / "cache") + "}\n",
+          "micro_batch_rows: " + std::to_string(rows) + ", packing: " + packing +
+          ", packing_lookahead: 3, cache_dir: " + (dir / "cache") + "}\n",
       "lengths.yaml");
   return tandem::read_training_data(config);
 }
 
+// Records the cursor has packed: those drawn from the sampler less those still pending.
+int64_t packed_records(const tandem::DataCursor& cursor) {
+  const tandem::SamplerState at = cursor.sampler.state();
+  return at.epoch * cursor.sampler.per_rank() + at.offset -
+         static_cast<int64_t>(cursor.pending.size());
+}
+
 TEST(EpochPlan, MicroBatchSizesAreTheBatchesTheRunDraws) {
-  ScratchDir dir;
-  const tandem::TrainingData data = random_lengths_data(dir, 3);
-  tandem::SamplerOptions options;
-  options.dataset_size = data.num_records();
-  options.seed = 11;
-  tandem::Sampler planned(options), drawn(options);
-  for (int batch = 0; batch < 120; ++batch) {  // more than two passes
-    const int64_t before = drawn.state().offset + drawn.state().epoch * drawn.per_rank();
-    const tandem::PackedBatch real = tandem::next_micro_batch(drawn, data);
-    const int64_t after = drawn.state().offset + drawn.state().epoch * drawn.per_rank();
-    const tandem::MicroBatchSize size = tandem::next_micro_batch_size(planned, data);
-    ASSERT_EQ(size.records, after - before) << "batch " << batch;
-    EXPECT_EQ(size.documents, real.total_documents()) << "batch " << batch;
-    EXPECT_EQ(size.tokens, real.num_tokens) << "batch " << batch;
-    EXPECT_EQ(size.rows, real.rows()) << "batch " << batch;
-    ASSERT_EQ(planned.state(), drawn.state()) << "batch " << batch;
+  for (const std::string packing : {"packed", "best_fit", "padded"}) {
+    ScratchDir dir;
+    const tandem::TrainingData data = random_lengths_data(dir, 3, packing);
+    tandem::SamplerOptions options;
+    options.dataset_size = data.num_records();
+    options.seed = 11;
+    tandem::DataCursor planned(options), drawn(options);
+    for (int batch = 0; batch < 120; ++batch) {  // more than two passes
+      const int64_t before = packed_records(drawn);
+      const tandem::PackedBatch real = tandem::next_micro_batch(drawn, data);
+      const tandem::MicroBatchSize size = tandem::next_micro_batch_size(planned, data);
+      ASSERT_EQ(size.records, packed_records(drawn) - before) << packing << " batch " << batch;
+      EXPECT_EQ(size.documents, real.total_documents()) << packing << " batch " << batch;
+      EXPECT_EQ(size.tokens, real.num_tokens) << packing << " batch " << batch;
+      EXPECT_EQ(size.rows, real.rows()) << packing << " batch " << batch;
+      EXPECT_EQ(size.length, real.seq_len()) << packing << " batch " << batch;
+      ASSERT_EQ(planned.sampler.state(), drawn.sampler.state()) << packing << " batch " << batch;
+      ASSERT_EQ(planned.pending, drawn.pending) << packing << " batch " << batch;
+    }
   }
 }
 
 TEST(EpochPlan, StepsAreThoseThatFirstReachTheEndOfTheLastPass) {
-  ScratchDir dir;
-  const tandem::TrainingData data = random_lengths_data(dir, 2);
-  tandem::SamplerOptions options;
-  options.dataset_size = data.num_records();
-  options.seed = 3;
-  for (const tandem::StepShape shape :
-       {tandem::StepShape{1, 0, 1, false}, tandem::StepShape{3, 0, 1, false},
-        tandem::StepShape{1, 7, 2, true}}) {
-    for (const int64_t epochs : {1, 3}) {
-      const tandem::EpochPlan plan = tandem::plan_epochs(data, options, epochs, shape);
-      // The same steps drawn from real micro-batches, as the trainer draws them.
-      tandem::Sampler sampler(options);
-      int64_t steps = 0, micro_batches = 0, tokens = 0;
-      const int64_t wanted = epochs * sampler.per_rank();
-      auto consumed = [&] {
-        return sampler.state().epoch * sampler.per_rank() + sampler.state().offset;
-      };
-      while (consumed() < wanted) {
-        int64_t in_step = 0, documents = 0;
-        do {
-          const tandem::PackedBatch batch = tandem::next_micro_batch(sampler, data);
-          in_step += 1;
-          documents += batch.total_documents();
-          tokens += batch.num_tokens;
-        } while (!shape.complete(in_step, documents));
-        steps += 1;
-        micro_batches += in_step;
-        if (steps < plan.steps) EXPECT_LT(consumed(), wanted) << "ended before the plan";
+  for (const std::string packing : {"packed", "best_fit"}) {
+    ScratchDir dir;
+    const tandem::TrainingData data = random_lengths_data(dir, 2, packing);
+    tandem::SamplerOptions options;
+    options.dataset_size = data.num_records();
+    options.seed = 3;
+    for (const tandem::StepShape shape :
+         {tandem::StepShape{1, 0, 1, false}, tandem::StepShape{3, 0, 1, false},
+          tandem::StepShape{1, 7, 2, true}}) {
+      for (const int64_t epochs : {1, 3}) {
+        const tandem::EpochPlan plan = tandem::plan_epochs(data, options, epochs, shape);
+        // The same steps drawn from real micro-batches, as the trainer draws them.
+        tandem::DataCursor cursor(options);
+        int64_t steps = 0, micro_batches = 0, tokens = 0;
+        const int64_t wanted = epochs * cursor.sampler.per_rank();
+        auto consumed = [&] { return packed_records(cursor); };
+        while (consumed() < wanted) {
+          int64_t in_step = 0, documents = 0;
+          do {
+            const tandem::PackedBatch batch = tandem::next_micro_batch(cursor, data);
+            in_step += 1;
+            documents += batch.total_documents();
+            tokens += batch.num_tokens;
+          } while (!shape.complete(in_step, documents));
+          steps += 1;
+          micro_batches += in_step;
+          if (steps < plan.steps) {
+            EXPECT_LT(consumed(), wanted) << "ended before the plan";
+          }
+        }
+        EXPECT_EQ(plan.steps, steps) << packing << ", " << epochs << " epochs";
+        EXPECT_EQ(plan.micro_batches, micro_batches);
+        EXPECT_EQ(plan.tokens, tokens);
+        EXPECT_GE(plan.records, wanted);
+        if (packing == "best_fit" && shape.micro_batches == 1 && shape.docs_per_step == 0) {
+          EXPECT_EQ(plan.records, wanted);  // no micro-batch holds records of two passes
+        }
+        EXPECT_GT(plan.steps, 0);
       }
-      EXPECT_EQ(plan.steps, steps) << epochs << " epochs";
-      EXPECT_EQ(plan.micro_batches, micro_batches);
-      EXPECT_EQ(plan.tokens, tokens);
-      EXPECT_GE(plan.records, wanted);
-      EXPECT_GT(plan.steps, 0);
     }
+    // More passes, more steps; a shape of 3 micro-batches per step, about a third of them.
+    const auto one = tandem::plan_epochs(data, options, 1, {1, 0, 1, false});
+    const auto three = tandem::plan_epochs(data, options, 3, {1, 0, 1, false});
+    EXPECT_NEAR(static_cast<double>(three.steps), 3.0 * one.steps, 2.0);
+    const auto grouped = tandem::plan_epochs(data, options, 1, {3, 0, 1, false});
+    EXPECT_EQ(grouped.steps, (one.steps + 2) / 3);
   }
-  // More passes, more steps; a shape of 3 micro-batches per step, about a third of them.
-  const auto one = tandem::plan_epochs(data, options, 1, {1, 0, 1, false});
-  const auto three = tandem::plan_epochs(data, options, 3, {1, 0, 1, false});
-  EXPECT_NEAR(static_cast<double>(three.steps), 3.0 * one.steps, 2.0);
-  const auto grouped = tandem::plan_epochs(data, options, 1, {3, 0, 1, false});
-  EXPECT_EQ(grouped.steps, (one.steps + 2) / 3);
 }
 
 TEST(Epochs, TheRunTrainsThePlannedStepsAndTheDryRunPrintsThem) {

@@ -24,8 +24,9 @@ namespace tandem::testing {
 constexpr int kSteps = 12;  // SIGKILL test: every step saved, all kept
 
 // A tiny Llama and a pre-tokenized dataset written into `dir`; returns the config path.
+// `data_keys`: more lines of the data section ("  packing: best_fit\n").
 inline std::string write_job(const ScratchDir& dir, const std::string& run_dir, int steps = kSteps,
-                             int keep_last = 0) {
+                             int keep_last = 0, const std::string& data_keys = "") {
   std::ofstream(dir / "model.json") << R"({"model_type": "llama", "vocab_size": 97,
     "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
     "num_attention_heads": 4, "num_key_value_heads": 2, "rms_norm_eps": 1e-5,
@@ -45,7 +46,8 @@ inline std::string write_job(const ScratchDir& dir, const std::string& run_dir, 
                         << "data:\n  path: " << (dir / "data.jsonl") << "\n  format: pretokenized\n"
                         << "  seq_len: 32\n  micro_batch_rows: 2\n  cache_dir: " << (dir / "cache")
                         << "\n"
-                        << "training:\n  run_dir: " << run_dir << "\n  steps: " << steps
+                        << data_keys << "training:\n  run_dir: " << run_dir
+                        << "\n  steps: " << steps
                         << "\n  lr: 0.01\n  warmup_steps: 2\n  micro_batches: 2\n  save_every: 1\n"
                         << "  keep_last: " << keep_last << "\n  seed: 3\n  export: false\n";
   return config;

@@ -175,8 +175,16 @@ const EnumKey<PackingMode> packing{
     group,
     "packing",
     PackingMode::Packed,
-    {{"packed", PackingMode::Packed}, {"padded", PackingMode::Padded}},
-    "`packed`: several documents per row; `padded`: one per row"};
+    {{"packed", PackingMode::Packed},
+     {"best_fit", PackingMode::BestFit},
+     {"padded", PackingMode::Padded}},
+    "`packed`: several documents per row, first fit in sampler order; `best_fit`: several per "
+    "row, each micro-batch chosen from a pool of records drawn ahead so rows fill up; `padded`: "
+    "one per row, padded to the micro-batch's longest"};
+const IntKey packing_lookahead{group, "packing_lookahead", 8, IntRange::between(1, 1024),
+                               "`best_fit`: the pool a micro-batch is chosen from holds this "
+                               "many micro-batches' worth of tokens (never past the epoch's "
+                               "end); more fills rows better and reorders records more"};
 const EnumKey<OverlongPolicy> overlong{
     group,
     "overlong",

@@ -89,6 +89,7 @@ extern const StringKey template_kwargs;
 extern const IntKey seq_len;
 extern const IntKey micro_batch_rows;
 extern const EnumKey<PackingMode> packing;
+extern const IntKey packing_lookahead;
 extern const EnumKey<OverlongPolicy> overlong;
 extern const IntKey max_length;
 extern const BoolKey last_turn_only;

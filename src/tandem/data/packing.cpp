@@ -42,22 +42,29 @@ std::vector<PackingPiece> cut_document(int64_t index, int64_t length, const Pack
   throw Error("[packing] unknown overlong policy");
 }
 
+/// The open row that takes a piece of `length` tokens, given each row's `free` columns: the
+/// first with room (Packed), the one with the least room that holds it, the first of equals
+/// (BestFit), none (Padded); -1 when none does.
+int64_t choose_row(const std::vector<int64_t>& free, int64_t length, PackingMode mode) {
+  int64_t target = -1;
+  if (mode == PackingMode::Padded) return target;
+  for (size_t row = 0; row < free.size(); ++row) {
+    if (free[row] < length) continue;
+    if (mode == PackingMode::Packed) return static_cast<int64_t>(row);
+    if (target < 0 || free[row] < free[target]) target = static_cast<int64_t>(row);
+  }
+  return target;
+}
+
 /// Places `pieces` into rows with `free` columns left, opening rows up to `max_rows` (0: no
-/// bound). Packed: first row with room, in row order; Padded: always a new row. Returns false,
-/// leaving `rows` and `free` untouched, when some piece does not fit.
+/// bound), each piece into choose_row's row or else a new one. Returns false, leaving `rows`
+/// and `free` untouched, when some piece does not fit.
 bool place(const std::vector<PackingPiece>& pieces, const PackingOptions& options,
            std::vector<std::vector<PackingPiece>>& rows, std::vector<int64_t>& free) {
   std::vector<int64_t> trial_free = free;
   std::vector<int64_t> targets;
   for (const PackingPiece& piece : pieces) {
-    int64_t target = -1;
-    if (options.mode == PackingMode::Packed) {
-      for (size_t row = 0; row < trial_free.size(); ++row)
-        if (trial_free[row] >= piece.length) {
-          target = static_cast<int64_t>(row);
-          break;
-        }
-    }
+    int64_t target = choose_row(trial_free, piece.length, options.mode);
     if (target < 0) {
       if (options.max_rows > 0 && static_cast<int64_t>(trial_free.size()) >= options.max_rows)
         return false;
@@ -84,8 +91,9 @@ OverlongPolicy parse_overlong_policy(const std::string& name) {
 
 PackingMode parse_packing_mode(const std::string& name) {
   if (name == "packed") return PackingMode::Packed;
+  if (name == "best_fit") return PackingMode::BestFit;
   if (name == "padded") return PackingMode::Padded;
-  throw Error("[packing] unknown packing mode '", name, "' (packed | padded)");
+  throw Error("[packing] unknown packing mode '", name, "' (packed | best_fit | padded)");
 }
 
 PackingPlan plan_packing(const std::vector<int64_t>& lengths, const PackingOptions& options,
@@ -108,6 +116,33 @@ PackingPlan plan_packing(const std::vector<int64_t>& lengths, const PackingOptio
     plan.documents_consumed = static_cast<int64_t>(index) + 1;
   }
   return plan;
+}
+
+std::vector<int64_t> select_best_fit(const std::vector<std::vector<int64_t>>& records,
+                                     const PackingOptions& options) {
+  check(options.seq_len > 0, "[packing] seq_len must be positive, got ", options.seq_len);
+  check(options.max_rows > 0, "[packing] best-fit selection needs max_rows > 0");
+  PackingOptions best_fit = options;
+  best_fit.mode = PackingMode::BestFit;
+  std::vector<std::vector<PackingPiece>> rows;
+  std::vector<int64_t> free;                          // (rows,) columns left in each open row
+  int64_t room = options.max_rows * options.seq_len;  // columns left, rows not yet open included
+  std::vector<int64_t> taken;
+  int64_t document = 0;
+  for (size_t record = 0; record < records.size() && room > 0; ++record) {
+    std::vector<PackingPiece> pieces;
+    int64_t tokens = 0, truncated = 0;
+    for (const int64_t length : records[record]) {
+      for (const PackingPiece& piece : cut_document(document++, length, best_fit, {}, truncated)) {
+        pieces.push_back(piece);
+        tokens += piece.length;
+      }
+    }
+    if (tokens > room || !place(pieces, best_fit, rows, free)) continue;
+    taken.push_back(static_cast<int64_t>(record));
+    room -= tokens;
+  }
+  return taken;
 }
 
 PackedBatch pack_documents(const std::vector<TokenizedDocument>& documents,

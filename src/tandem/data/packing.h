@@ -39,13 +39,16 @@ enum class OverlongPolicy {
 
 /// How documents are laid into rows.
 enum class PackingMode {
-  Packed,  // greedy first-fit in input order: several documents per row
-  Padded,  // one document (or chunk) per row, the rest padding
+  Packed,   // greedy first-fit in input order: several documents per row
+  BestFit,  // several documents per row, each piece into the row with the least room that holds
+            // it; the trainer also chooses each micro-batch's records from a pool drawn ahead
+            // (train/training_data.h), so rows fill up
+  Padded,   // one document (or chunk) per row, the rest padding
 };
 
 /// Parses "truncate" | "split" | "error"; throws naming the accepted values.
 OverlongPolicy parse_overlong_policy(const std::string& name);
-/// Parses "packed" | "padded"; throws naming the accepted values.
+/// Parses "packed" | "best_fit" | "padded"; throws naming the accepted values.
 PackingMode parse_packing_mode(const std::string& name);
 
 struct PackingOptions {
@@ -127,10 +130,20 @@ struct PackingPlan {
   int64_t truncated_tokens = 0;
 };
 
-/// Lays documents of the given lengths into rows (no tensors): first-fit in input order for
-/// Packed, one piece per row for Padded. `sources` names documents in errors (may be empty).
+/// Lays documents of the given lengths into rows (no tensors), the longest prefix that fits
+/// max_rows: first-fit in input order for Packed, best-fit for BestFit, one piece per row for
+/// Padded. `sources` names documents in errors (may be empty).
 PackingPlan plan_packing(const std::vector<int64_t>& lengths, const PackingOptions& options,
                          const std::vector<std::string>& sources = {});
+
+/// Which of `records` (each the lengths of its documents, placed all or none) one micro-batch
+/// of `options` (max_rows > 0) takes, trying them in order: each piece goes to the row with the
+/// least room that holds it, a new row when none does; a record that does not fit is passed
+/// over and the later ones still tried. Returns the indices taken, ascending. plan_packing
+/// (BestFit) of the taken records' documents, in that order, lays every one of them out the
+/// same way.
+std::vector<int64_t> select_best_fit(const std::vector<std::vector<int64_t>>& records,
+                                     const PackingOptions& options);
 
 /// Packs `documents` into a PackedBatch following `options` (plan_packing + the tensors).
 PackedBatch pack_documents(const std::vector<TokenizedDocument>& documents,

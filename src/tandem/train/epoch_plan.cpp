@@ -21,18 +21,18 @@ SamplerOptions run_sampler_options(const TrainingData& data, uint64_t seed) {
 EpochPlan plan_epochs(const TrainingData& data, const SamplerOptions& options, int64_t epochs,
                       const StepShape& shape) {
   check(epochs >= 1, "[train] training.epochs must be at least 1, got ", epochs);
-  Sampler sampler(options);
+  DataCursor cursor(options);
   EpochPlan plan;
-  const int64_t wanted = epochs * sampler.per_rank();  // the sampler's records of the passes
+  const int64_t wanted = epochs * cursor.sampler.per_rank();  // the sampler's records of the passes
   while (plan.records < wanted) {
     int64_t drawn = 0, documents = 0;
     do {
-      const MicroBatchSize size = next_micro_batch_size(sampler, data);
+      const MicroBatchSize size = next_micro_batch_size(cursor, data);
       drawn += 1;
       documents += size.documents;
       plan.records += size.records;
       plan.tokens += size.tokens;
-      plan.slots += size.rows * data.packing.seq_len;
+      plan.slots += size.rows * size.length;
     } while (!shape.complete(drawn, documents));
     plan.steps += 1;
     plan.micro_batches += drawn;

@@ -4,7 +4,8 @@
 // run seeds it, records packed as the run packs them, after splitting, truncation and skips), so
 // the plan is exact, not an estimate from token counts: step k of the run draws exactly the
 // records step k of the plan drew. The run stops at the first step that reaches the end of the
-// last pass (its last micro-batches may hold a few records of the next pass).
+// last pass (its last micro-batches may hold a few records of the next pass; under best_fit no
+// micro-batch mixes two passes, so only a step of several micro-batches can reach past it).
 #include <cstdint>
 
 #include "tandem/data/sampler.h"
@@ -35,7 +36,7 @@ struct EpochPlan {
   int64_t micro_batches = 0;
   int64_t records = 0;  // sampler records drawn by those steps (>= epochs x records per pass)
   int64_t tokens = 0;   // real tokens in them
-  int64_t slots = 0;    // rows x seq_len of their micro-batches: tokens / slots is the fill
+  int64_t slots = 0;    // rows x columns of their micro-batches: tokens / slots is the fill
 };
 
 /// Draws steps from a sampler of `sampler` options over `data` until `epochs` passes are done.

@@ -48,7 +48,10 @@ void restore_generators(const std::map<std::string, at::Tensor>& states, const a
 
 namespace {
 
-nlohmann::json counters_json(const Counters& counters, const SamplerState& sampler) {
+nlohmann::json counters_json(const Counters& counters, const DataCursor& cursor) {
+  nlohmann::json pending = nlohmann::json::array();
+  for (const PendingRecord& record : cursor.pending)
+    pending.push_back({record.record, record.epoch});
   return {{"step", counters.step},
           {"documents_seen", counters.documents_seen},
           {"tokens_seen", counters.tokens_seen},
@@ -56,11 +59,13 @@ nlohmann::json counters_json(const Counters& counters, const SamplerState& sampl
           {"consecutive_skips", counters.consecutive_skips},
           {"best_step", counters.best_step},
           {"best_value", counters.best_value},
-          {"sampler", sampler}};
+          {"sampler", cursor.sampler.state()},
+          {"pending", pending}};
 }
 
-// The counters and sampler position of a trainer_state.json (or of rank 0's broadcast text).
-std::pair<Counters, SamplerState> parse_trainer_state(const nlohmann::json& state) {
+// The counters and data position of a trainer_state.json (or of rank 0's broadcast text).
+std::tuple<Counters, SamplerState, std::vector<PendingRecord>> parse_trainer_state(
+    const nlohmann::json& state) {
   Counters counters;
   counters.step = state.at("step").get<int64_t>();
   counters.documents_seen = state.at("documents_seen").get<int64_t>();
@@ -71,12 +76,27 @@ std::pair<Counters, SamplerState> parse_trainer_state(const nlohmann::json& stat
   // Absent before validation existed: no best checkpoint.
   counters.best_step = state.value("best_step", int64_t{-1});
   counters.best_value = state.value("best_value", 0.0);
-  return {counters, state.at("sampler").get<SamplerState>()};
+  const SamplerState sampler = state.at("sampler").get<SamplerState>();
+  // Absent before best-fit packing existed: nothing drawn ahead.
+  std::vector<PendingRecord> pending;
+  for (const nlohmann::json& entry : state.value("pending", nlohmann::json::array())) {
+    check(entry.is_array() && entry.size() == 2 && entry[0].is_number_integer() &&
+              entry[1].is_number_integer(),
+          "\"pending\" entries must be [record, epoch] pairs of integers, got ", entry.dump());
+    const PendingRecord record{entry[0].get<int64_t>(), entry[1].get<int64_t>()};
+    check(record.record >= 0 && record.record < sampler.dataset_size && record.epoch >= 0 &&
+              record.epoch <= sampler.epoch + 1,
+          "pending record ", entry.dump(), " outside the sampler's ", sampler.dataset_size,
+          " records or epochs 0..", sampler.epoch + 1);
+    pending.push_back(record);
+  }
+  return {counters, sampler, pending};
 }
 
-Counters counters_from_json(const nlohmann::json& state, Sampler& sampler) {
-  auto [counters, position] = parse_trainer_state(state);
-  sampler.restore(position);
+Counters counters_from_json(const nlohmann::json& state, DataCursor& cursor) {
+  auto [counters, position, pending] = parse_trainer_state(state);
+  cursor.sampler.restore(position);
+  cursor.pending = std::move(pending);
   return counters;
 }
 
@@ -85,7 +105,7 @@ Counters counters_from_json(const nlohmann::json& state, Sampler& sampler) {
 void save_checkpoint(const TrainingOptions& options, const Config& config,
                      const MixedPrecisionAdamW& optimizer, const torch::nn::Module& model_module,
                      const ShardedModel* sharded, const ParallelGroups& groups,
-                     const Counters& counters, const Sampler& sampler, const at::Device& device) {
+                     const Counters& counters, const DataCursor& cursor, const at::Device& device) {
   dist::ProcessGroup& world = *groups.world;
   std::optional<CheckpointWriter> staged;
   std::string staging_dir;
@@ -107,7 +127,7 @@ void save_checkpoint(const TrainingOptions& options, const Config& config,
     writer.write_tensors("optimizer.safetensors", optimizer.state());
   }
   writer.write_tensors("rng.safetensors", generator_states(device));
-  writer.write_text("trainer_state.json", counters_json(counters, sampler.state()).dump(2) + "\n");
+  writer.write_text("trainer_state.json", counters_json(counters, cursor).dump(2) + "\n");
   writer.write_text("config.yaml", config.resolved_yaml() + "\n");
   // The best checkpoint (validation) is kept whatever keep_last says.
   for (const std::string& warning :
@@ -125,7 +145,7 @@ RunCheckpoint read_run_checkpoint(const CheckpointReader& reader) {
         "/rng.safetensors: no 'cpu_generator' state");
   const std::string path = reader.dir() + "/trainer_state.json";
   try {
-    std::tie(checkpoint.counters, checkpoint.sampler) =
+    std::tie(checkpoint.counters, checkpoint.sampler, checkpoint.pending) =
         parse_trainer_state(parse_json_text(reader.read_text("trainer_state.json")));
   } catch (const std::exception& e) {  // malformed JSON, a missing or mistyped field
     throw Error("[train] ", path, ": not a trainer state: ", e.what());
@@ -136,15 +156,16 @@ RunCheckpoint read_run_checkpoint(const CheckpointReader& reader) {
   return checkpoint;
 }
 
-Counters restore_trainer_state(const RunCheckpoint& checkpoint, Sampler& sampler,
+Counters restore_trainer_state(const RunCheckpoint& checkpoint, DataCursor& cursor,
                                const at::Device& device) {
   restore_generators(checkpoint.rng, device);
-  sampler.restore(checkpoint.sampler);
+  cursor.sampler.restore(checkpoint.sampler);
+  cursor.pending = checkpoint.pending;
   return checkpoint.counters;
 }
 
 Counters restore_checkpoint(const RunCheckpoint& checkpoint, MixedPrecisionAdamW& optimizer,
-                            const torch::nn::Module& model_module, Sampler& sampler,
+                            const torch::nn::Module& model_module, DataCursor& cursor,
                             const at::Device& device) {
   const std::string& dir = checkpoint.dir;
   {
@@ -164,12 +185,12 @@ Counters restore_checkpoint(const RunCheckpoint& checkpoint, MixedPrecisionAdamW
     }
   }
   optimizer.load_state(checkpoint.optimizer, dir + " optimizer state");
-  return restore_trainer_state(checkpoint, sampler, device);
+  return restore_trainer_state(checkpoint, cursor, device);
 }
 
 Counters share_resumed_state(dist::ProcessGroup& group, MixedPrecisionAdamW& optimizer,
                              const torch::nn::Module& model_module, const Counters& counters,
-                             Sampler& sampler, const at::Device& device) {
+                             DataCursor& cursor, const at::Device& device) {
   std::vector<at::Tensor> weights;
   for (const auto& [name, tensor] : model_state(model_module)) weights.push_back(tensor.detach());
   broadcast_tensors_from_rank0(group, weights, "the trained model's tensors");
@@ -182,22 +203,22 @@ Counters share_resumed_state(dist::ProcessGroup& group, MixedPrecisionAdamW& opt
     for (size_t i = 0; i < state.size(); ++i) named[state[i].first] = values[i];
     optimizer.load_state(named, "rank 0's optimizer state");
   }
-  return share_trainer_state(group, counters, sampler, device);
+  return share_trainer_state(group, counters, cursor, device);
 }
 
-Counters share_trainer_state(dist::ProcessGroup& group, const Counters& counters, Sampler& sampler,
-                             const at::Device& device) {
+Counters share_trainer_state(dist::ProcessGroup& group, const Counters& counters,
+                             DataCursor& cursor, const at::Device& device) {
   const auto states = generator_states(device);
   std::vector<at::Tensor> rng;
   for (const auto& entry : states) rng.push_back(entry.second);
   broadcast_tensors_from_rank0(group, rng, "the random generator states");
-  std::string text = counters_json(counters, sampler.state()).dump();
+  std::string text = counters_json(counters, cursor).dump();
   group.broadcast_text(text, 0);
   if (group.rank() == 0) return counters;
   std::map<std::string, at::Tensor> received;
   for (size_t i = 0; i < states.size(); ++i) received[states[i].first] = rng[i];
   restore_generators(received, device);
-  return counters_from_json(nlohmann::json::parse(text), sampler);
+  return counters_from_json(nlohmann::json::parse(text), cursor);
 }
 
 }  // namespace tandem

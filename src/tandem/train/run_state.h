@@ -1,7 +1,7 @@
 #pragma once
 // What a checkpoint holds besides the model's own tensors, and moving a run's whole state in and
 // out of checkpoints (model, optimizer, random generators of the CPU and the GPU, counters,
-// sampler position), in one process or across data-parallel ranks.
+// data position: sampler and best-fit pool), in one process or across data-parallel ranks.
 #include <ATen/core/Tensor.h>
 #include <c10/core/Device.h>
 
@@ -10,8 +10,8 @@
 #include <string>
 
 #include "tandem/core/config.h"
-#include "tandem/data/sampler.h"
 #include "tandem/train/checkpoint.h"
+#include "tandem/train/data_cursor.h"
 #include "tandem/train/data_parallel.h"
 #include "tandem/train/optimizer.h"
 #include "tandem/train/sharded_model.h"
@@ -48,7 +48,7 @@ void restore_generators(const std::map<std::string, at::Tensor>& states, const a
 void save_checkpoint(const TrainingOptions& options, const Config& config,
                      const MixedPrecisionAdamW& optimizer, const torch::nn::Module& model_module,
                      const ShardedModel* sharded, const ParallelGroups& groups,
-                     const Counters& counters, const Sampler& sampler, const at::Device& device);
+                     const Counters& counters, const DataCursor& cursor, const at::Device& device);
 
 /// Everything a training checkpoint holds, read into host memory (either layout,
 /// sharded_model.h) and checked for what can be checked without the model: the files exist,
@@ -59,30 +59,31 @@ struct RunCheckpoint {
   std::map<std::string, at::Tensor> rng;               // "cpu_generator" (+ "cuda_generator")
   Counters counters;
   SamplerState sampler;
+  std::vector<PendingRecord> pending;  // best_fit's pool (trainer_state.json "pending")
 };
 
 /// Reads `reader`'s checkpoint; throws Error naming the file and what is wrong. A checkpoint
 /// that fails here is skipped on resume like a corrupt one (find_latest_valid's `load`).
 RunCheckpoint read_run_checkpoint(const CheckpointReader& reader);
 
-/// The random generators, counters and sampler position of a checkpoint.
-Counters restore_trainer_state(const RunCheckpoint& checkpoint, Sampler& sampler,
+/// The random generators, counters and data position of a checkpoint.
+Counters restore_trainer_state(const RunCheckpoint& checkpoint, DataCursor& cursor,
                                const at::Device& device);
 
 /// Restores everything a checkpoint holds into an unsharded model; returns the counters it was
 /// saved with. A tensor that does not match the model (the config changed) is an error.
 Counters restore_checkpoint(const RunCheckpoint& checkpoint, MixedPrecisionAdamW& optimizer,
-                            const torch::nn::Module& model_module, Sampler& sampler,
+                            const torch::nn::Module& model_module, DataCursor& cursor,
                             const at::Device& device);
 
 /// Data-parallel resume: rank 0 restored the checkpoint; every other rank takes its weights,
-/// optimizer state, random generators, counters and sampler position.
+/// optimizer state, random generators, counters and data position.
 Counters share_resumed_state(dist::ProcessGroup& group, MixedPrecisionAdamW& optimizer,
                              const torch::nn::Module& model_module, const Counters& counters,
-                             Sampler& sampler, const at::Device& device);
+                             DataCursor& cursor, const at::Device& device);
 
-/// Every rank takes rank 0's random generators, counters and sampler position.
-Counters share_trainer_state(dist::ProcessGroup& group, const Counters& counters, Sampler& sampler,
-                             const at::Device& device);
+/// Every rank takes rank 0's random generators, counters and data position.
+Counters share_trainer_state(dist::ProcessGroup& group, const Counters& counters,
+                             DataCursor& cursor, const at::Device& device);
 
 }  // namespace tandem

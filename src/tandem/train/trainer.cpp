@@ -19,7 +19,6 @@
 #include "tandem/core/host_read.h"
 #include "tandem/core/run_context.h"
 #include "tandem/data/packing.h"
-#include "tandem/data/sampler.h"
 #include "tandem/dist/launch.h"
 #include "tandem/dist/process_group.h"
 #include "tandem/dist/sharding.h"
@@ -140,7 +139,7 @@ class TrainingRun {
   std::optional<ParameterShards> load_shards_;  // shard, hybrid: loaded models split as they load
   std::unique_ptr<Objective> objective_;
   std::optional<ShardedModel> sharded_;  // modes shard and hybrid
-  std::optional<Sampler> sampler_;
+  std::optional<DataCursor> cursor_;     // the sampler and best-fit's pool
   std::optional<MixedPrecisionAdamW> optimizer_;
   std::optional<RunDirLock> run_dir_lock_;  // rank 0 only, held until the run ends
   std::optional<MetricsLogger> metrics_;    // rank 0 only
@@ -209,7 +208,7 @@ void TrainingRun::set_up() {
   if (distributed.check_frozen_weights) check_frozen_weights_agree(*group_);
 
   at::manual_seed(run_.seed);
-  sampler_.emplace(run_sampler_options(*data_, run_.seed));
+  cursor_.emplace(run_sampler_options(*data_, run_.seed));
   if (sharded_)
     optimizer_.emplace(sharded_->optimizer_parameters(), options_.adamw, sharded_->decays());
   else
@@ -271,17 +270,17 @@ void TrainingRun::resume() {
   if (!resumed.empty() && sharded_) {
     // Rank 0 read the checkpoint (either layout) at full shape; each rank keeps its slices.
     std::map<std::string, at::Tensor> none;
-    if (lead()) counters_ = restore_trainer_state(*loaded, *sampler_, run_.device);
+    if (lead()) counters_ = restore_trainer_state(*loaded, *cursor_, run_.device);
     sharded_->restore(*group_, lead() ? loaded->model : none, lead() ? loaded->optimizer : none,
                       *optimizer_);
-    if (world() > 1) counters_ = share_trainer_state(*group_, counters_, *sampler_, run_.device);
+    if (world() > 1) counters_ = share_trainer_state(*group_, counters_, *cursor_, run_.device);
   } else if (!resumed.empty()) {
     if (lead())
       counters_ =
-          restore_checkpoint(*loaded, *optimizer_, objective_->trainable(), *sampler_, run_.device);
+          restore_checkpoint(*loaded, *optimizer_, objective_->trainable(), *cursor_, run_.device);
     if (world() > 1)
       counters_ = share_resumed_state(*group_, *optimizer_, objective_->trainable(), counters_,
-                                      *sampler_, run_.device);
+                                      *cursor_, run_.device);
   }
   loaded.reset();  // the host copy of the checkpoint
   if (!resumed.empty()) saved_step_ = counters_.step;
@@ -363,7 +362,7 @@ StepData TrainingRun::draw_step() {
   const auto start = Clock::now();
   StepData step;
   while (true) {
-    step.batches.push_back(next_micro_batch(*sampler_, *data_));
+    step.batches.push_back(next_micro_batch(*cursor_, *data_));
     step.documents += step.batches.back().total_documents();
     const int64_t drawn = static_cast<int64_t>(step.batches.size());
     if (step_shape_.complete(drawn, step.documents)) break;
@@ -576,7 +575,7 @@ void TrainingRun::checkpoint(bool stop) {
   if (!(due || last || stop || best_now_)) return;
   check_state_finite();
   save_checkpoint(options_, config_, *optimizer_, objective_->trainable(),
-                  sharded_ ? &*sharded_ : nullptr, groups_, counters_, *sampler_, run_.device);
+                  sharded_ ? &*sharded_ : nullptr, groups_, counters_, *cursor_, run_.device);
   saved_step_ = counters_.step;
   if (best_now_ && lead()) {
     write_best_marker(options_.run_dir, counters_.step, options_.best_metric, larger_is_better_,

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <iostream>
+#include <numeric>
 
 #include "tandem/core/config_schema.h"
 #include "tandem/core/error.h"
@@ -53,6 +54,8 @@ void plan_records(TrainingData& data, OnError on_error) {
   const int64_t records = data.num_records();  // the dataset's: no parts yet
   PackingOptions alone = data.packing;         // a record packed by itself, rows unbounded
   alone.max_rows = 0;
+  const bool best_fit_rows = data.packing.mode == PackingMode::BestFit &&
+                             data.packing.overlong == OverlongPolicy::Split && per_record == 1;
   std::vector<RecordPart> parts;
   bool changed = false;
   for (int64_t record = 0; record < records; ++record) {
@@ -65,7 +68,13 @@ void plan_records(TrainingData& data, OnError on_error) {
     }
     std::string problem;  // why the record cannot be trained on as it is
     bool split = false;
-    if (data.packing.overlong == OverlongPolicy::Error && longest > seq_len) {
+    int64_t part_tokens = capacity;  // a split document's parts: a micro-batch each
+    if (best_fit_rows && tokens > seq_len) {
+      // best_fit: a row each, so every part is placed on its own (the packer would cut the
+      // document at the same seq_len boundaries).
+      split = true;
+      part_tokens = seq_len;
+    } else if (data.packing.overlong == OverlongPolicy::Error && longest > seq_len) {
       problem = std::to_string(longest) +
                 " tokens, longer than data.seq_len = " + std::to_string(seq_len) +
                 " (data.overlong: error)";
@@ -87,9 +96,9 @@ void plan_records(TrainingData& data, OnError on_error) {
       ++data.skipped_records;
       changed = true;
     } else if (split) {
-      // Parts of a whole micro-batch each (the packer cuts them into seq_len rows).
-      for (int64_t begin = 0; begin < tokens; begin += capacity)
-        parts.push_back({record, begin, std::min(tokens, begin + capacity)});
+      // Parts of a whole micro-batch (the packer cuts them into seq_len rows) or of one row.
+      for (int64_t begin = 0; begin < tokens; begin += part_tokens)
+        parts.push_back({record, begin, std::min(tokens, begin + part_tokens)});
       ++data.split_documents;
       changed = true;
     } else {
@@ -185,6 +194,9 @@ DataOptions read_data_options(const Config& config) {
         options.rows * options.packing.seq_len, " tokens per micro-batch, above the bound of ",
         kMaxMicroBatchTokens, "; use more micro-batches per step (training.micro_batches)");
   options.packing.max_rows = options.rows;
+  // One document per row: a row longer than the micro-batch's longest document is all padding.
+  options.packing.trim_to_longest = options.packing.mode == PackingMode::Padded;
+  options.lookahead = data::packing_lookahead.read(config);
   options.tokenizer_dir = data::tokenizer.read(config);
   options.dataset.chat_template = data::chat_template.read(config);
   options.dataset.template_kwargs = data::template_kwargs.read(config);
@@ -216,6 +228,7 @@ TrainingData open_training_data(const DataOptions& read, const std::string& wher
   setup.format = read.format;
   setup.packing = read.packing;
   setup.rows = read.rows;
+  setup.lookahead = read.lookahead;
   setup.tokenizer_dir = read.tokenizer_dir;
   setup.cache_dir = read.cache_dir;
   DatasetOptions options = read.dataset;
@@ -258,9 +271,16 @@ TrainingData open_training_data(const DataOptions& read, const std::string& wher
   plan_records(setup, options.on_error);
   check(setup.num_records() > 0, "[train] ", where_path, ": ", setup.path,
         ": every record was skipped (", setup.skipped_records, " fit in no micro-batch)");
+  const bool rows_apart = setup.packing.mode == PackingMode::BestFit &&
+                          setup.packing.overlong == OverlongPolicy::Split &&
+                          setup.documents_per_record() == 1;
   if (setup.split_documents > 0 || setup.skipped_records > 0)
-    std::cerr << "[data] " << setup.split_documents << " document(s) longer than a micro-batch ("
-              << setup.rows << " x " << setup.packing.seq_len << " tokens) split into parts, "
+    std::cerr << "[data] " << setup.split_documents << " document(s) longer than a "
+              << (rows_apart
+                      ? "row (" + std::to_string(setup.packing.seq_len) +
+                            " tokens) split into rows packed apart, "
+                      : "micro-batch (" + std::to_string(setup.rows) + " x " +
+                            std::to_string(setup.packing.seq_len) + " tokens) split into parts, ")
               << setup.skipped_records << " record(s) that fit in no micro-batch skipped\n";
   apply_weights(setup, weighted);
   return setup;
@@ -342,6 +362,71 @@ PackedBatch pack_records(const std::vector<int64_t>& records, const std::vector<
   return batch;
 }
 
+// The lengths of sampler record `record`'s documents (a part's own length for a part).
+std::vector<int64_t> record_lengths(const TrainingData& data, int64_t record) {
+  const int per_record = data.documents_per_record();
+  const RecordPart part = data.part(record);
+  if (part.end >= 0) return {part.end - part.begin};
+  std::vector<int64_t> lengths;
+  for (int j = 0; j < per_record; ++j)
+    lengths.push_back(data.document_length(part.record * per_record + j));
+  return lengths;
+}
+
+// best_fit: tops the pool up to data.lookahead micro-batches' worth of tokens from the sampler,
+// never past the end of the pool's epoch; then takes the records of the next micro-batch out of
+// it (select_best_fit over the pool, oldest first). Returns them in pool order.
+std::vector<PendingRecord> take_best_fit(DataCursor& cursor, const TrainingData& data) {
+  Sampler& sampler = cursor.sampler;
+  std::vector<PendingRecord>& pending = cursor.pending;
+  const int64_t wanted = data.lookahead * data.rows * data.packing.seq_len;
+  int64_t tokens = 0;
+  for (const PendingRecord& waiting : pending) tokens += data.record_tokens(waiting.record);
+  while (tokens < wanted) {
+    const SamplerState at = sampler.state();
+    const int64_t epoch = at.offset == sampler.per_rank() ? at.epoch + 1 : at.epoch;
+    if (!pending.empty() && epoch != pending.front().epoch) break;  // the epoch's last records
+    pending.push_back({sampler.next(), epoch});
+    tokens += data.record_tokens(pending.back().record);
+  }
+  // Tried in this order: the oldest, then the others longest first (oldest first among equals),
+  // so the short ones fill the gaps the long ones leave.
+  std::vector<size_t> order(pending.size());
+  std::iota(order.begin(), order.end(), size_t{0});
+  std::vector<int64_t> tokens_of;
+  for (const PendingRecord& waiting : pending)
+    tokens_of.push_back(data.record_tokens(waiting.record));
+  std::stable_sort(order.begin() + 1, order.end(),
+                   [&](size_t a, size_t b) { return tokens_of[a] > tokens_of[b]; });
+  std::vector<std::vector<int64_t>> lengths;
+  for (const size_t index : order) lengths.push_back(record_lengths(data, pending[index].record));
+  const std::vector<int64_t> taken = select_best_fit(lengths, data.packing);
+  // plan_records left out every record that fits no micro-batch, so the oldest always fits.
+  check(!taken.empty() && taken.front() == 0, "[train] sampler record ", pending.front().record,
+        " (", tokens_of.front(), " tokens) fits in no micro-batch of ", data.rows, " rows x ",
+        data.packing.seq_len, " tokens");
+  std::vector<PendingRecord> chosen;  // in the order they were placed
+  std::vector<bool> is_taken(pending.size(), false);
+  for (const int64_t index : taken) {
+    chosen.push_back(pending[order[static_cast<size_t>(index)]]);
+    is_taken[order[static_cast<size_t>(index)]] = true;
+  }
+  std::vector<PendingRecord> left;
+  for (size_t i = 0; i < pending.size(); ++i)
+    if (!is_taken[i]) left.push_back(pending[i]);
+  pending = std::move(left);
+  return chosen;
+}
+
+// packed and padded draw straight from the sampler: records best_fit drew ahead (a checkpoint
+// of a best_fit run resumed with another mode) would be lost.
+void check_nothing_pending(const DataCursor& cursor, const TrainingData& data) {
+  check(cursor.pending.empty(), "[train] the data position holds ", cursor.pending.size(),
+        " records drawn ahead by data.packing: best_fit, but data.packing is now ",
+        data.packing.mode == PackingMode::Padded ? "padded" : "packed",
+        "; resume with data.packing: best_fit, or start a fresh run");
+}
+
 // How many candidates may fill one micro-batch: enough that their tokens overflow it, so the
 // packer, not this guess, decides where the batch ends.
 template <typename Peek>
@@ -365,7 +450,21 @@ std::vector<int64_t> candidates(const TrainingData& data, int64_t available, Pee
 
 }  // namespace
 
-PackedBatch next_micro_batch(Sampler& sampler, const TrainingData& data) {
+PackedBatch next_micro_batch(DataCursor& cursor, const TrainingData& data) {
+  if (data.packing.mode == PackingMode::BestFit) {
+    std::vector<int64_t> records, epochs;
+    for (const PendingRecord& record : take_best_fit(cursor, data)) {
+      records.push_back(record.record);
+      epochs.push_back(record.epoch);
+    }
+    int64_t used = 0;
+    PackedBatch batch = pack_records(records, epochs, data, used);
+    check(used == static_cast<int64_t>(records.size()), "[train] best-fit packing placed ", used,
+          " of the ", records.size(), " records it chose");
+    return batch;
+  }
+  check_nothing_pending(cursor, data);
+  Sampler& sampler = cursor.sampler;
   const std::vector<int64_t> records =
       candidates(data, sampler.per_rank(), [&](int64_t count) { return sampler.peek(count); });
   // Record i is taken at offset + i of the sampler's current epoch, wrapping into the next ones.
@@ -380,17 +479,20 @@ PackedBatch next_micro_batch(Sampler& sampler, const TrainingData& data) {
   return batch;
 }
 
-MicroBatchSize next_micro_batch_size(Sampler& sampler, const TrainingData& data) {
-  const std::vector<int64_t> records =
-      candidates(data, sampler.per_rank(), [&](int64_t count) { return sampler.peek(count); });
+MicroBatchSize next_micro_batch_size(DataCursor& cursor, const TrainingData& data) {
   const int per_record = data.documents_per_record();
-  std::vector<int64_t> lengths;
-  for (const int64_t record : records) {
-    const RecordPart part = data.part(record);
-    for (int j = 0; j < per_record; ++j)
-      lengths.push_back(part.end >= 0 ? part.end - part.begin
-                                      : data.document_length(part.record * per_record + j));
+  std::vector<int64_t> records;
+  if (data.packing.mode == PackingMode::BestFit) {
+    for (const PendingRecord& record : take_best_fit(cursor, data))
+      records.push_back(record.record);
+  } else {
+    check_nothing_pending(cursor, data);
+    records = candidates(data, cursor.sampler.per_rank(),
+                         [&](int64_t count) { return cursor.sampler.peek(count); });
   }
+  std::vector<int64_t> lengths;
+  for (const int64_t record : records)
+    for (const int64_t length : record_lengths(data, record)) lengths.push_back(length);
   // As pack_records: whole records only, so a half-placed last record is packed again without.
   PackingPlan plan = plan_packing(lengths, data.packing);
   MicroBatchSize size;
@@ -404,12 +506,21 @@ MicroBatchSize next_micro_batch_size(Sampler& sampler, const TrainingData& data)
     plan = plan_packing(lengths, data.packing);
   }
   size.rows = static_cast<int64_t>(plan.rows.size());
-  for (const std::vector<PackingPiece>& row : plan.rows)
+  size.length = data.packing.trim_to_longest ? 0 : data.packing.seq_len;
+  for (const std::vector<PackingPiece>& row : plan.rows) {
+    int64_t used = 0;
     for (const PackingPiece& piece : row) {
       size.documents += 1;
-      size.tokens += piece.length;
+      used += piece.length;
     }
-  sampler.next(size.records);
+    size.tokens += used;
+    size.length = std::max(size.length, used);
+  }
+  if (data.packing.mode == PackingMode::BestFit)
+    check(size.records == static_cast<int64_t>(records.size()), "[train] best-fit packing placed ",
+          size.records, " of the ", records.size(), " records it chose");
+  else
+    cursor.sampler.next(size.records);
   return size;
 }
 

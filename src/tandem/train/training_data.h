@@ -25,6 +25,7 @@
 #include "tandem/data/sampler.h"
 #include "tandem/data/token_cache.h"
 #include "tandem/text/tokenizer.h"
+#include "tandem/train/data_cursor.h"
 
 namespace tandem {
 
@@ -41,8 +42,9 @@ inline constexpr int64_t kMaxDrawsPerEpoch = int64_t{1} << 28;
 struct DataOptions {
   std::vector<WeightedPath> paths;  // data.path: files or globs, each with a weight
   DataFormat format = DataFormat::conversations;
-  PackingOptions packing;  // seq_len, mode, overlong; max_rows = rows
+  PackingOptions packing;  // seq_len, mode, overlong; max_rows = rows; padded: trim_to_longest
   int64_t rows = 0;        // micro_batch_rows
+  int64_t lookahead = 0;   // data.packing_lookahead (best_fit): micro-batches' worth of records
   std::string tokenizer_dir;
   DatasetOptions dataset;  // chat_template, max_length, last_turn_only, on_error, vocab_size,
                            // heldout
@@ -73,7 +75,8 @@ struct TrainingData {
   std::string tokenizer_dir;
   std::string cache_dir;  // "" = the default data cache
   PackingOptions packing;
-  int64_t rows = 1;  // micro_batch_rows
+  int64_t rows = 1;       // micro_batch_rows
+  int64_t lookahead = 8;  // best_fit: the pool holds at least this many micro-batches' tokens
   // The sampler's records when they differ from the dataset's (empty: one to one): documents
   // longer than a micro-batch split into parts, records that fit no micro-batch left out
   // (data.on_error: skip). Decided when the data is read, before step 1.
@@ -104,7 +107,8 @@ struct TrainingData {
 /// without an advantage get one from their group's rewards (data.scale_rewards_by_std). Every
 /// record is then checked against a micro-batch (rows x seq_len): data.overlong: error and
 /// records too long for one micro-batch fail here, naming the document, or with data.on_error:
-/// skip are skipped and counted; overlong: split documents are cut into parts that fit. Last,
+/// skip are skipped and counted; overlong: split documents are cut into parts that fit (under
+/// best_fit, every document longer than a row into parts of one row each). Last,
 /// each file's weight sets how often its records are drawn; `weighted` false reads every record
 /// once whatever the weights (a pass over the data, as reference log-probs make).
 TrainingData read_training_data(const Config& config, bool weighted = true);
@@ -114,20 +118,28 @@ TrainingData read_training_data(const Config& config, bool weighted = true);
 /// data.heldout_fraction leaves out of training. Nothing when data.validation is empty.
 std::optional<TrainingData> read_validation_data(const Config& config);
 
-/// The next micro-batch: records in sampler order, their documents packed into at most `rows`
-/// rows. The sampler advances by exactly the records packed, so a resumed run sees the same
-/// batches. Each PackedDocument records its document index (dataset_index).
-PackedBatch next_micro_batch(Sampler& sampler, const TrainingData& data);
+/// The next micro-batch, its documents packed into at most `rows` rows; each PackedDocument
+/// records its document index (dataset_index) and sampler epoch.
+/// - packed, padded: the longest run of records in sampler order that fits. The sampler advances
+///   by exactly the records packed.
+/// - best_fit: the pool is first topped up from the sampler until it holds
+///   data.packing_lookahead micro-batches' worth of tokens, never past the end of the pool's
+///   epoch (an epoch's records are all packed before the next epoch's are drawn). Then the
+///   oldest pending record and, trying the rest longest first, every one that still fits
+///   (select_best_fit) form the micro-batch. A record waits at most as many micro-batches as the
+///   pool holds records.
+PackedBatch next_micro_batch(DataCursor& cursor, const TrainingData& data);
 
 /// What next_micro_batch would draw, from the records' lengths alone (no tokens read, no
-/// tensors made): the sampler advances by exactly the records that micro-batch would hold.
+/// tensors made): the cursor advances exactly as next_micro_batch would advance it.
 struct MicroBatchSize {
-  int64_t records = 0;    // sampler records
+  int64_t records = 0;    // sampler records packed
   int64_t documents = 0;  // packed documents (PackedBatch::total_documents)
   int64_t tokens = 0;     // real tokens (PackedBatch::num_tokens)
   int64_t rows = 0;       // rows (PackedBatch::rows)
+  int64_t length = 0;     // columns (PackedBatch::seq_len)
 };
-MicroBatchSize next_micro_batch_size(Sampler& sampler, const TrainingData& data);
+MicroBatchSize next_micro_batch_size(DataCursor& cursor, const TrainingData& data);
 
 /// The next micro-batch of a pass over the records in file order, starting at `next_record`
 /// (advanced past the records packed): packed exactly like training batches (reference log-prob
