@@ -46,6 +46,13 @@ TokenizedDocument TrainingData::document(int64_t index) const {
 
 namespace {
 
+// Whether best_fit cuts documents longer than a row into row-sized records (overlong: split;
+// a preference pair or a rollout is never split).
+bool splits_into_rows(const TrainingData& data) {
+  return data.packing.mode == PackingMode::BestFit &&
+         data.packing.overlong == OverlongPolicy::Split && data.documents_per_record() == 1;
+}
+
 // Every record against one micro-batch, before step 1 (data.overlong and data.on_error decide
 // what happens to one that does not fit); fills data.parts when any record is split or skipped.
 void plan_records(TrainingData& data, OnError on_error) {
@@ -54,8 +61,7 @@ void plan_records(TrainingData& data, OnError on_error) {
   const int64_t records = data.num_records();  // the dataset's: no parts yet
   PackingOptions alone = data.packing;         // a record packed by itself, rows unbounded
   alone.max_rows = 0;
-  const bool best_fit_rows = data.packing.mode == PackingMode::BestFit &&
-                             data.packing.overlong == OverlongPolicy::Split && per_record == 1;
+  const bool best_fit_rows = splits_into_rows(data);
   std::vector<RecordPart> parts;
   bool changed = false;
   for (int64_t record = 0; record < records; ++record) {
@@ -271,9 +277,7 @@ TrainingData open_training_data(const DataOptions& read, const std::string& wher
   plan_records(setup, options.on_error);
   check(setup.num_records() > 0, "[train] ", where_path, ": ", setup.path,
         ": every record was skipped (", setup.skipped_records, " fit in no micro-batch)");
-  const bool rows_apart = setup.packing.mode == PackingMode::BestFit &&
-                          setup.packing.overlong == OverlongPolicy::Split &&
-                          setup.documents_per_record() == 1;
+  const bool rows_apart = splits_into_rows(setup);
   if (setup.split_documents > 0 || setup.skipped_records > 0)
     std::cerr << "[data] " << setup.split_documents << " document(s) longer than a "
               << (rows_apart
@@ -375,27 +379,29 @@ std::vector<int64_t> record_lengths(const TrainingData& data, int64_t record) {
 
 // best_fit: tops the pool up to data.lookahead micro-batches' worth of tokens from the sampler,
 // never past the end of the pool's epoch; then takes the records of the next micro-batch out of
-// it (select_best_fit over the pool, oldest first). Returns them in pool order.
+// it (select_best_fit over the pool). Returns them in the order they were placed.
 std::vector<PendingRecord> take_best_fit(DataCursor& cursor, const TrainingData& data) {
   Sampler& sampler = cursor.sampler;
   std::vector<PendingRecord>& pending = cursor.pending;
   const int64_t wanted = data.lookahead * data.rows * data.packing.seq_len;
+  std::vector<int64_t> tokens_of;  // (pending,) tokens of each pending record
   int64_t tokens = 0;
-  for (const PendingRecord& waiting : pending) tokens += data.record_tokens(waiting.record);
+  for (const PendingRecord& waiting : pending) {
+    tokens_of.push_back(data.record_tokens(waiting.record));
+    tokens += tokens_of.back();
+  }
   while (tokens < wanted) {
     const SamplerState at = sampler.state();
     const int64_t epoch = at.offset == sampler.per_rank() ? at.epoch + 1 : at.epoch;
     if (!pending.empty() && epoch != pending.front().epoch) break;  // the epoch's last records
     pending.push_back({sampler.next(), epoch});
-    tokens += data.record_tokens(pending.back().record);
+    tokens_of.push_back(data.record_tokens(pending.back().record));
+    tokens += tokens_of.back();
   }
   // Tried in this order: the oldest, then the others longest first (oldest first among equals),
   // so the short ones fill the gaps the long ones leave.
   std::vector<size_t> order(pending.size());
   std::iota(order.begin(), order.end(), size_t{0});
-  std::vector<int64_t> tokens_of;
-  for (const PendingRecord& waiting : pending)
-    tokens_of.push_back(data.record_tokens(waiting.record));
   std::stable_sort(order.begin() + 1, order.end(),
                    [&](size_t a, size_t b) { return tokens_of[a] > tokens_of[b]; });
   std::vector<std::vector<int64_t>> lengths;
