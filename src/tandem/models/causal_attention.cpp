@@ -213,17 +213,23 @@ at::Tensor causal_attention(const QueryKeyValue& qkv, const CausalAttentionPlan&
   check(static_cast<int64_t>(plan.document_bounds.size()) == qkv.q.size(0),
         "[attention] the plan covers ", plan.document_bounds.size(), " rows, the batch ",
         qkv.q.size(0));
+  // The documents are cut out with split, not narrow: the backward of a split is one cat of the
+  // pieces' gradients, where each narrow's backward would write a zero tensor of the whole
+  // (B, heads, T, d) input and add it up, once per document (quadratic in documents per batch).
+  const std::vector<at::Tensor> q_rows = qkv.q.split(1, 0), k_rows = qkv.k.split(1, 0),
+                                v_rows = qkv.v.split(1, 0);  // each (1, heads, T, d)
   std::vector<at::Tensor> rows;
   for (int64_t b = 0; b < qkv.q.size(0); ++b) {
     const std::vector<int64_t>& bounds = plan.document_bounds[static_cast<size_t>(b)];
-    std::vector<at::Tensor> documents;
-    for (size_t i = 0; i + 1 < bounds.size(); ++i) {
-      const int64_t begin = bounds[i], length = bounds[i + 1] - bounds[i];
-      const auto slice = [&](const at::Tensor& x) {  // (1, heads, length, d)
-        return x.narrow(0, b, 1).narrow(2, begin, length);
-      };
-      documents.push_back(sdpa(slice(qkv.q), slice(qkv.k), slice(qkv.v), at::Tensor()));
-    }
+    std::vector<int64_t> lengths;
+    for (size_t i = 0; i + 1 < bounds.size(); ++i) lengths.push_back(bounds[i + 1] - bounds[i]);
+    const size_t row = static_cast<size_t>(b);
+    const std::vector<at::Tensor> q = q_rows[row].split_with_sizes(lengths, 2),
+                                  k = k_rows[row].split_with_sizes(lengths, 2),
+                                  v = v_rows[row].split_with_sizes(lengths, 2);
+    std::vector<at::Tensor> documents;  // each (1, heads, length, d)
+    for (size_t i = 0; i < lengths.size(); ++i)
+      documents.push_back(sdpa(q[i], k[i], v[i], at::Tensor()));
     rows.push_back(documents.size() == 1 ? documents[0] : at::cat(documents, 2));
   }
   return at::cat(rows, 0);  // (B, heads, T, d)

@@ -3,6 +3,8 @@
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/custom_function.h>
 
+#include "tandem/core/error.h"
+
 namespace tandem {
 
 namespace {
@@ -49,15 +51,19 @@ class SwigluFunction : public torch::autograd::Function<SwigluFunction> {
     return at::silu(gate) * up;
   }
 
-  // d silu(g) / dg = s (1 + g (1 - s)), s = sigmoid(g).
+  // d/dgate = dy * up * silu'(gate), silu'(g) = s (1 + g (1 - s)), s = sigmoid(g), in ATen's
+  // fused silu_backward; d/dup = dy * silu(gate). Four kernels over (..., I), two of them in
+  // place; the chain of nine products and sums it replaces took a quarter of a CPU DPO step.
   static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
     const variable_list saved = ctx->get_saved_variables();
     const at::Tensor &gate = saved[0], &up = saved[1];
     const at::Tensor& grad = grad_outputs[0];
-    const at::Tensor sigmoid = at::sigmoid(gate);
     at::Tensor grad_gate, grad_up;
-    if (ctx->needs_input_grad(0)) grad_gate = grad * up * sigmoid * (1 + gate * (1 - sigmoid));
-    if (ctx->needs_input_grad(1)) grad_up = grad * (gate * sigmoid);
+    if (ctx->needs_input_grad(0)) {
+      grad_gate = grad * up;
+      at::silu_backward_out(grad_gate, grad_gate, gate);
+    }
+    if (ctx->needs_input_grad(1)) grad_up = at::silu(gate).mul_(grad);
     return {grad_gate, grad_up};
   }
 };
@@ -69,6 +75,9 @@ at::Tensor lean_rms_norm(const at::Tensor& x, const at::Tensor& weight, double e
 }
 
 at::Tensor swiglu(const at::Tensor& gate, const at::Tensor& up) {
+  check(gate.sizes() == up.sizes() && gate.scalar_type() == up.scalar_type(),
+        "[swiglu] gate and up must have one shape and dtype, got ", gate.sizes(), " ",
+        gate.scalar_type(), " and ", up.sizes(), " ", up.scalar_type());
   return SwigluFunction::apply(gate, up);
 }
 

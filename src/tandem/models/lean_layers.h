@@ -12,7 +12,7 @@ namespace tandem {
 /// before the weight (transformers' LlamaRMSNorm). x (..., H), weight (H).
 at::Tensor lean_rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps);
 
-/// silu(gate) * up, both (..., I).
+/// silu(gate) * up, both (..., I) of one dtype.
 at::Tensor swiglu(const at::Tensor& gate, const at::Tensor& up);
 
 }  // namespace tandem
