@@ -15,6 +15,7 @@ Every step so reproduced is compared with the run's own metrics (documents and r
 step; pairs for DPO): any difference stops the benchmark, so the two sides never time different
 batches unnoticed.
 """
+import argparse
 import json
 import os
 import resource
@@ -34,6 +35,22 @@ def set_threads(threads):
 
     torch.set_num_threads(threads)
     torch.set_num_interop_threads(1)
+
+
+def parse_arguments(description, add_own=None):
+    """The options every side takes (and a side's own, added by add_own(parser)), parsed; sets
+    torch's threads to --threads."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--tandem-run", required=True, help="the tandem run directory to mirror")
+    if add_own:
+        add_own(parser)
+    parser.add_argument("--warmup", type=int, default=2, help="first steps left out of the timing")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--tandem", help="the tandem binary: check every document's ids against its own")
+    parser.add_argument("--out", required=True, help="JSON result file")
+    args = parser.parse_args()
+    set_threads(args.threads)
+    return args
 
 
 def resolved_config(run_dir):

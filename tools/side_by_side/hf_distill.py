@@ -15,22 +15,15 @@ Same learning rate, constant schedule, AdamW betas/eps, weight decay (matrices o
 the Trainer leaves out norms and biases), clipping. Each piece is one row, every row of the batch
 padded to the longest. Times each optimizer step; real tokens exclude the padding.
 """
-import argparse
 import tempfile
 
 import common
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--tandem-run", required=True, help="the tandem run directory to mirror")
-    parser.add_argument("--trainer", choices=("hf", "gkd"), default="hf")
-    parser.add_argument("--warmup", type=int, default=2, help="first steps left out of the timing")
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--tandem", help="the tandem binary: check every document's ids against its own")
-    parser.add_argument("--out", required=True, help="JSON result file")
-    args = parser.parse_args()
-    common.set_threads(args.threads)
+    args = common.parse_arguments(
+        __doc__.splitlines()[0],
+        lambda parser: parser.add_argument("--trainer", choices=("hf", "gkd"), default="hf"))
 
     import torch
     import torch.nn.functional as F

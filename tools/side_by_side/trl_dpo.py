@@ -9,7 +9,6 @@ AdamW betas/eps, clipping, no weight decay, fp32, max_length = tandem's seq_len 
 truncation. TRL lays each pair out its own way: chosen and rejected as two rows, every row of the
 batch padded to the longest. Times each optimizer step; real tokens exclude the padding.
 """
-import argparse
 import os
 import tempfile
 
@@ -17,14 +16,7 @@ import common
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--tandem-run", required=True, help="the tandem run directory to mirror")
-    parser.add_argument("--warmup", type=int, default=2, help="first steps left out of the timing")
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--tandem", help="the tandem binary: check every document's ids against its own")
-    parser.add_argument("--out", required=True, help="JSON result file")
-    args = parser.parse_args()
-    common.set_threads(args.threads)
+    args = common.parse_arguments(__doc__.splitlines()[0])
 
     import torch
     from datasets import Dataset
